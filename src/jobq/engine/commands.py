@@ -142,7 +142,7 @@ WORKQ_COMMAND_NAMES: dict[int, str] = {
     8: "timeout-attempt",
 }
 
-_ID_ONLY: dict[int, type[_IdOnly]] = {
+_ID_ONLY: dict[int, type[DeleteJob | ExpireJob | StartAttempt | TimeoutAttempt]] = {
     DeleteJob.TYPE: DeleteJob,
     ExpireJob.TYPE: ExpireJob,
     StartAttempt.TYPE: StartAttempt,

@@ -1,0 +1,144 @@
+"""The job record and its statuses, with workq's ``inspect job`` state codes.
+
+Status transitions live in :data:`TRANSITIONS`; the state machine (``machine.py``) checks every
+change against it, so the table is the one place that says what may follow what.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+
+class Status(enum.Enum):
+    """A job's status (DESIGN.md)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED: Final = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
+
+#: event -> {from status: to status}; an event absent for a status is refused
+TRANSITIONS: Final[dict[str, dict[Status, Status]]] = {
+    "lease": {Status.PENDING: Status.RUNNING},
+    "complete": {Status.PENDING: Status.SUCCEEDED, Status.RUNNING: Status.SUCCEEDED},
+    "fail_retry": {Status.PENDING: Status.PENDING, Status.RUNNING: Status.PENDING},
+    "fail_final": {Status.PENDING: Status.FAILED, Status.RUNNING: Status.FAILED},
+    "timeout_retry": {Status.RUNNING: Status.PENDING},
+    "timeout_final": {Status.RUNNING: Status.FAILED},
+}
+
+# workq's ``inspect job`` state codes
+WORKQ_NEW: Final = 0
+WORKQ_COMPLETED: Final = 1
+WORKQ_FAILED: Final = 2
+WORKQ_PENDING: Final = 3
+WORKQ_LEASED: Final = 4
+
+
+class Job:
+    """One job. Plain workq jobs use only the core slots; the rest stay ``None``.
+
+    Times are Unix nanoseconds; durations carry their unit in the name.
+    """
+
+    __slots__ = (
+        "attempts",
+        "created_ns",
+        "fails",
+        "finished_ns",
+        "id",
+        "lease_expires_ns",
+        "max_attempts",
+        "max_fails",
+        "modified_ns",
+        "name",
+        "payload",
+        "priority",
+        "queued",
+        "result",
+        "run",
+        "started_ns",
+        "status",
+        "time_ns",
+        "ttl_ms",
+        "ttr_ms",
+        "waiting_for_time",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: bytes,
+        name: str,
+        payload: bytes,
+        priority: int,
+        ttr_ms: int,
+        ttl_ms: int,
+        max_attempts: int,
+        max_fails: int,
+        time_ns: int | None,
+        created_ns: int,
+        run: bool = False,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.payload = payload
+        self.priority = priority
+        self.ttr_ms = ttr_ms
+        self.ttl_ms = ttl_ms
+        self.max_attempts = max_attempts
+        self.max_fails = max_fails
+        #: when a ``schedule`` job becomes leasable; ``None`` for ``add``
+        self.time_ns = time_ns
+        self.created_ns = created_ns
+        #: a foreground ``run`` job: never logged, removed once its caller has the result
+        self.run = run
+        self.status = Status.PENDING
+        self.attempts = 0
+        self.fails = 0
+        self.result: bytes | None = None
+        self.lease_expires_ns: int | None = None
+        self.started_ns: int | None = None
+        self.finished_ns: int | None = None
+        self.modified_ns = created_ns
+        #: pending, but its scheduled time has not come yet
+        self.waiting_for_time = time_ns is not None
+        #: sequence number of its live entry in its queue's ready heap; 0 for none
+        self.queued = 0
+
+    @property
+    def expires_ns(self) -> int:
+        """When the TTL passes: from ``created`` for add, from ``time`` for schedule."""
+        base = self.time_ns if self.time_ns is not None else self.created_ns
+        return base + self.ttl_ms * 1_000_000
+
+    @property
+    def workq_state(self) -> int:
+        """The state code workq's ``inspect job`` reports."""
+        status = self.status
+        if status is Status.RUNNING:
+            return WORKQ_LEASED
+        if status is Status.SUCCEEDED:
+            return WORKQ_COMPLETED
+        if status in (Status.FAILED, Status.CANCELED):
+            return WORKQ_FAILED
+        return WORKQ_NEW if self.attempts == 0 else WORKQ_PENDING
+
+    def copy(self) -> Job:
+        """A shallow copy (for the undo journal); ``queued`` is cleared since heap entries
+        refer to the original object."""
+        clone = Job.__new__(Job)
+        for slot in Job.__slots__:
+            setattr(clone, slot, getattr(self, slot))
+        clone.queued = 0
+        return clone
