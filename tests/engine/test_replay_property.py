@@ -81,7 +81,7 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
     return now_ns
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(batch, max_size=12), st.data())
 def test_replay_after_crash_equals_acknowledged_state(batches, data) -> None:
     engine = Engine()

@@ -497,6 +497,7 @@ class Engine:
 
     def _finish(self, job: Job, result: bytes, at_ns: int) -> None:
         job.result = result
+        job.waiting_for_time = False
         job.lease_expires_ns = None
         job.finished_ns = at_ns
         job.modified_ns = at_ns
