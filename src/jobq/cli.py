@@ -18,8 +18,10 @@ def main() -> None:
 
 def _register() -> None:
     from jobq.logtool import log_group
+    from jobq.server.cli import server_command
 
     main.add_command(log_group)
+    main.add_command(server_command)
 
 
 _register()

@@ -1,0 +1,5 @@
+"""``python -m jobq``: the command line."""
+
+from jobq.cli import main
+
+main()

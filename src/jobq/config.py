@@ -1,0 +1,86 @@
+"""Server settings, with workq's defaults, and the parsing of the values people type."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+#: where a server keeps its state unless told otherwise
+DEFAULT_DATA_DIR = ".jobq"
+DEFAULT_LISTEN = "127.0.0.1:9922"
+#: workq's defaults
+DEFAULT_SYNC = "interval"
+DEFAULT_SYNC_INTERVAL_MS = 1000
+DEFAULT_SEGMENT_SIZE_BYTES = 64 * 1024 * 1024
+DEFAULT_CLEAN_INTERVAL_MS = 300_000
+#: most client connections served at once
+DEFAULT_MAX_CONNECTIONS = 10_000
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``jobq server`` needs to start."""
+
+    host: str = "127.0.0.1"
+    port: int = 9922
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    #: the command log directory; defaults to ``<data_dir>/cmdlog``
+    cmdlog_path: Path | None = None
+    sync: str = DEFAULT_SYNC
+    sync_interval_ms: int = DEFAULT_SYNC_INTERVAL_MS
+    segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES
+    clean_interval_ms: int = DEFAULT_CLEAN_INTERVAL_MS
+    in_memory: bool = False
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+
+    @property
+    def log_dir(self) -> Path:
+        return self.cmdlog_path if self.cmdlog_path is not None else self.data_dir / "cmdlog"
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("JOBQ_HOME") or DEFAULT_DATA_DIR)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9922`` for IPv6; ``:9922`` means 127.0.0.1)."""
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([^:\s]*):(\d{1,5})", text.strip())
+    if not match:
+        raise ConfigError(f"invalid listen address {text!r}: expected HOST:PORT")
+    host = match.group(1) or match.group(3) or "127.0.0.1"
+    port = int(match.group(2) or match.group(4))
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"invalid port {port} in {text!r}")
+    return host, port
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``1500`` (ms), ``250ms``, ``30s``, ``5m``, ``2h``, ``14d``, or a sum like ``1h30m``."""
+    text = text.strip()
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    parts = re.findall(r"(\d+)(ms|s|m|h|d)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ConfigError(f"invalid duration {text!r}: use e.g. 500ms, 30s, 5m, 2h, 14d")
+    return sum(int(n) * _UNITS_MS[u] for n, u in parts)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2,
+               "mib": 1024**2, "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
+
+
+def parse_size_bytes(text: str) -> int:
+    """``67108864``, ``64MiB``, ``512k``."""
+    match = re.fullmatch(r"(\d+)\s*([A-Za-z]*)", text.strip())
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ConfigError(f"invalid size {text!r}: use e.g. 67108864, 64MiB, 512k")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]

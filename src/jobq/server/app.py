@@ -1,0 +1,137 @@
+"""``jobq server``: open and replay the log, serve the workq protocol, clean the log, stop
+cleanly on SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+
+from jobq.cmdlog.log import CommandLog
+from jobq.cmdlog.record import Record
+from jobq.config import ServerConfig
+from jobq.engine.commands import ID_LEN
+from jobq.engine.machine import Engine
+from jobq.server.core import Core, WallClock
+from jobq.server.replay import replay
+from jobq.server.tcp import Connection
+
+logger = logging.getLogger("jobq.server")
+
+#: workq command types whose payload starts with the job id
+_WORKQ_TYPES = range(1, 9)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """One line per event on stderr."""
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
+    )
+
+
+def _liveness(engine: Engine) -> tuple[Callable[[Record], bool], Callable[[Record], int | None]]:
+    """The cleaner's questions, answered by the engine (see ``Engine.record_is_live``)."""
+
+    def keep(record: Record) -> bool:
+        payload = record.payload
+        if payload and payload[0] in _WORKQ_TYPES:
+            return engine.record_is_live(payload[1 : 1 + ID_LEN], record.time_ns)
+        return True
+
+    def expires_at(record: Record) -> int | None:
+        payload = record.payload
+        if payload and payload[0] in _WORKQ_TYPES:
+            return engine.record_expires_ns(payload[1 : 1 + ID_LEN])
+        return None
+
+    return keep, expires_at
+
+
+async def _clean_periodically(core: Core, log: CommandLog, interval_ms: int) -> None:
+    keep, expires_at = _liveness(core.engine)
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        try:
+            stats = await loop.run_in_executor(
+                None, lambda: log.clean(keep, expires_at=expires_at, now_ns=core.clock())
+            )
+        except Exception as exc:
+            logger.error("cleaning the command log failed: %s", exc)
+            continue
+        if stats.segments_rewritten or stats.segments_deleted:
+            logger.info(
+                "cleaned the command log: %d segments rewritten, %d records dropped, %d bytes",
+                stats.segments_rewritten, stats.records_dropped, stats.bytes_reclaimed,
+            )
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    on_listening: Callable[[str, int], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run a server until ``stop`` is set or a signal arrives; return the exit status."""
+    loop = asyncio.get_running_loop()
+    clock = WallClock()
+    engine = Engine()
+    log: CommandLog | None = None
+    if not config.in_memory:
+        log = CommandLog.open(
+            str(config.log_dir),
+            sync=config.sync,  # type: ignore[arg-type]
+            sync_interval_ms=config.sync_interval_ms,
+            segment_size_bytes=config.segment_size_bytes,
+        )
+        stats = replay(log, engine, clock())
+        logger.info(
+            "replayed %d records from %s: %d jobs in %.3f s",
+            stats.records, config.log_dir, stats.jobs, stats.seconds,
+        )
+    core = Core(engine, log, sync_always=config.sync == "always", clock=clock)
+    stop_event = stop or asyncio.Event()
+    core.on_fatal = stop_event.set
+    core.tick()  # deadlines that passed while the server was down
+    server = await loop.create_server(
+        lambda: Connection(core, max_connections=config.max_connections),
+        config.host,
+        config.port,
+        backlog=1024,
+        reuse_address=True,
+    )
+    host, port = server.sockets[0].getsockname()[:2]
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, stop_event.set)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (tests): the caller sets ``stop``
+    cleaner = (
+        asyncio.create_task(_clean_periodically(core, log, config.clean_interval_ms))
+        if log is not None and config.clean_interval_ms > 0
+        else None
+    )
+    where = "memory only" if log is None else f"log {config.log_dir} (sync {config.sync})"
+    logger.info("listening on %s:%d, %s", host, port, where)
+    if on_listening is not None:
+        on_listening(host, port)
+    try:
+        await stop_event.wait()
+    finally:
+        logger.info("stopping: no new connections, flushing the command log")
+        server.close()
+        core.flush()
+        await core.drain_pending()
+        if cleaner is not None:
+            cleaner.cancel()
+        core.close()
+        for conn in list(core.connections):
+            if isinstance(conn, Connection) and conn.transport is not None:
+                conn.transport.close()
+        if log is not None:
+            log.close()
+        logger.info("stopped")
+    return 1 if core.fatal_error is not None else 0

@@ -1,0 +1,90 @@
+"""``jobq server``: its options, in jobq's form and in workq-server's one-dash form."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+
+from jobq.config import (
+    DEFAULT_CLEAN_INTERVAL_MS,
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_SEGMENT_SIZE_BYTES,
+    DEFAULT_SYNC_INTERVAL_MS,
+    ConfigError,
+    ServerConfig,
+    default_data_dir,
+    parse_listen,
+    parse_size_bytes,
+)
+
+
+@click.command("server")
+@click.option("--listen", "-listen", default=DEFAULT_LISTEN, show_default=True,
+              help="HOST:PORT to serve the workq protocol on.")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Where the server keeps its state [default: ./.jobq or $JOBQ_HOME].")
+@click.option("--cmdlog-path", "-cmdlog-path", type=click.Path(path_type=Path), default=None,
+              help="Command log directory (a workq log directory works) [default: DATA_DIR/cmdlog].")
+@click.option("--cmdlog-sync", "-cmdlog-sync", type=click.Choice(["always", "interval", "os"]),
+              default="interval", show_default=True, help="When the log is fsynced.")
+@click.option("--cmdlog-sync-int", "-cmdlog-sync-int", "--cmdlog-sync-interval",
+              "-cmdlog-sync-interval", type=click.IntRange(min=1),
+              default=DEFAULT_SYNC_INTERVAL_MS, show_default=True,
+              help="Sync interval in ms (sync=interval).")
+@click.option("--cmdlog-seg-size", "-cmdlog-seg-size", default=str(DEFAULT_SEGMENT_SIZE_BYTES),
+              show_default=True, help="Minimum segment size in bytes (or 64MiB, 512k).")
+@click.option("--cmdlog-clean-int", "-cmdlog-clean-int", type=click.IntRange(min=0),
+              default=DEFAULT_CLEAN_INTERVAL_MS, show_default=True,
+              help="Cleaning interval in ms (0: never clean).")
+@click.option("--in-memory", is_flag=True, help="Keep no log: nothing survives a restart.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=DEFAULT_MAX_CONNECTIONS,
+              show_default=True, help="Most client connections served at once.")
+def server_command(
+    listen: str,
+    data_dir: Path | None,
+    cmdlog_path: Path | None,
+    cmdlog_sync: str,
+    cmdlog_sync_int: int,
+    cmdlog_seg_size: str,
+    cmdlog_clean_int: int,
+    in_memory: bool,
+    max_connections: int,
+) -> None:
+    """Run the job server (a drop-in for workq-server)."""
+    try:
+        host, port = parse_listen(listen)
+        segment_size_bytes = parse_size_bytes(cmdlog_seg_size)
+        if segment_size_bytes < 1:
+            raise ConfigError("the segment size must be at least 1 byte")
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    config = ServerConfig(
+        host=host,
+        port=port,
+        data_dir=data_dir or default_data_dir(),
+        cmdlog_path=cmdlog_path,
+        sync=cmdlog_sync,
+        sync_interval_ms=cmdlog_sync_int,
+        segment_size_bytes=segment_size_bytes,
+        clean_interval_ms=cmdlog_clean_int,
+        in_memory=in_memory,
+        max_connections=max_connections,
+    )
+    from jobq.cmdlog.errors import CmdlogError
+    from jobq.server.app import configure_logging, serve
+    from jobq.server.replay import ReplayError
+
+    configure_logging()
+    try:
+        status = asyncio.run(serve(config))
+    except (CmdlogError, ReplayError) as exc:
+        click.echo(f"jobq server: {exc}", err=True)
+        sys.exit(1)
+    except OSError as exc:
+        click.echo(f"jobq server: cannot listen on {listen}: {exc.strerror or exc}", err=True)
+        sys.exit(1)
+    sys.exit(status)

@@ -1,0 +1,293 @@
+"""The server's core: runs requests against the engine, logs their commands in batches, and
+releases replies only once the log holds what they acknowledge.
+
+Theory of operation
+-------------------
+Every request a connection parses runs at once, in the event-loop thread, inside the engine's
+open transaction; its reply waits in the connection's ordered reply slots. Once per loop
+iteration :meth:`Core.flush` writes every command of the batch with one write. On success
+the transaction commits and, under ``sync=always``, one fsync in a worker thread covers the
+whole batch (group commit: requests arriving meanwhile form the next batch). Only then are
+the batch's replies and wakeups released. If the write fails, the engine rolls the batch
+back and every reply that depended on it becomes ``-SERVER-ERROR``; the next batch tries
+again, so service resumes by itself once the disk accepts writes.
+
+Deadlines live in the engine; the core keeps one loop timer, armed for the engine's
+earliest deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from jobq.engine.commands import encode_workq_command
+from jobq.engine.machine import Command, Engine
+from jobq.engine.waiters import Wakeup
+from jobq.server import protocol as p
+from jobq.server.dispatch import Dispatcher
+
+if TYPE_CHECKING:
+    from jobq.cmdlog.log import CommandLog
+
+logger = logging.getLogger("jobq.server")
+
+_NS_PER_S = 1_000_000_000
+
+
+class WallClock:
+    """Unix nanoseconds that never go backwards, even if the system clock does."""
+
+    def __init__(self, source: Callable[[], int] = time.time_ns) -> None:
+        self._source = source
+        self._last = 0
+
+    def __call__(self) -> int:
+        now = self._source()
+        if now <= self._last:
+            now = self._last + 1
+        self._last = now
+        return now
+
+
+class ReplySink(Protocol):
+    """A connection, as the core sees it."""
+
+    def slot_ready(self) -> None: ...
+
+    def unblock(self) -> None: ...
+
+
+class Slot:
+    """One request's place in its connection's reply order."""
+
+    __slots__ = ("conn", "data", "waiting")
+
+    def __init__(self, conn: ReplySink) -> None:
+        self.conn = conn
+        self.data: bytes | None = None
+        #: registered with the engine as a waiter (lease, result, run)
+        self.waiting = False
+
+
+class Batch:
+    """Commands not yet logged, and the replies that wait for them."""
+
+    __slots__ = ("commands", "replies", "wakeups")
+
+    def __init__(self) -> None:
+        self.commands: list[Command] = []
+        #: (slot, reply, whether the reply acknowledges a change)
+        self.replies: list[tuple[Slot, bytes, bool]] = []
+        self.wakeups: list[Wakeup] = []
+
+
+class Core:
+    """Engine, log and batching for one server process."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        log: CommandLog | None,
+        *,
+        sync_always: bool,
+        clock: Callable[[], int] | None = None,
+        started_ns: int | None = None,
+    ) -> None:
+        self.engine = engine
+        self.log = log
+        self.sync_always = sync_always and log is not None
+        self.clock = clock or WallClock()
+        self.started_ns = started_ns if started_ns is not None else self.clock()
+        self.connections: set[object] = set()
+        self.dispatcher = Dispatcher(engine, self._server_info)
+        self._batch = Batch()
+        self._flush_scheduled = False
+        self._syncing = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_ns: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: set when the log could not be written; cleared by the next good write
+        self.log_error: str | None = None
+        self._closed = False
+        #: set if an fsync failed; the server then stops (see ``_synced``)
+        self.fatal_error: BaseException | None = None
+        #: called once on a fatal error
+        self.on_fatal: Callable[[], None] | None = None
+        engine.begin()
+
+    def _server_info(self) -> p.ServerInfo:
+        return p.ServerInfo(len(self.connections), self.engine.evicted_jobs, self.started_ns)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    # ------------------------------------------------------------------ requests
+
+    def execute(self, conn: ReplySink, request: p.Request, slot: Slot) -> None:
+        """Run one request now; its reply is released with the batch."""
+        now_ns = self.clock()
+        reply = self.dispatcher.handle(request, slot, now_ns)
+        commands, wakeups = self.engine.drain()
+        batch = self._batch
+        if commands:
+            batch.commands.extend(commands)
+        if wakeups:
+            batch.wakeups.extend(wakeups)
+        if reply is None:
+            slot.waiting = True
+        else:
+            batch.replies.append((slot, reply, bool(commands)))
+        self._schedule_flush()
+        self._arm_timer()
+
+    def cancel(self, slot: Slot) -> None:
+        """The connection of a waiting request went away."""
+        if slot.waiting:
+            slot.waiting = False
+            self.engine.cancel_wait(slot)
+            commands, wakeups = self.engine.drain()
+            self._batch.commands.extend(commands)
+            self._batch.wakeups.extend(wakeups)
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    # ------------------------------------------------------------------ time
+
+    def _arm_timer(self) -> None:
+        deadline_ns = self.engine.next_deadline_ns()
+        if deadline_ns is None or self._closed:
+            return
+        if self._timer is not None and self._timer_ns is not None and self._timer_ns <= deadline_ns:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        delay_s = max(0.0, (deadline_ns - self.clock()) / _NS_PER_S)
+        self._timer_ns = deadline_ns
+        self._timer = self.loop.call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_ns = None
+        self.tick()
+
+    def tick(self) -> None:
+        """Handle every deadline that came due."""
+        self.engine.tick(self.clock())
+        commands, wakeups = self.engine.drain()
+        self._batch.commands.extend(commands)
+        self._batch.wakeups.extend(wakeups)
+        if commands or wakeups:
+            self._schedule_flush()
+        self._arm_timer()
+
+    # ------------------------------------------------------------------ the log
+
+    def flush(self) -> None:
+        """Write the batch; release its replies once the log holds it."""
+        self._flush_scheduled = False
+        if self._syncing:
+            return  # the fsync in flight calls flush again when it ends
+        batch = self._batch
+        if not batch.commands and not batch.replies and not batch.wakeups:
+            return
+        self._batch = Batch()
+        if batch.commands and self.log is not None:
+            try:
+                payloads = [encode_workq_command(c) for c in batch.commands]
+                self.log.write(payloads, self.clock())
+            except Exception as exc:  # an OSError, or the log's own error for one
+                self._write_failed(batch, exc)
+                return
+            if self.log_error is not None:
+                logger.warning("command log writable again")
+                self.log_error = None
+        self.engine.commit()
+        self.engine.begin()
+        if self.sync_always and batch.commands:
+            self._syncing = True
+            assert self.log is not None
+            future = self.loop.run_in_executor(None, self.log.sync)
+            future.add_done_callback(lambda f: self._synced(f, batch))
+            return
+        self._release(batch)
+
+    def _synced(self, future: asyncio.Future[int], batch: Batch) -> None:
+        self._syncing = False
+        exc = future.exception()
+        if exc is not None:
+            # the kernel may have dropped what it could not write: nothing in this batch can
+            # be acknowledged, and the log's state on disk is unknown, so stop (replay decides)
+            logger.critical("fsync of the command log failed: %s; stopping", exc)
+            for slot, _reply, _changed in batch.replies:
+                self._fill(slot, p.server_error("Command log sync failed"))
+            for wakeup in batch.wakeups:
+                self._fill_wakeup(wakeup, p.server_error("Command log sync failed"))
+            self.fatal_error = exc
+            if self.on_fatal is not None:
+                self.on_fatal()
+            return
+        self._release(batch)
+        self._schedule_flush()
+
+    def _write_failed(self, batch: Batch, exc: Exception) -> None:
+        message = f"command log cannot be written: {exc}"
+        if self.log_error != message:
+            logger.error("%s; refusing changes until a write succeeds", message)
+        self.log_error = message
+        self.engine.rollback()
+        self.engine.begin()
+        refusal = p.server_error("Command log unavailable")
+        for slot, reply, changed in batch.replies:
+            self._fill(slot, refusal if changed else reply)
+        for wakeup in batch.wakeups:
+            self._fill_wakeup(wakeup, refusal)
+        # deadlines handled in the failed batch come due again
+        self._arm_timer()
+        self._schedule_flush()
+
+    def _release(self, batch: Batch) -> None:
+        for slot, reply, _changed in batch.replies:
+            self._fill(slot, reply)
+        for wakeup in batch.wakeups:
+            self._fill_wakeup(wakeup, Dispatcher.wake_reply(wakeup.value))
+        self._arm_timer()
+
+    def _fill(self, slot: Slot, reply: bytes) -> None:
+        slot.data = reply
+        slot.conn.slot_ready()
+
+    def _fill_wakeup(self, wakeup: Wakeup, reply: bytes) -> None:
+        slot = wakeup.token
+        assert isinstance(slot, Slot)
+        slot.waiting = False
+        self._fill(slot, reply)
+        slot.conn.unblock()
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def drain_pending(self) -> None:
+        """Wait until every logged batch is released (for shutdown)."""
+        for _ in range(1000):
+            if not self._syncing and not self._batch.commands and not self._flush_scheduled:
+                return
+            if not self._flush_scheduled and not self._syncing:
+                self.flush()
+            await asyncio.sleep(0.001)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+

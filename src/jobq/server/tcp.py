@@ -1,0 +1,127 @@
+"""One client connection: bytes in through the protocol parser, replies out in request order.
+
+A connection runs its requests one at a time, as workq-server does: while a request waits
+(a blocking lease, result or run) the connection reads no further commands, and its socket
+reading pauses, so a client cannot make the server buffer without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+from jobq.server import protocol as p
+from jobq.server.core import Core, Slot
+
+logger = logging.getLogger("jobq.server")
+
+#: bytes of unsent replies after which the connection stops reading requests
+WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
+
+
+class Connection(asyncio.Protocol):
+    """A workq protocol connection."""
+
+    def __init__(self, core: Core, *, max_connections: int) -> None:
+        self.core = core
+        self.max_connections = max_connections
+        self.parser = p.RequestParser()
+        self.transport: asyncio.Transport | None = None
+        self.slots: deque[Slot] = deque()
+        self.blocked = False
+        self.writing_paused = False
+        self.closing = False
+
+    # -- asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if len(self.core.connections) >= self.max_connections:
+            transport.write(p.server_error("Too many connections"))
+            transport.close()
+            self.closing = True
+            return
+        self.core.connections.add(self)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.parser.feed(data)
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        # a half-closed client may still read the replies to what it sent
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.core.connections.discard(self)
+        for slot in self.slots:
+            if slot.waiting:
+                self.core.cancel(slot)
+        self.slots.clear()
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._update_reading()
+        self._process()
+
+    # -- called by the core
+
+    def slot_ready(self) -> None:
+        transport = self.transport
+        slots = self.slots
+        out: list[bytes] = []
+        while slots and slots[0].data is not None:
+            out.append(slots.popleft().data)  # type: ignore[arg-type]
+        if out and transport is not None and not transport.is_closing():
+            transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if self.closing and not slots and transport is not None:
+            transport.close()
+
+    def unblock(self) -> None:
+        self.blocked = False
+        self._update_reading()
+        if not self.closing:
+            self.core.loop.call_soon(self._process)
+
+    # -- internals
+
+    def _process(self) -> None:
+        parser = self.parser
+        while not self.blocked and not self.writing_paused and not self.closing:
+            event = parser.next_event()
+            if event is None:
+                break
+            slot = Slot(self)
+            self.slots.append(slot)
+            if isinstance(event, p.ProtocolError):
+                slot.data = event.to_bytes()
+                if event.fatal:
+                    self.closing = True
+                self.slot_ready()
+                continue
+            self.core.execute(self, event, slot)
+            if slot.waiting:
+                self.blocked = True
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        stop = self.blocked or self.writing_paused
+        try:
+            if stop:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+        except RuntimeError:
+            pass
