@@ -18,7 +18,7 @@ from jobq.engine.job import Status
 from jobq.engine.machine import Engine
 from jobq.engine.waiters import JobResult, Outcome
 
-from .helpers import MS, S, Clock, add, jid
+from .helpers import MS, Clock, S, add, jid
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def lease(engine: Engine, clock: Clock, *names: str, wait_ms: int = 0, token: ob
 
 def test_add_logs_one_add_command_and_job_is_new(engine: Engine, clock: Clock) -> None:
     add(engine, clock, 1)
-    commands, wakeups = engine.drain()
+    commands, _wakeups = engine.drain()
     assert [type(c) for c in commands] == [AddJob]
     assert commands[0].created_ns == clock.now_ns
     job = engine.job(jid(1))
@@ -282,7 +282,8 @@ def test_result_waits_for_completion_or_times_out(engine: Engine, clock: Clock) 
     t1, t2 = object(), object()
     assert engine.result(jid(1), wait_timeout_ms=1000, token=t1, now_ns=clock.now_ns) is None
     assert engine.result(jid(2), wait_timeout_ms=1000, token=t2, now_ns=clock.now_ns) is None
-    assert engine.result(jid(2), wait_timeout_ms=0, token=t2, now_ns=clock.now_ns) is Outcome.TIMEOUT
+    immediate = engine.result(jid(2), wait_timeout_ms=0, token=t2, now_ns=clock.now_ns)
+    assert immediate is Outcome.TIMEOUT
     clock.advance(10)
     engine.complete(jid(1), b"ok", now_ns=clock.now_ns)
     (wakeup,) = engine.drain()[1]

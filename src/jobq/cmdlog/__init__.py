@@ -3,3 +3,42 @@
 It knows records, segments, sync policies and cleaning, and nothing of jobs
 (``jobq.cmdlog`` never imports ``jobq.engine``).
 """
+
+from jobq.cmdlog.appender import SYNC_POLICIES, SyncPolicy
+from jobq.cmdlog.cleaner import CleanStats
+from jobq.cmdlog.cursor import Cursor
+from jobq.cmdlog.errors import (
+    BadMagicError,
+    CmdlogError,
+    CorruptRecordError,
+    EmptySegmentError,
+    IncompleteRecordError,
+    LogClosedError,
+    LogDirectoryError,
+    LogLockedError,
+    RecordError,
+    SegmentHeaderError,
+    UnknownVersionError,
+)
+from jobq.cmdlog.log import CommandLog
+from jobq.cmdlog.record import Record
+
+__all__ = [
+    "SYNC_POLICIES",
+    "BadMagicError",
+    "CleanStats",
+    "CmdlogError",
+    "CommandLog",
+    "CorruptRecordError",
+    "Cursor",
+    "EmptySegmentError",
+    "IncompleteRecordError",
+    "LogClosedError",
+    "LogDirectoryError",
+    "LogLockedError",
+    "Record",
+    "RecordError",
+    "SegmentHeaderError",
+    "SyncPolicy",
+    "UnknownVersionError",
+]

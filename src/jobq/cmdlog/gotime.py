@@ -44,6 +44,9 @@ def decode_time(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     """
     if len(buf) - pos < TIME_LEN:
         raise TimeFormatError("truncated time")
+    version: int
+    seconds: int
+    nanos: int
     version, seconds, nanos, _offset = _TIME.unpack_from(buf, pos)
     if version != 1:
         raise TimeFormatError(f"unknown time layout version {version}")
@@ -53,7 +56,7 @@ def decode_time(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
 
 
 def format_rfc3339_ns(unix_ns: int) -> str:
-    """Format as RFC 3339 UTC with nine fractional digits, e.g. ``2026-11-22T03:01:24.787507940Z``."""
+    """RFC 3339 in UTC with nine fractional digits: ``2026-11-22T03:01:24.787507940Z``."""
     import datetime as _dt
 
     seconds, nanos = divmod(unix_ns, _NS_PER_S)

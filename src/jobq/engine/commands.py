@@ -4,11 +4,10 @@ Types 1-8 are workq's and are encoded byte for byte as workq-server writes them
 (``CMDLOG-FORMAT.md``); the first payload byte is the command type, ids are the 16 raw
 bytes of the UUID, times are Go binary times.
 
-| type | command | fields after the type byte |
-|---|---|---|
-| 1 add, 2 schedule | :class:`AddJob`, :class:`ScheduleJob` | ID, NAME_LEN, NAME, TTR, TTL, PRIORITY (zigzag), MAX_ATTEMPTS, MAX_FAILS, PAYLOAD_LEN, PAYLOAD, TIME, CREATED |
-| 3 complete, 4 fail | :class:`CompleteJob`, :class:`FailJob` | ID, RESULT_LEN, RESULT |
-| 5 delete, 6 expire, 7 start-attempt, 8 timeout-attempt | :class:`DeleteJob`, ... | ID |
+* 1 add, 2 schedule (:class:`AddJob`, :class:`ScheduleJob`): ID, NAME_LEN, NAME, TTR, TTL,
+  PRIORITY (zigzag), MAX_ATTEMPTS, MAX_FAILS, PAYLOAD_LEN, PAYLOAD, TIME, CREATED
+* 3 complete, 4 fail (:class:`CompleteJob`, :class:`FailJob`): ID, RESULT_LEN, RESULT
+* 5 delete, 6 expire, 7 start-attempt, 8 timeout-attempt (:class:`DeleteJob`, ...): ID
 
 Types 16 and up are jobq's extensions: the type byte, then a MessagePack map (see
 ``extensions.py``); readers ignore keys they do not know.
@@ -172,9 +171,8 @@ def encode_workq_command(command: WorkqCommand) -> bytes:
             )
         )
     if isinstance(command, _Finish):
-        return b"".join(
-            (bytes((command.TYPE,)), command.id, encode_uvarint(len(command.result)), command.result)
-        )
+        result = command.result
+        return b"".join((bytes((command.TYPE,)), command.id, encode_uvarint(len(result)), result))
     return bytes((command.TYPE,)) + command.id
 
 

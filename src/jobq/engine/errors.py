@@ -1,4 +1,4 @@
-"""Engine errors: one class per kind of refusal; each front end maps them to replies in one place."""
+"""Engine errors: one class per kind of refusal; each front end maps them to replies once."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from jobq.engine.deadlines import DeadlineKind, Deadlines
 from jobq.engine.errors import DuplicateJob, DuplicateResult, JobNotFound
 from jobq.engine.job import TRANSITIONS, Job, Status
 from jobq.engine.queues import Queue
-from jobq.engine.waiters import JobResult, Outcome, WaitKind, Waiter, WakeValue, Wakeup
+from jobq.engine.waiters import JobResult, Outcome, Waiter, WaitKind, Wakeup, WakeValue
 
 Command: TypeAlias = WorkqCommand
 
@@ -78,7 +78,6 @@ class Engine:
         """Undo every change since :meth:`begin`; return the wakeups that must not be
         delivered as they are (the caller answers them with an error)."""
         journal = self._journal
-        self._journal = None
         self._commands.clear()
         dropped = self._wakeups
         self._wakeups = []
@@ -95,6 +94,8 @@ class Engine:
                 self._index(saved)
                 if not saved.run:
                     self._deadlines.push(saved.expires_ns, DeadlineKind.TTL, saved)
+        # only now: a cleaner thread reading the journal must still see the removed jobs
+        self._journal = None
         return dropped
 
     def _touch(self, job_id: bytes) -> None:
@@ -340,9 +341,8 @@ class Engine:
                         self._finish_run(job, Outcome.TIMEOUT)
                     else:
                         self._emit(TimeoutAttempt(id=job.id), now_ns)
-            elif kind is DeadlineKind.TTL:
-                if job.expires_ns == deadline_ns:
-                    self._emit(ExpireJob(id=job.id), now_ns)
+            elif kind is DeadlineKind.TTL and job.expires_ns == deadline_ns:
+                self._emit(ExpireJob(id=job.id), now_ns)
         self._flush_offers(now_ns)
 
     # ------------------------------------------------------------------ replay
@@ -377,9 +377,18 @@ class Engine:
     def record_is_live(self, job_id: bytes, logged_ns: int) -> bool:
         """Whether replay still needs a record of ``job_id`` logged at ``logged_ns``: its job
         exists and the record belongs to this incarnation of the id (not to an older job that
-        was deleted and whose id was used again)."""
+        was deleted and whose id was used again).
+
+        Safe to call from the cleaner's thread: a job removed by a change not yet logged is
+        still in the journal (saved there before its removal, dropped only after a rollback
+        put it back), so a record is never judged dead while a rollback could revive its job.
+        """
         job = self.jobs.get(job_id)
-        return job is not None and logged_ns >= job.created_ns
+        if job is not None and logged_ns >= job.created_ns:
+            return True
+        journal = self._journal
+        saved = journal.get(job_id) if journal is not None else None
+        return saved is not None and logged_ns >= saved.created_ns
 
     def record_expires_ns(self, job_id: bytes) -> int | None:
         """When the records of ``job_id`` stop being needed, if known (the cleaner's

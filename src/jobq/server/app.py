@@ -65,7 +65,9 @@ async def _clean_periodically(core: Core, log: CommandLog, interval_ms: int) -> 
         if stats.segments_rewritten or stats.segments_deleted:
             logger.info(
                 "cleaned the command log: %d segments rewritten, %d records dropped, %d bytes",
-                stats.segments_rewritten, stats.records_dropped, stats.bytes_reclaimed,
+                stats.segments_rewritten,
+                stats.records_dropped,
+                stats.bytes_reclaimed,
             )
 
 
@@ -90,7 +92,10 @@ async def serve(
         stats = replay(log, engine, clock())
         logger.info(
             "replayed %d records from %s: %d jobs in %.3f s",
-            stats.records, config.log_dir, stats.jobs, stats.seconds,
+            stats.records,
+            config.log_dir,
+            stats.jobs,
+            stats.seconds,
         )
     core = Core(engine, log, sync_always=config.sync == "always", clock=clock)
     stop_event = stop or asyncio.Event()

@@ -23,26 +23,67 @@ from jobq.config import (
 
 
 @click.command("server")
-@click.option("--listen", "-listen", default=DEFAULT_LISTEN, show_default=True,
-              help="HOST:PORT to serve the workq protocol on.")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
-              help="Where the server keeps its state [default: ./.jobq or $JOBQ_HOME].")
-@click.option("--cmdlog-path", "-cmdlog-path", type=click.Path(path_type=Path), default=None,
-              help="Command log directory (a workq log directory works) [default: DATA_DIR/cmdlog].")
-@click.option("--cmdlog-sync", "-cmdlog-sync", type=click.Choice(["always", "interval", "os"]),
-              default="interval", show_default=True, help="When the log is fsynced.")
-@click.option("--cmdlog-sync-int", "-cmdlog-sync-int", "--cmdlog-sync-interval",
-              "-cmdlog-sync-interval", type=click.IntRange(min=1),
-              default=DEFAULT_SYNC_INTERVAL_MS, show_default=True,
-              help="Sync interval in ms (sync=interval).")
-@click.option("--cmdlog-seg-size", "-cmdlog-seg-size", default=str(DEFAULT_SEGMENT_SIZE_BYTES),
-              show_default=True, help="Minimum segment size in bytes (or 64MiB, 512k).")
-@click.option("--cmdlog-clean-int", "-cmdlog-clean-int", type=click.IntRange(min=0),
-              default=DEFAULT_CLEAN_INTERVAL_MS, show_default=True,
-              help="Cleaning interval in ms (0: never clean).")
+@click.option(
+    "--listen",
+    "-listen",
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    help="HOST:PORT to serve the workq protocol on.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the server keeps its state [default: ./.jobq or $JOBQ_HOME].",
+)
+@click.option(
+    "--cmdlog-path",
+    "-cmdlog-path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Command log directory (a workq log directory works) [default: DATA_DIR/cmdlog].",
+)
+@click.option(
+    "--cmdlog-sync",
+    "-cmdlog-sync",
+    type=click.Choice(["always", "interval", "os"]),
+    default="interval",
+    show_default=True,
+    help="When the log is fsynced.",
+)
+@click.option(
+    "--cmdlog-sync-int",
+    "-cmdlog-sync-int",
+    "--cmdlog-sync-interval",
+    "-cmdlog-sync-interval",
+    type=click.IntRange(min=1),
+    default=DEFAULT_SYNC_INTERVAL_MS,
+    show_default=True,
+    help="Sync interval in ms (sync=interval).",
+)
+@click.option(
+    "--cmdlog-seg-size",
+    "-cmdlog-seg-size",
+    default=str(DEFAULT_SEGMENT_SIZE_BYTES),
+    show_default=True,
+    help="Minimum segment size in bytes (or 64MiB, 512k).",
+)
+@click.option(
+    "--cmdlog-clean-int",
+    "-cmdlog-clean-int",
+    type=click.IntRange(min=0),
+    default=DEFAULT_CLEAN_INTERVAL_MS,
+    show_default=True,
+    help="Cleaning interval in ms (0: never clean).",
+)
 @click.option("--in-memory", is_flag=True, help="Keep no log: nothing survives a restart.")
-@click.option("--max-connections", type=click.IntRange(min=1), default=DEFAULT_MAX_CONNECTIONS,
-              show_default=True, help="Most client connections served at once.")
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_CONNECTIONS,
+    show_default=True,
+    help="Most client connections served at once.",
+)
 def server_command(
     listen: str,
     data_dir: Path | None,

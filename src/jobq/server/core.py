@@ -290,4 +290,3 @@ class Core:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-

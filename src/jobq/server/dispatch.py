@@ -103,8 +103,14 @@ class Dispatcher:
     def _add(self, r: p.Request, token: object, now_ns: int) -> bytes | None:
         assert isinstance(r, p.Add)
         self.engine.add(
-            id=r.id, name=r.name, ttr_ms=r.ttr_ms, ttl_ms=r.ttl_ms, payload=r.payload,
-            priority=r.priority, max_attempts=r.max_attempts, max_fails=r.max_fails,
+            id=r.id,
+            name=r.name,
+            ttr_ms=r.ttr_ms,
+            ttl_ms=r.ttl_ms,
+            payload=r.payload,
+            priority=r.priority,
+            max_attempts=r.max_attempts,
+            max_fails=r.max_fails,
             now_ns=now_ns,
         )
         return p.ok()
@@ -112,17 +118,30 @@ class Dispatcher:
     def _schedule(self, r: p.Request, token: object, now_ns: int) -> bytes | None:
         assert isinstance(r, p.Schedule)
         self.engine.schedule(
-            id=r.id, name=r.name, ttr_ms=r.ttr_ms, ttl_ms=r.ttl_ms, time_ns=r.time_ns,
-            payload=r.payload, priority=r.priority, max_attempts=r.max_attempts,
-            max_fails=r.max_fails, now_ns=now_ns,
+            id=r.id,
+            name=r.name,
+            ttr_ms=r.ttr_ms,
+            ttl_ms=r.ttl_ms,
+            time_ns=r.time_ns,
+            payload=r.payload,
+            priority=r.priority,
+            max_attempts=r.max_attempts,
+            max_fails=r.max_fails,
+            now_ns=now_ns,
         )
         return p.ok()
 
     def _run(self, r: p.Request, token: object, now_ns: int) -> bytes | None:
         assert isinstance(r, p.Run)
         self.engine.run(
-            id=r.id, name=r.name, ttr_ms=r.ttr_ms, wait_timeout_ms=r.wait_timeout_ms,
-            payload=r.payload, priority=r.priority, token=token, now_ns=now_ns,
+            id=r.id,
+            name=r.name,
+            ttr_ms=r.ttr_ms,
+            wait_timeout_ms=r.wait_timeout_ms,
+            payload=r.payload,
+            priority=r.priority,
+            token=token,
+            now_ns=now_ns,
         )
         return None
 

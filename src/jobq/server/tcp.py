@@ -1,8 +1,9 @@
 """One client connection: bytes in through the protocol parser, replies out in request order.
 
 A connection runs its requests one at a time, as workq-server does: while a request waits
-(a blocking lease, result or run) the connection reads no further commands, and its socket
-reading pauses, so a client cannot make the server buffer without bound.
+(a blocking lease, result or run) the connection runs no further commands. It keeps reading,
+so a client that goes away is noticed at once, but pauses once it holds
+``READ_AHEAD_BYTES``, so a client cannot make the server buffer without bound.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ logger = logging.getLogger("jobq.server")
 
 #: bytes of unsent replies after which the connection stops reading requests
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
+#: bytes of requests read ahead while a request waits, after which reading pauses (one
+#: whole command with its largest payload always fits)
+READ_AHEAD_BYTES = 2 * 1024 * 1024
 
 
 class Connection(asyncio.Protocol):
@@ -53,7 +57,15 @@ class Connection(asyncio.Protocol):
         self._process()
 
     def eof_received(self) -> bool | None:
-        # a half-closed client may still read the replies to what it sent
+        # The client sends no more. A waiting request (lease, result, run) is withdrawn, so
+        # no job is leased to a client that may be gone; replies already owed still go out,
+        # then the connection closes (see slot_ready).
+        self.closing = True
+        for slot in self.slots:
+            if slot.waiting:
+                self.core.cancel(slot)
+                slot.data = p.timeout()
+        self.slot_ready()
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -117,7 +129,9 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        stop = self.blocked or self.writing_paused
+        stop = self.writing_paused or (
+            self.blocked and self.parser.buffered_bytes >= READ_AHEAD_BYTES
+        )
         try:
             if stop:
                 transport.pause_reading()

@@ -1,0 +1,203 @@
+"""The cleaner: rewrites read-only segments without the records nobody needs any more.
+
+A segment is rewritten as ``<segment>.rw`` -> write -> fsync -> rename over the original
+-> fsync the directory, so a crash at any point leaves either the old or the new segment,
+never a mix; a stale ``.rw`` is removed when the log is opened. Only segments older than
+the one being appended to are touched, so appends go on while it runs.
+
+A segment is worth rewriting (and is skipped otherwise) when some record would be dropped
+and either
+
+- *average expiry* (workq's rule): ``now_ns`` has reached the average of ``expires_at``
+  over the segment's records that have one, which roughly halves a segment at a time; or
+- *half dead* (jobq's addition): at least half of its records are dropped by ``keep``.
+
+A read-only segment left with no records is deleted, except the newest read-only one,
+which is kept as a header-only file so that numbering never goes backwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from jobq.cmdlog.record import HEADER_LEN, Record, decode_records
+from jobq.cmdlog.segment import (
+    REWRITE_SUFFIX,
+    check_header,
+    fsync_directory,
+    list_segments,
+    parse_segment_name,
+    read_segment,
+)
+
+logger = logging.getLogger(__name__)
+
+#: the steps of a rewrite and of a deletion, in order; :attr:`Cleaner.step` is called with
+#: each name before the step runs, and with ``"done"`` after the last
+CLEAN_STEPS: Final = ("create_rw", "write_rw", "fsync_rw", "rename", "fsync_dir", "done")
+DELETE_STEPS: Final = ("unlink", "fsync_dir", "done")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanStats:
+    """What one :meth:`Cleaner.clean` pass did."""
+
+    segments_checked: int = 0
+    segments_rewritten: int = 0
+    segments_deleted: int = 0
+    segments_skipped: int = 0
+    records_kept: int = 0
+    records_dropped: int = 0
+    bytes_reclaimed: int = 0
+
+
+def _no_step(name: str) -> None:
+    """The default step hook: do nothing."""
+
+
+def remove_stale_rewrites(directory: str) -> list[str]:
+    """Delete ``<segment>.rw`` files left by a crash during cleaning; return their names."""
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(REWRITE_SUFFIX) and parse_segment_name(name[: -len(REWRITE_SUFFIX)]):
+            os.unlink(os.path.join(directory, name))
+            logger.info("%s: removed stale rewrite %s", directory, name)
+            removed.append(name)
+    if removed:
+        fsync_directory(directory)
+    return removed
+
+
+class Cleaner:
+    """Cleans the read-only segments of ``directory``.
+
+    Parameters:
+        directory (str): the log directory.
+        active_sequence (Callable[[], int]): the number of the segment being appended to;
+            only lower-numbered segments are read-only.
+        fsync (Callable[[int], None], default os.fsync): how the rewrite is made durable.
+        step (Callable[[str], None]): called before each step (see :data:`CLEAN_STEPS`);
+            tests make it raise to simulate a crash there.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        active_sequence: Callable[[], int],
+        *,
+        fsync: Callable[[int], None] = os.fsync,
+        step: Callable[[str], None] = _no_step,
+    ) -> None:
+        self.directory = directory
+        self._active_sequence = active_sequence
+        self._fsync = fsync
+        self.step = step
+        #: held while read-only segments are being rewritten; one cleaner pass at a time
+        self.lock = threading.Lock()
+
+    def clean(
+        self,
+        keep: Callable[[Record], bool],
+        *,
+        expires_at: Callable[[Record], int | None] | None = None,
+        now_ns: int,
+    ) -> CleanStats:
+        """Rewrite the read-only segments worth it, keeping the records ``keep`` keeps."""
+        checked = rewritten = deleted = skipped = kept_total = dropped_total = reclaimed = 0
+        with self.lock:
+            active = self._active_sequence()
+            readonly = [s for s in list_segments(self.directory) if s[0] < active]
+            newest_readonly = readonly[-1][0] if readonly else None
+            for sequence, name in readonly:
+                checked += 1
+                path = os.path.join(self.directory, name)
+                data = read_segment(path)
+                version = check_header(data, path, newest=False)
+                assert version is not None
+                records = list(decode_records(data, path, name, version))
+                if not records:
+                    if sequence != newest_readonly:
+                        self._delete(path)
+                        deleted += 1
+                        reclaimed += len(data)
+                    else:
+                        skipped += 1
+                    continue
+                kept = [keep(record) for record in records]
+                dead = kept.count(False)
+                if dead == 0 or not self._worth_rewriting(records, dead, expires_at, now_ns):
+                    skipped += 1
+                    kept_total += len(records) - dead
+                    continue
+                dropped_total += dead
+                kept_total += len(records) - dead
+                if dead == len(records) and sequence != newest_readonly:
+                    self._delete(path)
+                    deleted += 1
+                    reclaimed += len(data)
+                    continue
+                ends = [record.offset for record in records[1:]] + [len(data)]
+                body = b"".join(
+                    data[record.offset : end]
+                    for record, end, keeps in zip(records, ends, kept, strict=True)
+                    if keeps
+                )
+                self._rewrite(path, data[:HEADER_LEN] + body)
+                rewritten += 1
+                reclaimed += len(data) - HEADER_LEN - len(body)
+        return CleanStats(
+            segments_checked=checked,
+            segments_rewritten=rewritten,
+            segments_deleted=deleted,
+            segments_skipped=skipped,
+            records_kept=kept_total,
+            records_dropped=dropped_total,
+            bytes_reclaimed=reclaimed,
+        )
+
+    @staticmethod
+    def _worth_rewriting(
+        records: list[Record],
+        dead: int,
+        expires_at: Callable[[Record], int | None] | None,
+        now_ns: int,
+    ) -> bool:
+        if 2 * dead >= len(records):
+            return True
+        if expires_at is None:
+            return False
+        expiries = [e for e in map(expires_at, records) if e is not None]
+        # now >= average, in integers: now * n >= sum
+        return bool(expiries) and now_ns * len(expiries) >= sum(expiries)
+
+    def _rewrite(self, path: str, content: bytes) -> None:
+        rewrite_path = path + REWRITE_SUFFIX
+        self.step("create_rw")
+        fd = os.open(rewrite_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            self.step("write_rw")
+            view = memoryview(content)
+            done = 0
+            while done < len(content):
+                done += os.write(fd, view[done:])
+            self.step("fsync_rw")
+            self._fsync(fd)
+        finally:
+            os.close(fd)
+        self.step("rename")
+        os.replace(rewrite_path, path)
+        self.step("fsync_dir")
+        fsync_directory(self.directory)
+        self.step("done")
+
+    def _delete(self, path: str) -> None:
+        self.step("unlink")
+        os.unlink(path)
+        self.step("fsync_dir")
+        fsync_directory(self.directory)
+        self.step("done")

@@ -1,0 +1,109 @@
+"""Reading the log: every record of every segment in order, and tail recovery on open.
+
+Reading a segment is one read of the whole file and a parse of the bytes in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+from jobq.cmdlog.errors import IncompleteRecordError
+from jobq.cmdlog.record import HEADER_LEN, Record, decode_records, encode_header
+from jobq.cmdlog.segment import check_header, list_segments, read_segment
+
+logger = logging.getLogger(__name__)
+
+
+class Cursor:
+    """Iterates the records of a log directory, oldest segment first.
+
+    Parameters:
+        directory (str): the log directory.
+        allow_torn_tail (bool, default False): stop quietly at an incomplete record (or an
+            incomplete header) at the end of the newest segment and keep it in
+            :attr:`torn_tail`, instead of raising; for read-only tools.
+        limit (tuple[int, int] | None): ``(sequence, size)``: read segments up to
+            ``sequence`` only, and that one only up to ``size`` bytes (a snapshot of a log
+            being appended to).
+
+    Any other incomplete or corrupt record, and any bad header, raises its
+    :class:`~jobq.cmdlog.errors.CmdlogError` naming the file and offset.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        allow_torn_tail: bool = False,
+        limit: tuple[int, int] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.allow_torn_tail = allow_torn_tail
+        self.limit = limit
+        #: the incomplete tail met when ``allow_torn_tail`` is set, else None
+        self.torn_tail: IncompleteRecordError | None = None
+
+    def __iter__(self) -> Iterator[Record]:
+        segments = list_segments(self.directory)
+        if self.limit is not None:
+            segments = [s for s in segments if s[0] <= self.limit[0]]
+        for index, (sequence, name) in enumerate(segments):
+            path = os.path.join(self.directory, name)
+            newest = index == len(segments) - 1
+            data = read_segment(path)
+            if self.limit is not None and sequence == self.limit[0]:
+                data = data[: self.limit[1]]
+            version = check_header(data, path, newest=newest)
+            if version is None:
+                torn = IncompleteRecordError(
+                    path, 0, f"incomplete segment header ({len(data)} bytes)"
+                )
+                if not self.allow_torn_tail:
+                    raise torn
+                self.torn_tail = torn
+                return
+            try:
+                yield from decode_records(data, path, name, version)
+            except IncompleteRecordError as exc:
+                if not (newest and self.allow_torn_tail):
+                    raise
+                self.torn_tail = exc
+                return
+
+
+def recover_newest_segment(path: str, write_version: int) -> None:
+    """Make the newest segment end on a whole record, as after a crash.
+
+    An incomplete record at its tail is cut off (the file is truncated) and a missing or
+    partial header rewritten, each with a WARNING naming the file and offset. A corrupt
+    record raises :class:`~jobq.cmdlog.errors.CorruptRecordError`.
+    """
+    data = read_segment(path)
+    version = check_header(data, path, newest=True)
+    if version is None:
+        logger.warning(
+            "%s: offset 0: incomplete segment header (%d bytes), rewriting it",
+            path,
+            len(data),
+        )
+        with open(path, "r+b", buffering=0) as f:
+            f.truncate(0)
+            f.write(encode_header(write_version))
+            os.fsync(f.fileno())
+        return
+    try:
+        for _ in decode_records(data, path, os.path.basename(path), version, HEADER_LEN):
+            pass
+    except IncompleteRecordError as exc:
+        logger.warning(
+            "%s: offset %d: cutting off an incomplete record at the tail (%d bytes): %s",
+            path,
+            exc.offset,
+            len(data) - exc.offset,
+            exc.reason,
+        )
+        with open(path, "r+b", buffering=0) as f:
+            f.truncate(exc.offset)
+            os.fsync(f.fileno())

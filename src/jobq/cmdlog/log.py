@@ -1,0 +1,210 @@
+"""The command log facade: open (lock, recover), replay, append, sync, clean, close."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Self
+
+from jobq.cmdlog.appender import (
+    DEFAULT_SEGMENT_SIZE_BYTES,
+    DEFAULT_SYNC_INTERVAL_MS,
+    Appender,
+    SyncPolicy,
+)
+from jobq.cmdlog.cleaner import Cleaner, CleanStats, remove_stale_rewrites
+from jobq.cmdlog.cursor import Cursor, recover_newest_segment
+from jobq.cmdlog.errors import CmdlogError, LogDirectoryError
+from jobq.cmdlog.lock import DirectoryLock
+from jobq.cmdlog.record import READ_VERSIONS, VERSION_2, Record, encode_header
+from jobq.cmdlog.segment import (
+    FIRST_SEQUENCE,
+    fsync_directory,
+    list_segments,
+    read_header,
+    segment_name,
+)
+
+
+class CommandLog:
+    """A command log directory opened for appending (use :meth:`open`).
+
+    Holds the directory lock from :meth:`open` until :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        lock: DirectoryLock,
+        appender: Appender,
+        fsync: Callable[[int], None] = os.fsync,
+    ) -> None:
+        self.path = path
+        self._lock = lock
+        #: the appender (tests drive ``appender.tick()`` for the interval policy)
+        self.appender = appender
+        #: the cleaner (tests set ``cleaner.step`` to inject crashes)
+        self.cleaner = Cleaner(path, lambda: appender.sequence, fsync=fsync)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        sync: SyncPolicy = "interval",
+        sync_interval_ms: int = DEFAULT_SYNC_INTERVAL_MS,
+        segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES,
+        write_version: int = VERSION_2,
+        clock_ns: Callable[[], int] = time.time_ns,
+        create: bool = True,
+        fsync: Callable[[int], None] = os.fsync,
+        start_sync_thread: bool = True,
+    ) -> CommandLog:
+        """Open (and with ``create`` make) the log directory at ``path``.
+
+        Takes the directory lock, removes stale cleaner rewrites, checks every segment
+        header, cuts a torn record off the newest segment, and starts the first segment of
+        a new log. Raises a :class:`~jobq.cmdlog.errors.CmdlogError` for anything wrong.
+        """
+        directory = os.fspath(path)
+        if write_version not in READ_VERSIONS:
+            raise ValueError(f"cannot write segment version {write_version}")
+        _prepare_directory(directory, create)
+        lock = DirectoryLock(directory)
+        lock.acquire()
+        try:
+            try:
+                sequence = _recover(directory, write_version)
+                appender = Appender(
+                    directory,
+                    sequence,
+                    sync=sync,
+                    sync_interval_ms=sync_interval_ms,
+                    segment_size_bytes=segment_size_bytes,
+                    write_version=write_version,
+                    clock_ns=clock_ns,
+                    fsync=fsync,
+                    start_sync_thread=start_sync_thread,
+                )
+            except OSError as exc:
+                raise LogDirectoryError(directory, _describe(exc)) from exc
+        except BaseException:
+            lock.release()
+            raise
+        return cls(directory, lock, appender, fsync)
+
+    # ------------------------------------------------------------------ reading
+
+    def records(self) -> Iterator[Record]:
+        """Every record in log order (for replay), up to what was written when called."""
+        return iter(Cursor(self.path, limit=self.appender.snapshot()))
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, payload: bytes, time_ns: int | None = None) -> None:
+        """Append one record; return once it is durable per the sync policy."""
+        self.appender.append(payload, time_ns)
+
+    def write(self, payloads: Sequence[bytes], time_ns: int | None = None) -> int:
+        """Write a batch with one write, without waiting for disk; return its LSN."""
+        return self.appender.write(payloads, time_ns)
+
+    def sync(self) -> int:
+        """Fsync everything written; return the LSN it covers."""
+        return self.appender.sync()
+
+    def wait_synced(self, lsn: int) -> None:
+        """Return once ``lsn`` is on disk (group commit with other waiters)."""
+        self.appender.wait_synced(lsn)
+
+    def clean(
+        self,
+        keep: Callable[[Record], bool],
+        *,
+        expires_at: Callable[[Record], int | None] | None = None,
+        now_ns: int,
+    ) -> CleanStats:
+        """Rewrite read-only segments worth it, keeping the records ``keep`` keeps."""
+        return self.cleaner.clean(keep, expires_at=expires_at, now_ns=now_ns)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def segment_count(self) -> int:
+        """How many segment files the directory holds."""
+        return len(list_segments(self.path))
+
+    @property
+    def size_bytes(self) -> int:
+        """The total size of the segment files, in bytes."""
+        return sum(
+            os.path.getsize(os.path.join(self.path, name)) for _, name in list_segments(self.path)
+        )
+
+    @property
+    def fsync_count(self) -> int:
+        """How many times a segment was fsynced by the appender."""
+        return self.appender.fsync_count
+
+    def close(self) -> None:
+        """Flush and fsync, stop the sync thread and release the lock. Idempotent."""
+        try:
+            self.appender.close()
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _describe(exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+def _prepare_directory(directory: str, create: bool) -> None:
+    if os.path.isdir(directory):
+        return
+    if os.path.lexists(directory):
+        raise LogDirectoryError(directory, "exists and is not a directory")
+    if not create:
+        raise LogDirectoryError(directory, "no such directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise LogDirectoryError(directory, _describe(exc)) from exc
+
+
+def _recover(directory: str, write_version: int) -> int:
+    """Bring the directory to a state to append to; return the newest segment's number."""
+    remove_stale_rewrites(directory)
+    segments = list_segments(directory)
+    for _, name in segments[:-1]:
+        read_header(os.path.join(directory, name), newest=False)
+    if not segments:
+        sequence = FIRST_SEQUENCE
+        path = os.path.join(directory, segment_name(sequence))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, encode_header(write_version))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_directory(directory)
+        return sequence
+    sequence, name = segments[-1]
+    recover_newest_segment(os.path.join(directory, name), write_version)
+    return sequence
+
+
+__all__ = ["CmdlogError", "CommandLog"]

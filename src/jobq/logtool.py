@@ -1,0 +1,291 @@
+"""``jobq log``: dump, verify, repair and count a command log directory.
+
+Exit codes: 0 ok; 1 a bad record or segment (verify failure, corrupt data); 2 bad input
+(no such directory, a file that is not a segment). Errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import click
+
+from jobq.cmdlog.cursor import Cursor
+from jobq.cmdlog.errors import (
+    CmdlogError,
+    IncompleteRecordError,
+    LogDirectoryError,
+    RecordError,
+    SegmentHeaderError,
+)
+from jobq.cmdlog.gotime import ZERO_TIME_NS, format_rfc3339_ns
+from jobq.cmdlog.lock import DirectoryLock
+from jobq.cmdlog.record import HEADER_LEN, VERSION_1, VERSION_2, decode_records, encode_header
+from jobq.cmdlog.segment import check_header, list_segments, read_segment
+from jobq.engine.commands import (
+    WORKQ_COMMAND_NAMES,
+    AddJob,
+    CommandDecodeError,
+    CompleteJob,
+    FailJob,
+    ScheduleJob,
+    decode_workq_command,
+)
+
+#: the first command type of jobq's extensions
+FIRST_EXTENSION_TYPE = 16
+#: the suffix of the copy ``repair`` keeps of a segment before truncating it
+DAMAGED_SUFFIX = ".damaged"
+
+EXIT_BAD_DATA = 1
+EXIT_USAGE = 2
+
+
+class _BadPayload(CmdlogError):
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        super().__init__(f"{path}: offset {offset}: {reason}")
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"jobq log: {message}", err=True)
+    sys.exit(code)
+
+
+def _directory(path: str) -> str:
+    if not os.path.exists(path):
+        _fail(f"{path}: no such directory", EXIT_USAGE)
+    if not os.path.isdir(path):
+        _fail(f"{path}: not a directory", EXIT_USAGE)
+    return path
+
+
+def _exit_for(exc: Exception) -> NoReturn:
+    if isinstance(exc, SegmentHeaderError | LogDirectoryError):
+        _fail(str(exc), EXIT_USAGE)
+    if isinstance(exc, CmdlogError):
+        _fail(str(exc), EXIT_BAD_DATA)
+    if isinstance(exc, BrokenPipeError):
+        sys.exit(EXIT_BAD_DATA)
+    if isinstance(exc, OSError):
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}", EXIT_USAGE)
+    raise exc
+
+
+def _command_type(payload: bytes) -> int | None:
+    return payload[0] if payload else None
+
+
+def describe_command(payload: bytes, version: int) -> dict[str, Any]:
+    """The command in a payload, as the keys of ``expected-records.json`` after ``logged``.
+
+    Raises :class:`CommandDecodeError` for a payload that is not a command.
+    """
+    cmd_type = _command_type(payload)
+    if cmd_type is None:
+        raise CommandDecodeError("empty payload")
+    if cmd_type >= FIRST_EXTENSION_TYPE:
+        if version == VERSION_1:
+            raise CommandDecodeError(f"extension command type {cmd_type} in a version-1 segment")
+        return {"cmd": f"ext-{cmd_type}", "payload_hex": payload[1:].hex()}
+    command = decode_workq_command(payload)
+    out: dict[str, Any] = {
+        "cmd": WORKQ_COMMAND_NAMES[command.TYPE],
+        "id": str(uuid.UUID(bytes=command.id)),
+    }
+    if isinstance(command, AddJob | ScheduleJob):
+        out.update(
+            name=command.name,
+            ttr=command.ttr_ms,
+            ttl=command.ttl_ms,
+            priority=command.priority,
+            max_attempts=command.max_attempts,
+            max_fails=command.max_fails,
+            payload_hex=command.payload.hex(),
+            time=None if command.time_ns == ZERO_TIME_NS else format_rfc3339_ns(command.time_ns),
+            created=format_rfc3339_ns(command.created_ns),
+        )
+    elif isinstance(command, CompleteJob | FailJob):
+        out["result_hex"] = command.result.hex()
+    return out
+
+
+def _scan_segment(
+    directory: str, name: str, newest: bool
+) -> tuple[int, tuple[int, str, int] | None]:
+    """Count a segment's sound records; return ``(count, problem)`` where problem is the
+    first bad spot as ``(offset, reason, file size)``, or None if the segment is sound.
+
+    Header problems other than a missing or partial newest header raise.
+    """
+    path = os.path.join(directory, name)
+    data = read_segment(path)
+    version = check_header(data, path, newest=newest)
+    if version is None:
+        return 0, (0, f"incomplete segment header ({len(data)} bytes)", len(data))
+    count = 0
+    try:
+        for record in decode_records(data, path, name, version):
+            try:
+                describe_command(record.payload, version)
+            except CommandDecodeError as exc:
+                return count, (record.offset, f"bad command: {exc}", len(data))
+            count += 1
+    except IncompleteRecordError as exc:
+        return count, (exc.offset, f"{exc.reason} (incomplete record)", len(data))
+    except RecordError as exc:
+        return count, (exc.offset, exc.reason, len(data))
+    return count, None
+
+
+def _records(directory: str) -> Iterator[tuple[dict[str, Any], bytes]]:
+    cursor = Cursor(directory, allow_torn_tail=True)
+    for record in cursor:
+        head: dict[str, Any] = {
+            "segment": record.segment,
+            "offset": record.offset,
+            "version": record.version,
+            "logged": format_rfc3339_ns(record.time_ns),
+        }
+        try:
+            head.update(describe_command(record.payload, record.version))
+        except CommandDecodeError as exc:
+            raise _BadPayload(
+                os.path.join(directory, record.segment), record.offset, f"bad command: {exc}"
+            ) from exc
+        yield head, record.payload
+    if cursor.torn_tail is not None:
+        click.echo(
+            f"jobq log: warning: {cursor.torn_tail} (a torn write; opening the log cuts it off)",
+            err=True,
+        )
+
+
+@click.group("log")
+def log_group() -> None:
+    """Inspect, verify and repair a command log directory (read-only unless ``repair``)."""
+
+
+@log_group.command("dump")
+@click.argument("directory", type=click.Path())
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object a line, with the keys of the golden vectors' expected-records.json.",
+)
+def dump(directory: str, output_format: str) -> None:
+    """Print every record of DIRECTORY in log order."""
+    _directory(directory)
+    try:
+        for fields, _payload in _records(directory):
+            if output_format == "json":
+                click.echo(json.dumps(fields))
+            else:
+                place = f"{fields.pop('segment')}:{fields.pop('offset')}"
+                version = fields.pop("version")
+                logged = fields.pop("logged")
+                cmd = fields.pop("cmd")
+                rest = " ".join(f"{key}={json.dumps(value)}" for key, value in fields.items())
+                click.echo(f"{place} v{version} {logged} {cmd} {rest}".rstrip())
+    except (CmdlogError, OSError) as exc:
+        _exit_for(exc)
+
+
+@log_group.command("verify")
+@click.argument("directory", type=click.Path())
+def verify(directory: str) -> None:
+    """Check every record of DIRECTORY; exit 1 naming the first bad one. Changes nothing."""
+    _directory(directory)
+    try:
+        segments = list_segments(directory)
+        records = 0
+        for index, (_, name) in enumerate(segments):
+            count, problem = _scan_segment(directory, name, index == len(segments) - 1)
+            records += count
+            if problem is not None:
+                offset, reason, _size = problem
+                _fail(f"{os.path.join(directory, name)}: offset {offset}: {reason}", EXIT_BAD_DATA)
+    except (CmdlogError, OSError) as exc:
+        if isinstance(exc, SegmentHeaderError):
+            _fail(str(exc), EXIT_BAD_DATA)
+        _exit_for(exc)
+    click.echo(f"ok: {records} records in {len(segments)} segments")
+
+
+def _aside(path: str) -> str:
+    target = path + DAMAGED_SUFFIX
+    n = 1
+    while os.path.exists(target):
+        target = f"{path}{DAMAGED_SUFFIX}.{n}"
+        n += 1
+    shutil.copy2(path, target)
+    return target
+
+
+@log_group.command("repair")
+@click.argument("directory", type=click.Path())
+def repair(directory: str) -> None:
+    """Cut each damaged segment of DIRECTORY at its first bad record (keeping a copy)."""
+    _directory(directory)
+    lock = DirectoryLock(directory)
+    try:
+        lock.acquire()
+        segments = list_segments(directory)
+        repaired = 0
+        for index, (_, name) in enumerate(segments):
+            _count, problem = _scan_segment(directory, name, index == len(segments) - 1)
+            if problem is None:
+                continue
+            offset, reason, size = problem
+            path = os.path.join(directory, name)
+            copy = _aside(path)
+            with open(path, "r+b", buffering=0) as f:
+                if offset < HEADER_LEN:
+                    f.truncate(0)
+                    f.write(encode_header(VERSION_2))
+                else:
+                    f.truncate(offset)
+                os.fsync(f.fileno())
+            repaired += 1
+            click.echo(
+                f"{path}: dropped {size - offset} bytes from offset {offset} ({reason}); "
+                f"original kept as {os.path.basename(copy)}"
+            )
+        if not repaired:
+            click.echo(f"{directory}: nothing to repair ({len(segments)} segments sound)")
+    except (CmdlogError, OSError) as exc:
+        _exit_for(exc)
+    finally:
+        lock.release()
+
+
+@log_group.command("stats")
+@click.argument("directory", type=click.Path())
+def stats(directory: str) -> None:
+    """Count the segments, records, bytes and records per command type of DIRECTORY."""
+    _directory(directory)
+    try:
+        segments = list_segments(directory)
+        size = sum(os.path.getsize(os.path.join(directory, name)) for _, name in segments)
+        per_command: Counter[str] = Counter()
+        for fields, _payload in _records(directory):
+            per_command[fields["cmd"]] += 1
+    except (CmdlogError, OSError) as exc:
+        _exit_for(exc)
+    click.echo(f"segments: {len(segments)}")
+    click.echo(f"records: {sum(per_command.values())}")
+    click.echo(f"bytes: {size}")
+    for cmd, count in sorted(per_command.items(), key=lambda item: (-item[1], item[0])):
+        click.echo(f"  {cmd}: {count}")

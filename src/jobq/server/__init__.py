@@ -1,0 +1,1 @@
+"""jobq's TCP front end: the workq wire protocol codec and the server that speaks it."""

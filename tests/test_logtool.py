@@ -1,0 +1,170 @@
+"""``jobq log``: dump, verify, repair and stats, with their exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jobq.cli import main
+from jobq.cmdlog import CommandLog, Cursor
+from jobq.cmdlog.record import encode_header
+
+VECTORS = Path("/work/shared/vectors/workq-v1/basic")
+
+
+@pytest.fixture
+def vectors(tmp_path: Path) -> Path:
+    if not (VECTORS / "expected-records.json").is_file():
+        pytest.skip(f"golden vectors not found at {VECTORS}")
+    copy = tmp_path / "vectors"
+    shutil.copytree(VECTORS, copy)
+    for path in copy.iterdir():
+        path.chmod(0o644)
+    return copy
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["log", *args])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(directory.iterdir())}
+
+
+def test_dump_json_gives_exactly_the_expected_records(vectors: Path) -> None:
+    code, out, _ = run("dump", "--format", "json", str(vectors))
+    assert code == 0
+    expected = json.loads((vectors / "expected-records.json").read_text())
+    assert [json.loads(line) for line in out.splitlines()] == expected
+
+
+def test_dump_text_shows_one_line_per_record(vectors: Path) -> None:
+    code, out, _ = run("dump", str(vectors))
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 15
+    assert lines[0].startswith("000000001.log:8 v1 2026-11-22T03:01:24.787507940Z add ")
+    assert 'result_hex="706f6e67"' in lines[4]
+
+
+def test_dump_shows_extension_commands_by_type(tmp_path: Path) -> None:
+    with CommandLog.open(tmp_path, sync="os", clock_ns=lambda: 0) as log:
+        log.append(bytes([16]) + b"\x81\xa1k\x01")
+    code, out, _ = run("dump", "--format", "json", str(tmp_path))
+    assert code == 0
+    record = json.loads(out)
+    assert record["cmd"] == "ext-16" and record["payload_hex"] == "81a16b01"
+
+
+def test_verify_passes_a_sound_log(vectors: Path) -> None:
+    code, out, _ = run("verify", str(vectors))
+    assert code == 0
+    assert "15 records in 3 segments" in out
+
+
+def test_verify_names_the_first_bad_record_and_changes_nothing(vectors: Path) -> None:
+    segment = vectors / "000000002.log"
+    data = bytearray(segment.read_bytes())
+    data[100] ^= 0x01  # inside the record at offset 99
+    segment.write_bytes(bytes(data))
+    before = _snapshot(vectors)
+    code, _, err = run("verify", str(vectors))
+    assert code == 1
+    assert f"{segment}: offset 99: CRC mismatch" in err
+    assert len(err.strip().splitlines()) == 1
+    assert _snapshot(vectors) == before
+
+
+def test_verify_reports_a_torn_tail_without_cutting_it(vectors: Path) -> None:
+    segment = vectors / "000000003.log"
+    with segment.open("r+b") as f:
+        f.truncate(40)
+    before = _snapshot(vectors)
+    code, _, err = run("verify", str(vectors))
+    assert code == 1
+    assert f"{segment}: offset 8:" in err and "incomplete" in err
+    assert _snapshot(vectors) == before
+
+
+def test_repair_keeps_a_copy_and_cuts_the_segment_at_the_first_bad_record(vectors: Path) -> None:
+    segment = vectors / "000000002.log"
+    original = segment.read_bytes()
+    data = bytearray(original)
+    data[220] ^= 0xFF  # inside the record at offset 217
+    segment.write_bytes(bytes(data))
+    code, out, _ = run("repair", str(vectors))
+    assert code == 0
+    assert f"{segment}: dropped {len(original) - 217} bytes from offset 217" in out
+    assert (vectors / "000000002.log.damaged").read_bytes() == bytes(data)
+    assert segment.read_bytes() == original[:217]
+    assert run("verify", str(vectors))[0] == 0
+    offsets = [(r.segment, r.offset) for r in Cursor(str(vectors))]
+    assert ("000000002.log", 180) in offsets and ("000000002.log", 217) not in offsets
+    code, out, _ = run("repair", str(vectors))
+    assert code == 0 and "nothing to repair" in out
+
+
+def test_repair_refuses_a_locked_directory(vectors: Path) -> None:
+    with CommandLog.open(vectors, sync="os"):
+        code, _, err = run("repair", str(vectors))
+    assert code == 1
+    assert "locked" in err
+
+
+def test_stats_counts_segments_records_bytes_and_commands(vectors: Path) -> None:
+    code, out, _ = run("stats", str(vectors))
+    assert code == 0
+    assert "segments: 3" in out
+    assert "records: 15" in out
+    assert "bytes: 984" in out
+    assert "add: 6" in out and "start-attempt: 3" in out and "timeout-attempt: 1" in out
+
+
+def test_foreign_files_are_ignored(vectors: Path) -> None:
+    (vectors / "0000001.log").write_bytes(b"junk")
+    (vectors / "x.notlog.log").write_bytes(b"junk")
+    assert run("verify", str(vectors))[0] == 0
+    assert "records: 15" in run("stats", str(vectors))[1]
+
+
+@pytest.mark.parametrize("command", ["dump", "verify", "repair", "stats"])
+def test_a_missing_directory_is_a_usage_error(tmp_path: Path, command: str) -> None:
+    code, _, err = run(command, str(tmp_path / "missing"))
+    assert code == 2
+    assert err.strip() == f"jobq log: {tmp_path / 'missing'}: no such directory"
+
+
+@pytest.mark.parametrize(("command", "code"), [("dump", 2), ("stats", 2), ("verify", 1)])
+def test_wrong_magic_is_one_line_and_an_exit_code(tmp_path: Path, command: str, code: int) -> None:
+    (tmp_path / "000000001.log").write_bytes(b"GIF89a\x00\x00")
+    (tmp_path / "000000002.log").write_bytes(encode_header())
+    exit_code, _, err = run(command, str(tmp_path))
+    assert exit_code == code
+    assert len(err.strip().splitlines()) == 1
+    assert "000000001.log: not a command log segment: bad magic 47494638" in err
+
+
+def test_unknown_version_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "000000001.log").write_bytes(encode_header(7))
+    code, _, err = run("verify", str(tmp_path))
+    assert code == 1
+    assert "unknown segment version 7" in err
+
+
+def test_a_corrupt_record_makes_dump_fail_with_file_and_offset(vectors: Path) -> None:
+    segment = vectors / "000000001.log"
+    data = bytearray(segment.read_bytes())
+    data[-1] ^= 0x01
+    segment.write_bytes(bytes(data))
+    code, _, err = run("dump", str(vectors))
+    assert code == 1
+    assert f"{segment}: offset 370: CRC mismatch" in err
+    assert os.path.getsize(segment) == len(data)
