@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/jobq demo
+	$(VENV)/bin/jobq server --data-dir .jobq
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench

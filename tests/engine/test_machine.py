@@ -13,7 +13,7 @@ from jobq.engine.commands import (
     StartAttempt,
     TimeoutAttempt,
 )
-from jobq.engine.errors import DuplicateJob, DuplicateResult, JobNotFound
+from jobq.engine.errors import DuplicateJob, DuplicateResult, InvalidArgument, JobNotFound
 from jobq.engine.job import Status
 from jobq.engine.machine import Engine
 from jobq.engine.waiters import JobResult, Outcome
@@ -404,3 +404,14 @@ def test_failed_fail_command_replays_to_same_state(engine: Engine, clock: Clock)
     assert a is not None and b is not None
     assert (a.status, a.attempts, a.fails, a.result) == (b.status, b.attempts, b.fails, b.result)
     assert isinstance(commands[-1], FailJob)
+
+
+def test_schedule_that_would_expire_before_its_time_is_invalid(
+    engine: Engine, clock: Clock
+) -> None:
+    with pytest.raises(InvalidArgument, match="Invalid Time"):
+        engine.schedule(
+            id=jid(1), name="q", ttr_ms=10, ttl_ms=1000, time_ns=clock.now_ns - 1000 * MS,
+            payload=b"", now_ns=clock.now_ns,
+        )
+    assert engine.jobs == {} and engine.drain() == ([], [])

@@ -15,6 +15,7 @@ import pytest
 from jobq.config import ServerConfig
 from jobq.server import protocol as p
 from jobq.server.app import serve
+from jobq.server.cli import run_event_loop
 
 
 class RunningServer:
@@ -47,7 +48,7 @@ class RunningServer:
             return await serve(self.config, on_listening=listening, stop=self._stop)
 
         try:
-            self.status = asyncio.run(main())
+            self.status = run_event_loop(main())
         except BaseException as exc:  # surfaced to the test
             self.error = exc
             self._ready.set()

@@ -34,7 +34,7 @@ from jobq.engine.commands import (
     WorkqCommand,
 )
 from jobq.engine.deadlines import DeadlineKind, Deadlines
-from jobq.engine.errors import DuplicateJob, DuplicateResult, JobNotFound
+from jobq.engine.errors import DuplicateJob, DuplicateResult, InvalidArgument, JobNotFound
 from jobq.engine.job import TRANSITIONS, Job, Status
 from jobq.engine.queues import Queue
 from jobq.engine.waiters import JobResult, Outcome, Waiter, WaitKind, Wakeup, WakeValue
@@ -163,7 +163,12 @@ class Engine:
         max_fails: int = 0,
         now_ns: int,
     ) -> Job:
-        """Queue a job that becomes leasable at ``time_ns``; its TTL counts from then."""
+        """Queue a job that becomes leasable at ``time_ns``; its TTL counts from then.
+
+        As in workq, a job that would expire before it could run is refused.
+        """
+        if time_ns + ttl_ms * _NS_PER_MS <= now_ns:
+            raise InvalidArgument("Invalid Time")
         self._check_new_id(id)
         command = ScheduleJob(
             id=id,

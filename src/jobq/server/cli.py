@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,6 +22,16 @@ from jobq.config import (
     parse_listen,
     parse_size_bytes,
 )
+
+
+def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main`` on uvloop where it is installed (several times faster for many small
+    requests), else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 @click.command("server")
@@ -121,7 +133,7 @@ def server_command(
 
     configure_logging()
     try:
-        status = asyncio.run(serve(config))
+        status = run_event_loop(serve(config))
     except (CmdlogError, ReplayError) as exc:
         click.echo(f"jobq server: {exc}", err=True)
         sys.exit(1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from typing import cast
 
 from jobq.server import protocol as p
 from jobq.server.core import Core, Slot
@@ -40,8 +41,9 @@ class Connection(asyncio.Protocol):
     # -- asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports have the same methods but do not subclass asyncio.Transport
+        self.transport = cast(asyncio.Transport, transport)
+        transport = self.transport
         if len(self.core.connections) >= self.max_connections:
             transport.write(p.server_error("Too many connections"))
             transport.close()

@@ -1,0 +1,1120 @@
+"""The jobq client library: workq's TCP line protocol from Python, blocking or asyncio.
+
+::
+
+    from jobq.client import Client
+
+    with Client("127.0.0.1", 9922) as c:
+        job_id = c.add("thumbnails", b'{"path": "a.png"}', ttr_ms=30_000, ttl_ms=3_600_000)
+        job = c.lease("thumbnails", wait_timeout_ms=10_000)
+        c.complete(job.id, b"done")
+        print(c.result(job_id).result)
+
+``AsyncClient`` has the same methods as coroutines. ``docs/client.md`` has more examples.
+
+Connections
+-----------
+A client holds one connection, opened at the first request and kept for the next ones. If
+the server closed it while it was idle, the next request notices before sending and opens a
+new one, once. A connection that breaks after a request was sent is never retried (the
+request may have run): the request raises :class:`ConnectionLost` and the next request
+connects again. ``close()`` closes the connection; a closed client reconnects if used again.
+
+One request runs at a time per client: ``Client`` takes a lock around each request, so
+threads may share one (a blocking ``lease`` holds it while it waits; give each worker
+thread its own client), and ``AsyncClient`` takes an ``asyncio.Lock``.
+
+Timeouts
+--------
+``timeout_s`` bounds connecting and waiting for each reply. For the blocking commands the
+reply wait is extended by the command's own wait: ``lease`` and ``result`` by their
+``wait_timeout_ms``, ``run`` by ``wait_timeout_ms + ttr_ms`` (a worker may lease the job at
+the end of the wait and then use its whole TTR). A reply that does not come in time raises
+:class:`ReplyTimeout` and closes the connection. The server's own ``-TIMEOUT`` (nothing
+within the wait-timeout) raises :class:`JobTimeout`.
+
+Errors
+------
+Each error reply has its class: ``-CLIENT-ERROR`` :class:`ClientError`, ``-SERVER-ERROR``
+:class:`ServerError`, ``-TIMEOUT`` :class:`JobTimeout`, ``-NOT-FOUND`` :class:`NotFound`;
+all are :class:`JobqError`, with the reply's ``kind`` and ``text``. A dropped connection,
+a failed connect or a reply that breaks the protocol raises :class:`ConnectionLost`.
+Arguments that cannot be sent (a bad name or id, a time with a fraction of a second, a
+payload that is neither ``bytes`` nor ``str``) raise ``ValueError``/``TypeError`` before
+anything is sent; values the server judges (TTR, TTL, priority ranges...) are left to it.
+
+The wire format comes from :mod:`jobq.server.protocol`: requests encode themselves and
+``ReplyParser`` reads the replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import select
+import socket
+import threading
+import time as _time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import IntEnum
+from types import TracebackType
+from typing import Generic, TypeAlias, TypeVar
+
+from jobq.server import protocol as p
+
+__all__ = [
+    "DEFAULT_LEASE_WAIT_MS",
+    "DEFAULT_PORT",
+    "DEFAULT_TTL_MS",
+    "DEFAULT_TTR_MS",
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "ConnectionLost",
+    "JobInfo",
+    "JobResult",
+    "JobState",
+    "JobTimeout",
+    "JobqError",
+    "LeasedJob",
+    "NotFound",
+    "QueueInfo",
+    "ReplyTimeout",
+    "ServerError",
+    "ServerInfo",
+    "parse_address",
+]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9922
+#: ``add``/``schedule`` defaults: one minute to run, one day to live
+DEFAULT_TTR_MS = 60_000
+DEFAULT_TTL_MS = 86_400_000
+#: ``lease`` waits this long for a job unless told otherwise
+DEFAULT_LEASE_WAIT_MS = 60_000
+DEFAULT_TIMEOUT_S = 10.0
+
+_RECV_BYTES = 65_536
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NS_PER_S = 1_000_000_000
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,255}")
+#: ``[v6]:port``, ``host:port``, ``:port``, ``host``
+_ADDRESS_RE = re.compile(r"\[([0-9A-Fa-f:.%\w]+)\](?::(\d{1,5}))?|([^:\s\[\]]*)(?::(\d{1,5}))?")
+
+#: a job id as callers may give it
+JobId: TypeAlias = str | uuid.UUID | bytes
+#: a payload or result: bytes, or text sent as UTF-8
+Data: TypeAlias = bytes | bytearray | memoryview | str
+#: a schedule time: a datetime (naive means UTC) or Unix seconds
+When: TypeAlias = datetime | int | float
+
+# ---------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------
+
+
+class JobqError(Exception):
+    """Base of every error this module raises for a request.
+
+    :ivar kind: the error reply's kind (``CLIENT-ERROR``, ...), or "" for connection errors
+    :ivar text: the error text after the kind (may be empty)
+    """
+
+    kind: str = ""
+
+    def __init__(self, text: str = "", *, kind: str | None = None) -> None:
+        if kind is not None:
+            self.kind = kind
+        self.text = text
+        shown = f"{self.kind} {text}".strip() if self.kind else text
+        super().__init__(shown)
+
+
+class ClientError(JobqError):
+    """``-CLIENT-ERROR <text>``: the server rejected the command (``Duplicate job``, ...)."""
+
+    kind = p.CLIENT_ERROR
+
+
+class ServerError(JobqError):
+    """``-SERVER-ERROR <text>``: the server could not do it (e.g. its log is unwritable)."""
+
+    kind = p.SERVER_ERROR
+
+
+class JobTimeout(JobqError):
+    """``-TIMEOUT``: nothing happened within the request's wait-timeout (lease, run, result)."""
+
+    kind = p.TIMEOUT
+
+
+class NotFound(JobqError):
+    """``-NOT-FOUND``: no job with that id."""
+
+    kind = p.NOT_FOUND
+
+
+class ConnectionLost(JobqError):
+    """The connection failed: connect refused, dropped mid-request, or a malformed reply.
+
+    A request that raises this may or may not have run on the server.
+    """
+
+
+class ReplyTimeout(ConnectionLost):
+    """The reply did not arrive within the client's timeout; the connection was closed."""
+
+
+_ERRORS: dict[str, type[JobqError]] = {
+    p.CLIENT_ERROR: ClientError,
+    p.SERVER_ERROR: ServerError,
+    p.TIMEOUT: JobTimeout,
+    p.NOT_FOUND: NotFound,
+}
+
+
+def _error_from_reply(reply: p.Error) -> JobqError:
+    cls = _ERRORS.get(reply.kind)
+    if cls is None:  # a kind workq does not define: keep it on the base class
+        return JobqError(reply.text, kind=reply.kind)
+    return cls(reply.text)
+
+
+# ---------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------
+
+
+class JobState(IntEnum):
+    """workq's ``inspect job`` state codes."""
+
+    NEW = 0
+    COMPLETED = 1
+    FAILED = 2
+    PENDING = 3
+    LEASED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedJob:
+    """A job leased by ``lease``: finish it with ``complete`` or ``fail`` within ``ttr_ms``."""
+
+    id: str
+    name: str
+    ttr_ms: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """A finished job's outcome (``run``, ``result``): ``success`` is False after ``fail``
+    or when the job failed for good (max attempts or fails reached, empty result)."""
+
+    id: str
+    success: bool
+    result: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """``inspect server``."""
+
+    active_clients: int
+    evicted_jobs: int
+    started: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """``inspect queue(s)``: jobs ready to lease and jobs waiting for their time."""
+
+    name: str
+    ready_len: int
+    scheduled_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """``inspect job(s)``. ``state`` is a :class:`JobState` (a plain int for codes this
+    client does not know); ``time`` is set for scheduled jobs. Times are aware UTC."""
+
+    id: str
+    name: str
+    ttr_ms: int
+    ttl_ms: int
+    payload: bytes
+    max_attempts: int
+    attempts: int
+    max_fails: int
+    fails: int
+    priority: int
+    state: int
+    created: datetime
+    time: datetime | None = None
+
+
+def _datetime(time_ns: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=time_ns // 1000)
+
+
+def _state(code: int) -> int:
+    try:
+        return JobState(code)
+    except ValueError:
+        return code
+
+
+def _server_info(info: p.ServerInfo) -> ServerInfo:
+    return ServerInfo(info.active_clients, info.evicted_jobs, _datetime(info.started_ns))
+
+
+def _queue_info(info: p.QueueInfo) -> QueueInfo:
+    return QueueInfo(info.name, info.ready_len, info.scheduled_len)
+
+
+def _job_info(info: p.JobInfo) -> JobInfo:
+    return JobInfo(
+        id=p.format_id(info.id),
+        name=info.name,
+        ttr_ms=info.ttr_ms,
+        ttl_ms=info.ttl_ms,
+        payload=info.payload,
+        max_attempts=info.max_attempts,
+        attempts=info.attempts,
+        max_fails=info.max_fails,
+        fails=info.fails,
+        priority=info.priority,
+        state=_state(info.state),
+        created=_datetime(info.created_ns),
+        time=None if info.time_ns is None else _datetime(info.time_ns),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------
+
+
+def _id_bytes(job_id: JobId) -> bytes:
+    """The 16 raw bytes of a job id given as text, ``uuid.UUID`` or 16 raw bytes."""
+    if isinstance(job_id, uuid.UUID):
+        return job_id.bytes
+    if isinstance(job_id, bytes):
+        if len(job_id) != 16:
+            raise ValueError(f"a job id in bytes has 16 bytes, not {len(job_id)}")
+        return job_id
+    if isinstance(job_id, str):
+        try:
+            return p.parse_id(job_id)
+        except p.ClientError:
+            raise ValueError(f"not a job id (8-4-4-4-12 hex UUID): {job_id!r}") from None
+    raise TypeError(f"a job id is a str, uuid.UUID or bytes, not {type(job_id).__name__}")
+
+
+def _new_id(job_id: JobId | None) -> bytes:
+    return uuid.uuid4().bytes if job_id is None else _id_bytes(job_id)
+
+
+def _name(name: str) -> str:
+    if not isinstance(name, str) or _NAME_RE.fullmatch(name) is None:
+        raise ValueError(f"not a job or queue name (1-255 of A-Z a-z 0-9 _ - .): {name!r}")
+    return name
+
+
+def _data(data: Data, what: str = "payload") -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"a {what} is bytes or str, not {type(data).__name__}")
+
+
+def _int(value: int, what: str) -> int:
+    # an int formats as a single word, so nothing else can reach the command line
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    return value
+
+
+def _time_ns(when: When) -> int:
+    """A schedule time in Unix nanoseconds; workq takes whole seconds only."""
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        if when.microsecond:
+            raise ValueError(f"workq schedules at whole seconds; got {when.isoformat()}")
+        seconds = (when - _EPOCH) // timedelta(seconds=1)
+    elif isinstance(when, int | float) and not isinstance(when, bool):
+        if when != int(when):
+            raise ValueError(f"workq schedules at whole seconds; got {when!r}")
+        seconds = int(when)
+    else:
+        raise TypeError(f"a schedule time is a datetime or Unix seconds, not {when!r}")
+    if seconds < 0:
+        raise ValueError("a schedule time is after 1970-01-01T00:00:00Z")
+    return seconds * _NS_PER_S
+
+
+def parse_address(address: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """``host:port``, ``[::1]:port``, ``:port`` (127.0.0.1) or ``host`` (default port)."""
+    text = address.strip()
+    match = _ADDRESS_RE.fullmatch(text)
+    if not match or not text:
+        raise ValueError(f"not an address (HOST:PORT): {address!r}")
+    host = match.group(1) or match.group(3) or DEFAULT_HOST
+    port_text = match.group(2) or match.group(4)
+    port = int(port_text) if port_text else default_port
+    if not 0 < port <= 65535:
+        raise ValueError(f"port out of range in {address!r}")
+    return host, port
+
+
+# ---------------------------------------------------------------------------------------
+# Calls: one request, how long its reply may take, and how to read the reply
+# ---------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Call(Generic[T]):
+    request: p.Request
+    #: seconds the server may legitimately take before replying, beyond ``timeout_s``
+    wait_s: float
+    convert: Callable[[p.Reply], T]
+
+
+def _malformed(reply: p.Reply) -> ConnectionLost:
+    return ConnectionLost(f"unexpected reply {type(reply).__name__}")
+
+
+def _ok(value: T) -> Callable[[p.Reply], T]:
+    def convert(reply: p.Reply) -> T:
+        if not isinstance(reply, p.Ok):
+            raise _malformed(reply)
+        return value
+
+    return convert
+
+
+def _to_job(reply: p.Reply) -> LeasedJob:
+    if not isinstance(reply, p.JobReply):
+        raise _malformed(reply)
+    return LeasedJob(p.format_id(reply.id), reply.name, reply.ttr_ms, reply.payload)
+
+
+def _to_result(reply: p.Reply) -> JobResult:
+    if not isinstance(reply, p.ResultReply):
+        raise _malformed(reply)
+    return JobResult(p.format_id(reply.id), reply.success, reply.result)
+
+
+def _records(reply: p.Reply) -> tuple[p.Record, ...]:
+    if not isinstance(reply, p.RecordsReply):
+        raise _malformed(reply)
+    return reply.records
+
+
+def _one(reply: p.Reply) -> p.Record:
+    records = _records(reply)
+    if len(records) != 1:
+        raise ConnectionLost(f"expected one record, got {len(records)}")
+    return records[0]
+
+
+def _to_server(reply: p.Reply) -> ServerInfo:
+    return _server_info(p.ServerInfo.from_record(_one(reply)))
+
+
+def _to_queue(reply: p.Reply) -> QueueInfo:
+    return _queue_info(p.QueueInfo.from_record(_one(reply)))
+
+
+def _to_queues(reply: p.Reply) -> list[QueueInfo]:
+    return [_queue_info(p.QueueInfo.from_record(r)) for r in _records(reply)]
+
+
+def _to_job_info(reply: p.Reply) -> JobInfo:
+    return _job_info(p.JobInfo.from_record(_one(reply)))
+
+
+def _to_job_infos(reply: p.Reply) -> list[JobInfo]:
+    return [_job_info(p.JobInfo.from_record(r)) for r in _records(reply)]
+
+
+def _ms(value: int) -> float:
+    return max(value, 0) / 1000
+
+
+class _Calls:
+    """Builds each method's call; shared by ``Client`` and ``AsyncClient``."""
+
+    @staticmethod
+    def add(
+        name: str,
+        payload: Data,
+        ttr_ms: int,
+        ttl_ms: int,
+        priority: int,
+        max_attempts: int,
+        max_fails: int,
+        job_id: JobId | None,
+    ) -> _Call[str]:
+        raw = _new_id(job_id)
+        request = p.Add(
+            raw,
+            _name(name),
+            _int(ttr_ms, "ttr_ms"),
+            _int(ttl_ms, "ttl_ms"),
+            _data(payload),
+            _int(priority, "priority"),
+            _int(max_attempts, "max_attempts"),
+            _int(max_fails, "max_fails"),
+        )
+        return _Call(request, 0.0, _ok(p.format_id(raw)))
+
+    @staticmethod
+    def schedule(
+        name: str,
+        when: When,
+        payload: Data,
+        ttr_ms: int,
+        ttl_ms: int,
+        priority: int,
+        max_attempts: int,
+        max_fails: int,
+        job_id: JobId | None,
+    ) -> _Call[str]:
+        raw = _new_id(job_id)
+        request = p.Schedule(
+            raw,
+            _name(name),
+            _int(ttr_ms, "ttr_ms"),
+            _int(ttl_ms, "ttl_ms"),
+            _data(payload),
+            _time_ns(when),
+            _int(priority, "priority"),
+            _int(max_attempts, "max_attempts"),
+            _int(max_fails, "max_fails"),
+        )
+        return _Call(request, 0.0, _ok(p.format_id(raw)))
+
+    @staticmethod
+    def run(
+        name: str,
+        payload: Data,
+        ttr_ms: int,
+        wait_timeout_ms: int,
+        priority: int,
+        job_id: JobId | None,
+    ) -> _Call[JobResult]:
+        request = p.Run(
+            _new_id(job_id),
+            _name(name),
+            _int(ttr_ms, "ttr_ms"),
+            _int(wait_timeout_ms, "wait_timeout_ms"),
+            _data(payload),
+            _int(priority, "priority"),
+        )
+        return _Call(request, _ms(wait_timeout_ms) + _ms(ttr_ms), _to_result)
+
+    @staticmethod
+    def result(job_id: JobId, wait_timeout_ms: int) -> _Call[JobResult]:
+        request = p.Result(_id_bytes(job_id), _int(wait_timeout_ms, "wait_timeout_ms"))
+        return _Call(request, _ms(wait_timeout_ms), _to_result)
+
+    @staticmethod
+    def lease(names: Sequence[str], wait_timeout_ms: int) -> _Call[LeasedJob]:
+        if not names:
+            raise ValueError("lease needs at least one queue name")
+        request = p.Lease(
+            tuple(_name(n) for n in names), _int(wait_timeout_ms, "wait_timeout_ms")
+        )
+        return _Call(request, _ms(wait_timeout_ms), _to_job)
+
+    @staticmethod
+    def complete(job_id: JobId, result: Data) -> _Call[None]:
+        return _Call(p.Complete(_id_bytes(job_id), _data(result, "result")), 0.0, _ok(None))
+
+    @staticmethod
+    def fail(job_id: JobId, result: Data) -> _Call[None]:
+        return _Call(p.Fail(_id_bytes(job_id), _data(result, "result")), 0.0, _ok(None))
+
+    @staticmethod
+    def delete(job_id: JobId) -> _Call[None]:
+        return _Call(p.Delete(_id_bytes(job_id)), 0.0, _ok(None))
+
+    @staticmethod
+    def inspect_server() -> _Call[ServerInfo]:
+        return _Call(p.InspectServer(), 0.0, _to_server)
+
+    @staticmethod
+    def inspect_queues(offset: int, limit: int) -> _Call[list[QueueInfo]]:
+        request = p.InspectQueues(_int(offset, "offset"), _int(limit, "limit"))
+        return _Call(request, 0.0, _to_queues)
+
+    @staticmethod
+    def inspect_queue(name: str) -> _Call[QueueInfo]:
+        return _Call(p.InspectQueue(_name(name)), 0.0, _to_queue)
+
+    @staticmethod
+    def inspect_jobs(name: str, offset: int, limit: int) -> _Call[list[JobInfo]]:
+        request = p.InspectJobs(_name(name), _int(offset, "offset"), _int(limit, "limit"))
+        return _Call(request, 0.0, _to_job_infos)
+
+    @staticmethod
+    def inspect_scheduled_jobs(name: str, offset: int, limit: int) -> _Call[list[JobInfo]]:
+        request = p.InspectScheduledJobs(
+            _name(name), _int(offset, "offset"), _int(limit, "limit")
+        )
+        return _Call(request, 0.0, _to_job_infos)
+
+    @staticmethod
+    def inspect_job(job_id: JobId) -> _Call[JobInfo]:
+        return _Call(p.InspectJob(_id_bytes(job_id)), 0.0, _to_job_info)
+
+
+def _finish(call: _Call[T], reply: p.Reply) -> T:
+    """The call's value, or the error reply raised as its exception."""
+    if isinstance(reply, p.Error):
+        raise _error_from_reply(reply)
+    return call.convert(reply)
+
+
+def _readable_now(fileno: int) -> bool:
+    """True if the socket has bytes or an EOF/error waiting (never blocks)."""
+    try:
+        if hasattr(select, "poll"):  # any fd number, unlike select()
+            poller = select.poll()
+            poller.register(fileno, select.POLLIN | select.POLLPRI)
+            return bool(poller.poll(0))  # POLLHUP and POLLERR are always reported
+        readable, _, errored = select.select([fileno], [], [fileno], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable or errored)
+
+
+# ---------------------------------------------------------------------------------------
+# Client: blocking sockets
+# ---------------------------------------------------------------------------------------
+
+
+class _SyncConn:
+    __slots__ = ("parser", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.parser = p.ReplyParser()
+
+
+def _close_socket(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class Client:
+    """A blocking jobq/workq client over one persistent TCP connection (see module doc).
+
+    :param host: the server's host name or address
+    :param port: the server's port (workq's default 9922)
+    :param timeout_s: the longest wait to connect and for each reply, in seconds; blocking
+        commands add their own wait-timeout to it
+    """
+
+    def __init__(
+        self,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.host = host
+        self.port = port
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._conn: _SyncConn | None = None
+
+    @classmethod
+    def from_address(cls, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Client:
+        """A client for ``"host:port"`` (also ``"[::1]:9922"``, ``":9922"``, ``"host"``)."""
+        host, port = parse_address(address)
+        return cls(host, port, timeout_s=timeout_s)
+
+    def __repr__(self) -> str:
+        return f"Client({self.host!r}, {self.port}, timeout_s={self.timeout_s})"
+
+    # -- lifecycle
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection. A request blocked in another thread raises ConnectionLost."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            _close_socket(conn.sock)
+
+    @property
+    def connected(self) -> bool:
+        """True while a connection is open (it may still have been closed by the server)."""
+        return self._conn is not None
+
+    # -- the request cycle
+
+    def _drop(self, conn: _SyncConn) -> None:
+        if self._conn is conn:
+            self._conn = None
+        _close_socket(conn.sock)
+
+    def _connect(self) -> _SyncConn:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+        except OSError as exc:
+            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _SyncConn(sock)
+        self._conn = conn
+        return conn
+
+    def _usable_conn(self) -> _SyncConn:
+        conn = self._conn
+        # No request is outstanding, so anything readable (EOF, reset, stray bytes) means
+        # the server has dropped the connection: nothing was sent on it, reconnect once.
+        if conn is not None and _readable_now(conn.sock.fileno()):
+            self._drop(conn)
+            conn = None
+        return conn if conn is not None else self._connect()
+
+    def _call(self, call: _Call[T]) -> T:
+        with self._lock:
+            conn = self._usable_conn()
+            try:
+                reply = self._exchange(conn, call)
+                return _finish(call, reply)
+            except ConnectionLost:
+                self._drop(conn)
+                raise
+            except p.MalformedReplyError as exc:
+                self._drop(conn)
+                raise ConnectionLost(f"malformed reply: {exc}") from exc
+            except JobqError:
+                raise
+            except BaseException:
+                # interrupted mid-request (KeyboardInterrupt, a bug): the stream's position
+                # is unknown, so the connection cannot carry another request
+                self._drop(conn)
+                raise
+
+    def _exchange(self, conn: _SyncConn, call: _Call[T]) -> p.Reply:
+        sock, parser = conn.sock, conn.parser
+        sock.settimeout(self.timeout_s)
+        try:
+            sock.sendall(call.request.to_bytes())
+        except TimeoutError as exc:
+            raise ReplyTimeout(f"sending to {self.host}:{self.port} timed out") from exc
+        except OSError as exc:
+            raise ConnectionLost(f"connection to {self.host}:{self.port} lost: {exc}") from exc
+        parser.expect(call.request)
+        deadline = _time.monotonic() + self.timeout_s + call.wait_s
+        while True:
+            reply = parser.next_reply()
+            if reply is not None:
+                break
+            remaining = deadline - _time.monotonic()
+            if remaining <= 0:
+                raise ReplyTimeout(f"no reply from {self.host}:{self.port} in time")
+            sock.settimeout(remaining)
+            try:
+                chunk = sock.recv(_RECV_BYTES)
+            except TimeoutError as exc:
+                raise ReplyTimeout(f"no reply from {self.host}:{self.port} in time") from exc
+            except OSError as exc:
+                raise ConnectionLost(f"connection to {self.host}:{self.port} lost: {exc}") from exc
+            if not chunk:
+                raise ConnectionLost(f"{self.host}:{self.port} closed the connection")
+            parser.feed(chunk)
+        try:
+            parser.next_reply()  # raises RuntimeError if bytes follow the reply
+        except RuntimeError:
+            # more than one reply's worth of bytes: keep this reply, not the connection
+            self._drop(conn)
+        return reply
+
+    # -- producer commands
+
+    def add(
+        self,
+        name: str,
+        payload: Data = b"",
+        *,
+        ttr_ms: int = DEFAULT_TTR_MS,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        priority: int = 0,
+        max_attempts: int = 0,
+        max_fails: int = 0,
+        id: JobId | None = None,
+    ) -> str:
+        """Queue a job on ``name``; returns its id (a new uuid4 unless ``id`` is given)."""
+        return self._call(
+            _Calls.add(name, payload, ttr_ms, ttl_ms, priority, max_attempts, max_fails, id)
+        )
+
+    def schedule(
+        self,
+        name: str,
+        time: When,
+        payload: Data = b"",
+        *,
+        ttr_ms: int = DEFAULT_TTR_MS,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        priority: int = 0,
+        max_attempts: int = 0,
+        max_fails: int = 0,
+        id: JobId | None = None,
+    ) -> str:
+        """Queue a job that becomes leasable at ``time`` (a datetime, naive meaning UTC, or
+        Unix seconds; whole seconds only). TTL counts from ``time``. Returns the job id."""
+        return self._call(
+            _Calls.schedule(
+                name, time, payload, ttr_ms, ttl_ms, priority, max_attempts, max_fails, id
+            )
+        )
+
+    def run(
+        self,
+        name: str,
+        payload: Data = b"",
+        *,
+        ttr_ms: int,
+        wait_timeout_ms: int,
+        priority: int = 0,
+        id: JobId | None = None,
+    ) -> JobResult:
+        """Queue a job and wait for a worker to finish it. Raises JobTimeout if no worker
+        leases it within ``wait_timeout_ms`` or the worker's TTR runs out."""
+        return self._call(_Calls.run(name, payload, ttr_ms, wait_timeout_ms, priority, id))
+
+    def result(self, id: JobId, *, wait_timeout_ms: int = 0) -> JobResult:
+        """A job's result, waiting up to ``wait_timeout_ms`` for it to finish (JobTimeout
+        if it does not; NotFound for an unknown id)."""
+        return self._call(_Calls.result(id, wait_timeout_ms))
+
+    # -- worker commands
+
+    def lease(self, *names: str, wait_timeout_ms: int = DEFAULT_LEASE_WAIT_MS) -> LeasedJob:
+        """Lease the best job of the named queues, waiting up to ``wait_timeout_ms``
+        (JobTimeout if none comes)."""
+        return self._call(_Calls.lease(names, wait_timeout_ms))
+
+    def complete(self, id: JobId, result: Data = b"") -> None:
+        """Finish a leased job successfully."""
+        self._call(_Calls.complete(id, result))
+
+    def fail(self, id: JobId, result: Data = b"") -> None:
+        """Finish a leased job as failed (it is retried while ``max_fails`` allows)."""
+        self._call(_Calls.fail(id, result))
+
+    # -- administration
+
+    def delete(self, id: JobId) -> None:
+        """Delete a job whatever its state (NotFound for an unknown id)."""
+        self._call(_Calls.delete(id))
+
+    def inspect_server(self) -> ServerInfo:
+        return self._call(_Calls.inspect_server())
+
+    def inspect_queues(self, offset: int = 0, limit: int = 100) -> list[QueueInfo]:
+        """Queues by name, from ``offset``; ``limit`` is at most 100."""
+        return self._call(_Calls.inspect_queues(offset, limit))
+
+    def inspect_queue(self, name: str) -> QueueInfo:
+        return self._call(_Calls.inspect_queue(name))
+
+    def inspect_jobs(self, name: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
+        """The ready and leased jobs of queue ``name``."""
+        return self._call(_Calls.inspect_jobs(name, offset, limit))
+
+    def inspect_scheduled_jobs(
+        self, name: str, offset: int = 0, limit: int = 100
+    ) -> list[JobInfo]:
+        """The jobs of queue ``name`` waiting for their scheduled time."""
+        return self._call(_Calls.inspect_scheduled_jobs(name, offset, limit))
+
+    def inspect_job(self, id: JobId) -> JobInfo:
+        """One job (NotFound for an unknown id)."""
+        return self._call(_Calls.inspect_job(id))
+
+
+# ---------------------------------------------------------------------------------------
+# AsyncClient: asyncio streams
+# ---------------------------------------------------------------------------------------
+
+
+class _AsyncConn:
+    __slots__ = ("parser", "reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.parser = p.ReplyParser()
+
+    def stale(self) -> bool:
+        """True if the server closed the idle connection (or sent bytes nobody asked for)."""
+        if self.writer.is_closing() or self.reader.at_eof() or self.reader.exception():
+            return True
+        sock = self.writer.get_extra_info("socket")
+        if sock is None:
+            return False
+        # bytes or an EOF the event loop has not read yet
+        return _readable_now(sock.fileno())
+
+    def abort(self) -> None:
+        transport = self.writer.transport
+        with contextlib.suppress(Exception):
+            transport.abort()
+
+
+class AsyncClient:
+    """The asyncio twin of :class:`Client`: the same methods, as coroutines.
+
+    Requests of concurrent tasks sharing a client run one at a time. A request cancelled
+    while waiting for its reply closes the connection (the next request reconnects).
+    """
+
+    def __init__(
+        self,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.host = host
+        self.port = port
+        self.timeout_s = timeout_s
+        self._lock = asyncio.Lock()
+        self._conn: _AsyncConn | None = None
+
+    @classmethod
+    def from_address(cls, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> AsyncClient:
+        """A client for ``"host:port"`` (also ``"[::1]:9922"``, ``":9922"``, ``"host"``)."""
+        host, port = parse_address(address)
+        return cls(host, port, timeout_s=timeout_s)
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self.host!r}, {self.port}, timeout_s={self.timeout_s})"
+
+    # -- lifecycle
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection; a closed client reconnects if used again."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.writer.close()
+            with contextlib.suppress(Exception):
+                await conn.writer.wait_closed()
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    # -- the request cycle
+
+    def _drop(self, conn: _AsyncConn) -> None:
+        if self._conn is conn:
+            self._conn = None
+        conn.abort()
+
+    async def _connect(self) -> _AsyncConn:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        conn = _AsyncConn(reader, writer)
+        self._conn = conn
+        return conn
+
+    async def _usable_conn(self) -> _AsyncConn:
+        conn = self._conn
+        if conn is not None and conn.stale():
+            self._drop(conn)
+            conn = None
+        return conn if conn is not None else await self._connect()
+
+    async def _call(self, call: _Call[T]) -> T:
+        async with self._lock:
+            conn = await self._usable_conn()
+            try:
+                reply = await self._exchange(conn, call)
+                return _finish(call, reply)
+            except ConnectionLost:
+                self._drop(conn)
+                raise
+            except p.MalformedReplyError as exc:
+                self._drop(conn)
+                raise ConnectionLost(f"malformed reply: {exc}") from exc
+            except JobqError:
+                raise
+            except BaseException:
+                # cancelled or interrupted mid-request: the connection is out of step
+                self._drop(conn)
+                raise
+
+    async def _exchange(self, conn: _AsyncConn, call: _Call[T]) -> p.Reply:
+        parser = conn.parser
+        loop = asyncio.get_running_loop()
+        where = f"{self.host}:{self.port}"
+        try:
+            conn.writer.write(call.request.to_bytes())
+            async with asyncio.timeout(self.timeout_s):
+                await conn.writer.drain()
+        except TimeoutError as exc:
+            raise ReplyTimeout(f"sending to {where} timed out") from exc
+        except OSError as exc:
+            raise ConnectionLost(f"connection to {where} lost: {exc}") from exc
+        parser.expect(call.request)
+        deadline = loop.time() + self.timeout_s + call.wait_s
+        while True:
+            reply = parser.next_reply()
+            if reply is not None:
+                break
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await conn.reader.read(_RECV_BYTES)
+            except TimeoutError as exc:
+                raise ReplyTimeout(f"no reply from {where} in time") from exc
+            except OSError as exc:
+                raise ConnectionLost(f"connection to {where} lost: {exc}") from exc
+            if not chunk:
+                raise ConnectionLost(f"{where} closed the connection")
+            parser.feed(chunk)
+        try:
+            parser.next_reply()  # raises RuntimeError if bytes follow the reply
+        except RuntimeError:
+            self._drop(conn)
+        return reply
+
+    # -- producer commands
+
+    async def add(
+        self,
+        name: str,
+        payload: Data = b"",
+        *,
+        ttr_ms: int = DEFAULT_TTR_MS,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        priority: int = 0,
+        max_attempts: int = 0,
+        max_fails: int = 0,
+        id: JobId | None = None,
+    ) -> str:
+        """See :meth:`Client.add`."""
+        return await self._call(
+            _Calls.add(name, payload, ttr_ms, ttl_ms, priority, max_attempts, max_fails, id)
+        )
+
+    async def schedule(
+        self,
+        name: str,
+        time: When,
+        payload: Data = b"",
+        *,
+        ttr_ms: int = DEFAULT_TTR_MS,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        priority: int = 0,
+        max_attempts: int = 0,
+        max_fails: int = 0,
+        id: JobId | None = None,
+    ) -> str:
+        """See :meth:`Client.schedule`."""
+        return await self._call(
+            _Calls.schedule(
+                name, time, payload, ttr_ms, ttl_ms, priority, max_attempts, max_fails, id
+            )
+        )
+
+    async def run(
+        self,
+        name: str,
+        payload: Data = b"",
+        *,
+        ttr_ms: int,
+        wait_timeout_ms: int,
+        priority: int = 0,
+        id: JobId | None = None,
+    ) -> JobResult:
+        """See :meth:`Client.run`."""
+        return await self._call(_Calls.run(name, payload, ttr_ms, wait_timeout_ms, priority, id))
+
+    async def result(self, id: JobId, *, wait_timeout_ms: int = 0) -> JobResult:
+        """See :meth:`Client.result`."""
+        return await self._call(_Calls.result(id, wait_timeout_ms))
+
+    # -- worker commands
+
+    async def lease(
+        self, *names: str, wait_timeout_ms: int = DEFAULT_LEASE_WAIT_MS
+    ) -> LeasedJob:
+        """See :meth:`Client.lease`."""
+        return await self._call(_Calls.lease(names, wait_timeout_ms))
+
+    async def complete(self, id: JobId, result: Data = b"") -> None:
+        await self._call(_Calls.complete(id, result))
+
+    async def fail(self, id: JobId, result: Data = b"") -> None:
+        await self._call(_Calls.fail(id, result))
+
+    # -- administration
+
+    async def delete(self, id: JobId) -> None:
+        await self._call(_Calls.delete(id))
+
+    async def inspect_server(self) -> ServerInfo:
+        return await self._call(_Calls.inspect_server())
+
+    async def inspect_queues(self, offset: int = 0, limit: int = 100) -> list[QueueInfo]:
+        return await self._call(_Calls.inspect_queues(offset, limit))
+
+    async def inspect_queue(self, name: str) -> QueueInfo:
+        return await self._call(_Calls.inspect_queue(name))
+
+    async def inspect_jobs(self, name: str, offset: int = 0, limit: int = 100) -> list[JobInfo]:
+        return await self._call(_Calls.inspect_jobs(name, offset, limit))
+
+    async def inspect_scheduled_jobs(
+        self, name: str, offset: int = 0, limit: int = 100
+    ) -> list[JobInfo]:
+        return await self._call(_Calls.inspect_scheduled_jobs(name, offset, limit))
+
+    async def inspect_job(self, id: JobId) -> JobInfo:
+        return await self._call(_Calls.inspect_job(id))
