@@ -1,27 +1,41 @@
-"""The ``jobq`` command line: one group, each subcommand group in the module that owns it.
+"""The ``jobq`` command line: one group, each subcommand in the module that owns it.
 
-Exit codes: 0 ok, 1 failure, 2 usage (bad input: a one-line message, nothing changed).
+Subcommands are imported only when run, so ``jobq server`` starts without loading the
+others. Exit codes: 0 ok, 1 failure, 2 usage (bad input: a one-line message, nothing changed).
 """
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from jobq import __version__
 
+#: command name -> "module:attribute" of its click command
+SUBCOMMANDS: dict[str, str] = {
+    "server": "jobq.server.cli:server_command",
+    "log": "jobq.logtool:log_group",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="jobq")
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = SUBCOMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, attribute = target.split(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="jobq", package_name="jobq")
 def main() -> None:
     """jobq: a durable job server and scheduler for Spark data pipelines."""
-
-
-def _register() -> None:
-    from jobq.logtool import log_group
-    from jobq.server.cli import server_command
-
-    main.add_command(log_group)
-    main.add_command(server_command)
-
-
-_register()

@@ -110,8 +110,10 @@ def test_replay_after_crash_equals_acknowledged_state(batches, data) -> None:
     crash_at = data.draw(st.integers(0, len(snapshots) - 1))
     n_logged, crash_ns, expected = snapshots[crash_at]
     replayed = Engine()
+    replayed.begin_replay()
     for command, logged_ns in log[:n_logged]:
         replayed.replay(command, logged_ns=logged_ns, now_ns=crash_ns)
+    replayed.end_replay()
     # the server ticks once after replay; whatever was due was logged before the crash
     replayed.tick(crash_ns)
     assert replayed.drain()[0] == []

@@ -9,23 +9,23 @@ bytes of the UUID, times are Go binary times.
 * 3 complete, 4 fail (:class:`CompleteJob`, :class:`FailJob`): ID, RESULT_LEN, RESULT
 * 5 delete, 6 expire, 7 start-attempt, 8 timeout-attempt (:class:`DeleteJob`, ...): ID
 
-Types 16 and up are jobq's extensions: the type byte, then a MessagePack map (see
-``extensions.py``); readers ignore keys they do not know.
+Types 16 and up are jobq's extensions: the type byte, then a MessagePack map; readers
+ignore keys they do not know.
+
+Commands are treated as immutable values. They are plain slotted dataclasses rather than
+frozen ones because replay builds one per record and a frozen ``__init__`` costs several
+times more.
 """
 
 from __future__ import annotations
 
+import re
+import struct
 from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
 
-from jobq.cmdlog.gotime import TIME_LEN, ZERO_TIME_NS, TimeFormatError, decode_time, encode_time
-from jobq.cmdlog.varint import (
-    VarintError,
-    decode_uvarint,
-    decode_varint,
-    encode_uvarint,
-    encode_varint,
-)
+from jobq.cmdlog.gotime import TIME_LEN, ZERO_TIME_NS, encode_time
+from jobq.cmdlog.varint import encode_uvarint, encode_varint
 
 #: length of a raw job id (UUID), in bytes
 ID_LEN = 16
@@ -35,7 +35,7 @@ class CommandDecodeError(ValueError):
     """A record payload that is not a valid command."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True)
 class _NewJob:
     id: bytes
     name: str
@@ -45,73 +45,72 @@ class _NewJob:
     max_attempts: int
     max_fails: int
     payload: bytes
-    #: when the job becomes leasable; Go's zero time for ``add``
-    time_ns: int
     created_ns: int
+    #: when the job becomes leasable; Go's zero time for ``add``
+    time_ns: int = ZERO_TIME_NS
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True)
 class AddJob(_NewJob):
     """``add``: a job leasable at once (type 1)."""
 
     TYPE: ClassVar[int] = 1
-    time_ns: int = ZERO_TIME_NS
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True)
 class ScheduleJob(_NewJob):
     """``schedule``: a job leasable from ``time_ns`` on (type 2)."""
 
     TYPE: ClassVar[int] = 2
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Finish:
     id: bytes
     result: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CompleteJob(_Finish):
     """``complete``: the worker finished the job with a result (type 3)."""
 
     TYPE: ClassVar[int] = 3
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FailJob(_Finish):
     """``fail``: the worker failed the attempt with a result (type 4)."""
 
     TYPE: ClassVar[int] = 4
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _IdOnly:
     id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeleteJob(_IdOnly):
     """``delete``: a client removed the job (type 5)."""
 
     TYPE: ClassVar[int] = 5
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExpireJob(_IdOnly):
     """``expire``: the job's TTL passed (type 6)."""
 
     TYPE: ClassVar[int] = 6
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StartAttempt(_IdOnly):
     """``start-attempt``: a lease started an attempt (type 7)."""
 
     TYPE: ClassVar[int] = 7
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TimeoutAttempt(_IdOnly):
     """``timeout-attempt``: an attempt's TTR passed without complete or fail (type 8)."""
 
@@ -176,66 +175,135 @@ def encode_workq_command(command: WorkqCommand) -> bytes:
     return bytes((command.TYPE,)) + command.id
 
 
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A uvarint at ``pos`` (the single-byte case is inlined by the caller)."""
+    result = 0
+    shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise CommandDecodeError("truncated uvarint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if result >> 64:
+                raise CommandDecodeError("uvarint overflows 64 bits")
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CommandDecodeError("uvarint overflows 64 bits")
+
+
+def _decode_block(block: bytes) -> tuple[int, int, int, int, int]:
+    values = []
+    pos = 0
+    for _ in range(5):
+        value, pos = _uvarint(block, pos)
+        values.append(value)
+    ttr_ms, ttl_ms, zigzag, max_attempts, max_fails = values
+    priority = ~(zigzag >> 1) if zigzag & 1 else zigzag >> 1
+    return ttr_ms, ttl_ms, priority, max_attempts, max_fails
+
+
+_TIMES = struct.Struct(">BqiHBqiH")
+#: the five varints after the name (ttr, ttl, priority, max-attempts, max-fails): a
+#: producer's jobs usually share them byte for byte, so replay decodes each block once
+_FIVE_VARINTS = re.compile(rb"(?:[\x80-\xff]{0,9}[\x00-\x7f]){5}", re.S)
+_BLOCK_CACHE: dict[bytes, tuple[int, int, int, int, int]] = {}
+_NAME_CACHE: dict[bytes, str] = {}
+#: bound on each cache, in entries
+_CACHE_LIMIT = 4096
+_GO_UNIX_OFFSET_NS = 62135596800 * 1_000_000_000
+
+
 def decode_workq_command(payload: bytes | memoryview) -> WorkqCommand:
-    """Decode a record payload of types 1-8; raise :class:`CommandDecodeError` if malformed."""
-    buf = memoryview(payload)
-    if len(buf) < 1 + ID_LEN:
-        raise CommandDecodeError(f"payload too short for a command: {len(buf)} bytes")
+    """Decode a record payload of types 1-8; raise :class:`CommandDecodeError` if malformed.
+
+    Replay runs this once per record, so it is written for speed: single-byte varints are
+    read inline and the two trailing times are unpacked together.
+    """
+    buf = payload if type(payload) is bytes else bytes(payload)
+    end = len(buf)
+    if end < 1 + ID_LEN:
+        raise CommandDecodeError(f"payload too short for a command: {end} bytes")
     cmd_type = buf[0]
-    job_id = bytes(buf[1 : 1 + ID_LEN])
-    pos = 1 + ID_LEN
-    command: WorkqCommand
-    try:
-        if cmd_type in (AddJob.TYPE, ScheduleJob.TYPE):
-            name_len, pos = decode_uvarint(buf, pos)
-            name_bytes = bytes(buf[pos : pos + name_len])
-            if len(name_bytes) != name_len:
-                raise CommandDecodeError("truncated name")
-            pos += name_len
-            ttr_ms, pos = decode_uvarint(buf, pos)
-            ttl_ms, pos = decode_uvarint(buf, pos)
-            priority, pos = decode_varint(buf, pos)
-            max_attempts, pos = decode_uvarint(buf, pos)
-            max_fails, pos = decode_uvarint(buf, pos)
-            payload_len, pos = decode_uvarint(buf, pos)
-            job_payload = bytes(buf[pos : pos + payload_len])
-            if len(job_payload) != payload_len:
-                raise CommandDecodeError("truncated job payload")
-            pos += payload_len
-            time_ns = decode_time(buf, pos)
-            created_ns = decode_time(buf, pos + TIME_LEN)
-            pos += 2 * TIME_LEN
-            try:
-                name = name_bytes.decode("ascii")
-            except UnicodeDecodeError as exc:
-                raise CommandDecodeError("job name is not ASCII") from exc
-            cls = AddJob if cmd_type == AddJob.TYPE else ScheduleJob
-            command = cls(
-                id=job_id,
-                name=name,
-                ttr_ms=ttr_ms,
-                ttl_ms=ttl_ms,
-                priority=priority,
-                max_attempts=max_attempts,
-                max_fails=max_fails,
-                payload=job_payload,
-                time_ns=time_ns,
-                created_ns=created_ns,
-            )
-        elif cmd_type in (CompleteJob.TYPE, FailJob.TYPE):
-            result_len, pos = decode_uvarint(buf, pos)
-            result = bytes(buf[pos : pos + result_len])
-            if len(result) != result_len:
-                raise CommandDecodeError("truncated result")
-            pos += result_len
-            finish_cls = CompleteJob if cmd_type == CompleteJob.TYPE else FailJob
-            command = finish_cls(id=job_id, result=result)
-        elif cmd_type in _ID_ONLY:
-            command = _ID_ONLY[cmd_type](id=job_id)
+    job_id = buf[1:17]
+    if cmd_type == 1 or cmd_type == 2:
+        pos = 17
+        n = buf[pos] if pos < end else 0x80
+        if n < 0x80:
+            name_len, pos = n, pos + 1
         else:
-            raise CommandDecodeError(f"unknown command type {cmd_type}")
-    except (VarintError, TimeFormatError) as exc:
-        raise CommandDecodeError(str(exc)) from exc
-    if pos != len(buf):
-        raise CommandDecodeError(f"{len(buf) - pos} bytes left over after the command")
-    return command
+            name_len, pos = _uvarint(buf, pos)
+        name_end = pos + name_len
+        if name_end > end:
+            raise CommandDecodeError("truncated name")
+        name_bytes = buf[pos:name_end]
+        pos = name_end
+        match = _FIVE_VARINTS.match(buf, pos)
+        if match is None:
+            raise CommandDecodeError("truncated or overlong varint")
+        block = match.group()
+        values = _BLOCK_CACHE.get(block)
+        if values is None:
+            values = _decode_block(block)
+            if len(_BLOCK_CACHE) < _CACHE_LIMIT:
+                _BLOCK_CACHE[block] = values
+        ttr_ms, ttl_ms, priority, max_attempts, max_fails = values
+        pos = match.end()
+        n = buf[pos] if pos < end else 0x80
+        if n < 0x80:
+            payload_len, pos = n, pos + 1
+        else:
+            payload_len, pos = _uvarint(buf, pos)
+        payload_end = pos + payload_len
+        if payload_end + 2 * TIME_LEN != end:
+            if payload_end + 2 * TIME_LEN > end:
+                raise CommandDecodeError("truncated job payload or times")
+            raise CommandDecodeError(f"{end - payload_end - 2 * TIME_LEN} bytes left over")
+        job_payload = buf[pos:payload_end]
+        v1, time_s, time_n, _z1, v2, created_s, created_n, _z2 = _TIMES.unpack_from(
+            buf, payload_end
+        )
+        if v1 != 1 or v2 != 1:
+            raise CommandDecodeError("unknown time layout version")
+        if not (0 <= time_n < 1_000_000_000 and 0 <= created_n < 1_000_000_000):
+            raise CommandDecodeError("nanoseconds out of range")
+        name = _NAME_CACHE.get(name_bytes)
+        if name is None:
+            if not name_bytes.isascii():
+                raise CommandDecodeError("job name is not ASCII")
+            name = name_bytes.decode("ascii")
+            if len(_NAME_CACHE) < _CACHE_LIMIT:
+                _NAME_CACHE[name_bytes] = name
+        return (AddJob if cmd_type == 1 else ScheduleJob)(
+            job_id,
+            name,
+            ttr_ms,
+            ttl_ms,
+            priority,
+            max_attempts,
+            max_fails,
+            job_payload,
+            created_s * 1_000_000_000 + created_n - _GO_UNIX_OFFSET_NS,
+            time_s * 1_000_000_000 + time_n - _GO_UNIX_OFFSET_NS,
+        )
+    if cmd_type == 3 or cmd_type == 4:
+        n = buf[17] if end > 17 else 0x80
+        if n < 0x80:
+            result_len, pos = n, 18
+        else:
+            result_len, pos = _uvarint(buf, 17)
+        if pos + result_len != end:
+            if pos + result_len > end:
+                raise CommandDecodeError("truncated result")
+            raise CommandDecodeError(f"{end - pos - result_len} bytes left over")
+        result = buf[pos:end]
+        return CompleteJob(job_id, result) if cmd_type == 3 else FailJob(job_id, result)
+    id_only = _ID_ONLY.get(cmd_type)
+    if id_only is None:
+        raise CommandDecodeError(f"unknown command type {cmd_type}")
+    if end != 1 + ID_LEN:
+        raise CommandDecodeError(f"{end - 1 - ID_LEN} bytes left over after the command")
+    return id_only(job_id)

@@ -33,17 +33,28 @@ Entry = tuple[int, int, DeadlineKind, Job | Waiter]
 class Deadlines:
     """A min-heap of deadlines with lazy invalidation."""
 
-    __slots__ = ("_heap", "_seq")
+    __slots__ = ("_heap", "_seq", "bulk")
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
         self._seq = itertools.count(1)
+        #: while set (during replay), entries are appended unordered; :meth:`end_bulk` orders
+        #: them once, which costs O(n) instead of O(n log n)
+        self.bulk = False
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def push(self, deadline_ns: int, kind: DeadlineKind, subject: Job | Waiter) -> None:
-        heapq.heappush(self._heap, (deadline_ns, next(self._seq), kind, subject))
+        entry = (deadline_ns, next(self._seq), kind, subject)
+        if self.bulk:
+            self._heap.append(entry)
+        else:
+            heapq.heappush(self._heap, entry)
+
+    def end_bulk(self) -> None:
+        self.bulk = False
+        heapq.heapify(self._heap)
 
     def next_ns(self) -> int | None:
         """The earliest deadline, possibly stale (waking early is harmless)."""

@@ -62,6 +62,7 @@ class Engine:
         self._waiters: dict[int, Waiter] = {}
         self._journal: dict[bytes, Job | None] | None = None
         self._journal_evicted = 0
+        self._replaying = False
 
     # ------------------------------------------------------------------ transactions
 
@@ -352,32 +353,53 @@ class Engine:
 
     # ------------------------------------------------------------------ replay
 
+    def begin_replay(self) -> None:
+        """Start replaying: structures fill unordered until :meth:`end_replay`."""
+        self._replaying = True
+        self._deadlines.bulk = True
+
+    def end_replay(self) -> None:
+        """Order what replay filled in; the engine is then ready for live operation."""
+        self._replaying = False
+        self._deadlines.end_bulk()
+        for queue in self.queues.values():
+            queue.order()
+        self._offer_names.clear()
+
     def replay(self, command: Command, *, logged_ns: int, now_ns: int) -> None:
-        """Apply a logged command during start-up.
+        """Apply a logged command during start-up (between :meth:`begin_replay` and
+        :meth:`end_replay`, or alone).
 
         Like workq, a job whose TTL has passed by ``now_ns`` is skipped; commands for jobs
-        that do not exist are ignored (their job was skipped, or its records were cleaned).
+        that do not exist are ignored (their job was skipped, or its records were cleaned),
+        and so are commands that do not fit the job's state (a duplicate record).
         """
-        if isinstance(command, AddJob | ScheduleJob):
+        kind = type(command)
+        if kind is AddJob or kind is ScheduleJob:
+            assert isinstance(command, AddJob | ScheduleJob)
             if command.id in self.jobs:
                 return
-            base = command.time_ns if isinstance(command, ScheduleJob) else command.created_ns
+            base = command.time_ns if kind is ScheduleJob else command.created_ns
             if base + command.ttl_ms * _NS_PER_MS <= now_ns:
                 return
         else:
             job = self.jobs.get(command.id)
             if job is None:
                 return
-            if isinstance(command, CompleteJob | FailJob) and job.status.finished:
-                return
-            if isinstance(command, StartAttempt) and job.status is not Status.PENDING:
-                return
-            if isinstance(command, TimeoutAttempt) and job.status is not Status.RUNNING:
+            status = job.status
+            if kind is StartAttempt:
+                if status is not Status.PENDING:
+                    return
+            elif kind is TimeoutAttempt:
+                if status is not Status.RUNNING:
+                    return
+            elif (kind is CompleteJob or kind is FailJob) and status.finished:
                 return
         self._apply(command, logged_ns)
-        self._commands.clear()
-        self._wakeups.clear()
-        self._offer_names.clear()
+        if self._commands:
+            self._commands.clear()
+        if self._wakeups:
+            self._wakeups.clear()
 
     def record_is_live(self, job_id: bytes, logged_ns: int) -> bool:
         """Whether replay still needs a record of ``job_id`` logged at ``logged_ns``: its job
@@ -551,8 +573,9 @@ class Engine:
                 self._deadlines.push(job.time_ns, DeadlineKind.READY, job)
             else:
                 self._seq += 1
-                queue.push_ready(job, self._seq)
-                self._offer_names.add(job.name)
+                queue.push_ready(job, self._seq, bulk=self._replaying)
+                if not self._replaying:
+                    self._offer_names.add(job.name)
         elif status is Status.RUNNING:
             queue = self._queue(job.name)
             queue.running[job.id] = job

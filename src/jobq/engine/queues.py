@@ -37,10 +37,19 @@ class Queue:
         #: lease requests waiting for a job of this name, oldest first
         self.waiters: deque[Waiter] = deque()
 
-    def push_ready(self, job: Job, seq: int) -> None:
+    def push_ready(self, job: Job, seq: int, *, bulk: bool = False) -> None:
+        """Enter a job in lease order; ``bulk`` (replay) appends unordered, and
+        :meth:`order` orders the heap once at the end."""
         job.queued = seq
         self.ready_len += 1
-        heapq.heappush(self.ready, (-job.priority, job.created_ns, job.id, seq, job))
+        entry = (-job.priority, job.created_ns, job.id, seq, job)
+        if bulk:
+            self.ready.append(entry)
+        else:
+            heapq.heappush(self.ready, entry)
+
+    def order(self) -> None:
+        heapq.heapify(self.ready)
 
     @staticmethod
     def _live(entry: ReadyEntry) -> bool:
