@@ -15,6 +15,7 @@ import pytest
 from jobq.config import ServerConfig
 from jobq.server import protocol as p
 from jobq.server.app import serve
+from jobq.server.core import Core
 from jobq.server.cli import run_event_loop
 
 
@@ -45,13 +46,18 @@ class RunningServer:
                 self.port = port
                 self._ready.set()
 
-            return await serve(self.config, on_listening=listening, stop=self._stop)
+            return await serve(
+                self.config, on_listening=listening, stop=self._stop, on_core=self._set_core
+            )
 
         try:
             self.status = run_event_loop(main())
         except BaseException as exc:  # surfaced to the test
             self.error = exc
             self._ready.set()
+
+    def _set_core(self, core: Core) -> None:
+        self.core = core
 
     def stop(self) -> int | None:
         if self._loop is not None and self._stop is not None and self._thread.is_alive():

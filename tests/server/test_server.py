@@ -270,17 +270,9 @@ def test_failed_log_writes_refuse_changes_answer_reads_and_recover(tmp_path: Pat
 
 
 def _server_log(running: RunningServer):  # type: ignore[no-untyped-def]
-    import gc
-
-    from jobq.cmdlog.log import CommandLog
-
-    logs = [
-        o
-        for o in gc.get_objects()
-        if isinstance(o, CommandLog) and Path(o.path) == running.config.log_dir
-    ]
-    assert len(logs) == 1
-    return logs[0]
+    log = running.core.log
+    assert log is not None
+    return log
 
 
 def test_thousands_of_connections(server: RunningServer) -> None:

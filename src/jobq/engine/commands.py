@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
 
-from jobq.cmdlog.gotime import TIME_LEN, ZERO_TIME_NS, encode_time
+from jobq.cmdlog.gotime import TIME_LEN, ZERO_TIME_NS
 from jobq.cmdlog.varint import encode_uvarint, encode_varint
 
 #: length of a raw job id (UUID), in bytes
@@ -151,28 +151,58 @@ _ID_ONLY: dict[int, type[DeleteJob | ExpireJob | StartAttempt | TimeoutAttempt]]
 def encode_workq_command(command: WorkqCommand) -> bytes:
     """Encode a workq command as the record payload workq-server writes."""
     if isinstance(command, _NewJob):
-        name = command.name.encode("ascii")
+        key = (
+            command.name,
+            command.ttr_ms,
+            command.ttl_ms,
+            command.priority,
+            command.max_attempts,
+            command.max_fails,
+        )
+        middle = _MIDDLE_CACHE.get(key)
+        if middle is None:
+            middle = _encode_middle(*key)
+            if len(_MIDDLE_CACHE) < _CACHE_LIMIT:
+                _MIDDLE_CACHE[key] = middle
+        payload = command.payload
+        time_s, time_n = divmod(command.time_ns + _GO_UNIX_OFFSET_NS, 1_000_000_000)
+        created_s, created_n = divmod(command.created_ns + _GO_UNIX_OFFSET_NS, 1_000_000_000)
         return b"".join(
             (
-                bytes((command.TYPE,)),
+                _TYPE_BYTES[command.TYPE],
                 command.id,
-                encode_uvarint(len(name)),
-                name,
-                encode_uvarint(command.ttr_ms),
-                encode_uvarint(command.ttl_ms),
-                encode_varint(command.priority),
-                encode_uvarint(command.max_attempts),
-                encode_uvarint(command.max_fails),
-                encode_uvarint(len(command.payload)),
-                command.payload,
-                encode_time(command.time_ns),
-                encode_time(command.created_ns),
+                middle,
+                encode_uvarint(len(payload)),
+                payload,
+                _TIMES.pack(1, time_s, time_n, 0xFFFF, 1, created_s, created_n, 0xFFFF),
             )
         )
     if isinstance(command, _Finish):
         result = command.result
-        return b"".join((bytes((command.TYPE,)), command.id, encode_uvarint(len(result)), result))
-    return bytes((command.TYPE,)) + command.id
+        return b"".join((_TYPE_BYTES[command.TYPE], command.id, encode_uvarint(len(result)), result))
+    return _TYPE_BYTES[command.TYPE] + command.id
+
+
+def _encode_middle(
+    name: str, ttr_ms: int, ttl_ms: int, priority: int, max_attempts: int, max_fails: int
+) -> bytes:
+    """NAME_LEN, NAME and the five varints of an add or schedule."""
+    name_bytes = name.encode("ascii")
+    return b"".join(
+        (
+            encode_uvarint(len(name_bytes)),
+            name_bytes,
+            encode_uvarint(ttr_ms),
+            encode_uvarint(ttl_ms),
+            encode_varint(priority),
+            encode_uvarint(max_attempts),
+            encode_uvarint(max_fails),
+        )
+    )
+
+
+_TYPE_BYTES = [bytes((n,)) for n in range(256)]
+_MIDDLE_CACHE: dict[tuple[str, int, int, int, int, int], bytes] = {}
 
 
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:

@@ -7,6 +7,7 @@ change against it, so the table is the one place that says what may follow what.
 from __future__ import annotations
 
 import enum
+import operator
 from typing import Final
 
 
@@ -134,11 +135,35 @@ class Job:
             return WORKQ_FAILED
         return WORKQ_NEW if self.attempts == 0 else WORKQ_PENDING
 
-    def copy(self) -> Job:
-        """A shallow copy (for the undo journal); ``queued`` is cleared since heap entries
-        refer to the original object."""
+    def saved_state(self) -> tuple[object, ...]:
+        """The fields that change after creation, for the undo journal (one C-level call)."""
+        state: tuple[object, ...] = _get_mutable(self)
+        return state
+
+    def restored(self, state: tuple[object, ...]) -> Job:
+        """A new job object equal to this one when ``state`` was saved. ``queued`` is cleared:
+        heap entries refer to the original object and lapse with it."""
         clone = Job.__new__(Job)
-        for slot in Job.__slots__:
+        for slot in _IMMUTABLE:
             setattr(clone, slot, getattr(self, slot))
+        for slot, value in zip(MUTABLE_FIELDS, state, strict=True):
+            setattr(clone, slot, value)
         clone.queued = 0
         return clone
+
+
+#: the fields an operation may change; the rest are fixed when the job is created
+MUTABLE_FIELDS: Final = (
+    "attempts",
+    "fails",
+    "finished_ns",
+    "lease_expires_ns",
+    "modified_ns",
+    "queued",
+    "result",
+    "started_ns",
+    "status",
+    "waiting_for_time",
+)
+_IMMUTABLE: Final = tuple(slot for slot in Job.__slots__ if slot not in MUTABLE_FIELDS)
+_get_mutable = operator.attrgetter(*MUTABLE_FIELDS)

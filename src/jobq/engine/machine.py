@@ -60,7 +60,9 @@ class Engine:
         self._result_waiters: dict[bytes, list[Waiter]] = {}
         self._run_waiters: dict[bytes, Waiter] = {}
         self._waiters: dict[int, Waiter] = {}
-        self._journal: dict[bytes, Job | None] | None = None
+        #: job id -> (the job object, its mutable state at its first change), or None for a
+        #: job created in the open transaction
+        self._journal: dict[bytes, tuple[Job, tuple[object, ...]] | None] | None = None
         self._journal_evicted = 0
         self._replaying = False
 
@@ -85,12 +87,16 @@ class Engine:
         if journal is None:
             return dropped
         self.evicted_jobs = self._journal_evicted
-        for job_id, saved in journal.items():
+        for job_id, entry in journal.items():
             current = self.jobs.get(job_id)
             if current is not None:
                 self._unindex(current)
                 del self.jobs[job_id]
-            if saved is not None and not (saved.run and job_id not in self._run_waiters):
+            if entry is None:
+                continue
+            original, state = entry
+            saved = original.restored(state)
+            if not (saved.run and job_id not in self._run_waiters):
                 self.jobs[job_id] = saved
                 self._index(saved)
                 if not saved.run:
@@ -104,7 +110,7 @@ class Engine:
         journal = self._journal
         if journal is not None and job_id not in journal:
             job = self.jobs.get(job_id)
-            journal[job_id] = job.copy() if job is not None else None
+            journal[job_id] = (job, job.saved_state()) if job is not None else None
 
     # ------------------------------------------------------------------ output
 
@@ -414,8 +420,8 @@ class Engine:
         if job is not None and logged_ns >= job.created_ns:
             return True
         journal = self._journal
-        saved = journal.get(job_id) if journal is not None else None
-        return saved is not None and logged_ns >= saved.created_ns
+        entry = journal.get(job_id) if journal is not None else None
+        return entry is not None and logged_ns >= entry[0].created_ns
 
     def record_expires_ns(self, job_id: bytes) -> int | None:
         """When the records of ``job_id`` stop being needed, if known (the cleaner's

@@ -76,8 +76,12 @@ async def serve(
     *,
     on_listening: Callable[[str, int], None] | None = None,
     stop: asyncio.Event | None = None,
+    on_core: Callable[[Core], None] | None = None,
 ) -> int:
-    """Run a server until ``stop`` is set or a signal arrives; return the exit status."""
+    """Run a server until ``stop`` is set or a signal arrives; return the exit status.
+
+    ``on_listening`` learns the address; ``on_core`` (for tests and embedding) the core.
+    """
     loop = asyncio.get_running_loop()
     clock = WallClock()
     engine = Engine()
@@ -98,6 +102,8 @@ async def serve(
             stats.seconds,
         )
     core = Core(engine, log, sync_always=config.sync == "always", clock=clock)
+    if on_core is not None:
+        on_core(core)
     stop_event = stop or asyncio.Event()
     core.on_fatal = stop_event.set
     core.tick()  # deadlines that passed while the server was down
