@@ -169,7 +169,7 @@ def test_ttl_expires_job_in_any_state_and_counts_unfinished(engine: Engine, cloc
     add(engine, clock, 2, ttl_ms=1000)
     add(engine, clock, 3, ttl_ms=1000, ttr_ms=5000)
     engine.complete(jid(2), b"", now_ns=clock.now_ns)
-    lease(engine, clock)  # job 1 (oldest) is leased... all same time: FIFO by seq
+    lease(engine, clock)  # job 1: same priority and time, so the lowest id
     engine.drain()
     clock.advance(999)
     engine.tick(clock.now_ns)

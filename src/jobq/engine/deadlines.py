@@ -1,4 +1,4 @@
-"""One structure for every deadline: a heap of (deadline_ns, seq, kind, subject).
+"""One structure for every deadline: a heap of (deadline_ns, kind, subject).
 
 TTR, TTL, scheduled times and wait timeouts all live here; nothing runs a timer per job.
 Entries are never removed early: the engine checks, when one comes due, whether it still
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import heapq
-import itertools
 from collections.abc import Iterator
 
 from jobq.engine.job import Job
@@ -17,27 +16,28 @@ from jobq.engine.waiters import Waiter
 
 
 class DeadlineKind(enum.IntEnum):
+    """What came due; at equal times the lower value is handled first."""
+
+    #: a job's TTL passed (first: an expired job is gone whatever else is due)
+    TTL = 1
     #: a scheduled job's time came: it becomes leasable
-    READY = 1
+    READY = 2
     #: an attempt's TTR passed
-    TTR = 2
-    #: a job's TTL passed
-    TTL = 3
+    TTR = 3
     #: a waiting request's wait-timeout passed
     WAIT = 4
 
 
-Entry = tuple[int, int, DeadlineKind, Job | Waiter]
+Entry = tuple[int, DeadlineKind, Job | Waiter]
 
 
 class Deadlines:
     """A min-heap of deadlines with lazy invalidation."""
 
-    __slots__ = ("_heap", "_seq", "bulk")
+    __slots__ = ("_heap", "bulk")
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
-        self._seq = itertools.count(1)
         #: while set (during replay), entries are appended unordered; :meth:`end_bulk` orders
         #: them once, which costs O(n) instead of O(n log n)
         self.bulk = False
@@ -46,7 +46,9 @@ class Deadlines:
         return len(self._heap)
 
     def push(self, deadline_ns: int, kind: DeadlineKind, subject: Job | Waiter) -> None:
-        entry = (deadline_ns, next(self._seq), kind, subject)
+        # no sequence number: ties between subjects order by identity (Job/Waiter.__lt__),
+        # which keeps the entry small (one per job for its TTL)
+        entry = (deadline_ns, kind, subject)
         if self.bulk:
             self._heap.append(entry)
         else:

@@ -114,8 +114,8 @@ class Job:
         self.modified_ns = created_ns
         #: pending, but its scheduled time has not come yet
         self.waiting_for_time = time_ns is not None
-        #: sequence number of its live entry in its queue's ready heap; 0 for none
-        self.queued = 0
+        #: its live entry in its queue's ready heap (the tuple itself), or None
+        self.queued: tuple[object, ...] | None = None
 
     @property
     def expires_ns(self) -> int:
@@ -148,8 +148,12 @@ class Job:
             setattr(clone, slot, getattr(self, slot))
         for slot, value in zip(MUTABLE_FIELDS, state, strict=True):
             setattr(clone, slot, value)
-        clone.queued = 0
+        clone.queued = None
         return clone
+
+    def __lt__(self, other: object) -> bool:
+        # Heap entries tie only between stale and live entries of one id; any order will do.
+        return id(self) < id(other)
 
 
 #: the fields an operation may change; the rest are fixed when the job is created

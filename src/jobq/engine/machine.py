@@ -53,7 +53,6 @@ class Engine:
         #: incomplete jobs whose TTL passed (workq's ``evicted-jobs``)
         self.evicted_jobs = 0
         self._deadlines = Deadlines()
-        self._seq = 0
         self._commands: list[Command] = []
         self._wakeups: list[Wakeup] = []
         self._offer_names: set[str] = set()
@@ -332,7 +331,7 @@ class Engine:
 
     def tick(self, now_ns: int) -> None:
         """Handle every deadline at or before ``now_ns``."""
-        for deadline_ns, _seq, kind, subject in self._deadlines.pop_due(now_ns):
+        for deadline_ns, kind, subject in self._deadlines.pop_due(now_ns):
             if kind is DeadlineKind.WAIT:
                 assert isinstance(subject, Waiter)
                 self._wait_timed_out(subject, now_ns)
@@ -578,8 +577,7 @@ class Engine:
                 queue.scheduled[job.id] = job
                 self._deadlines.push(job.time_ns, DeadlineKind.READY, job)
             else:
-                self._seq += 1
-                queue.push_ready(job, self._seq, bulk=self._replaying)
+                queue.push_ready(job, bulk=self._replaying)
                 if not self._replaying:
                     self._offer_names.add(job.name)
         elif status is Status.RUNNING:
@@ -596,8 +594,8 @@ class Engine:
         if job.status is Status.PENDING:
             if job.waiting_for_time:
                 queue.scheduled.pop(job.id, None)
-            elif job.queued:
-                job.queued = 0
+            elif job.queued is not None:
+                job.queued = None
                 queue.ready_len -= 1
         elif job.status is Status.RUNNING:
             queue.running.pop(job.id, None)
@@ -621,7 +619,7 @@ class Engine:
         head = best_queue.head()
         assert head is not None
         # stays on the heap: _unindex clears job.queued, which makes the entry lapse
-        return head[4]
+        return head[3]
 
     def _start_attempt(self, job: Job, now_ns: int) -> None:
         self._emit(StartAttempt(id=job.id), now_ns)

@@ -1,8 +1,8 @@
 """A queue per job name: ready jobs in lease order (priority, then age), plus the name's
 scheduled and running jobs and the lease requests waiting on it.
 
-The ready heap drops entries lazily: an entry counts only while its job still holds the
-entry's sequence number in ``job.queued``; ``ready_len`` is kept exact.
+The ready heap drops entries lazily: an entry counts only while its job still holds that
+very entry in ``job.queued``; ``ready_len`` is kept exact.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from jobq.engine.job import Job, Status
 if TYPE_CHECKING:
     from jobq.engine.waiters import Waiter
 
-ReadyEntry = tuple[int, int, bytes, int, Job]
+ReadyEntry = tuple[int, int, bytes, Job]
 
 
 class Queue:
@@ -26,8 +26,8 @@ class Queue:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        #: heap of (-priority, created_ns, id, seq, job): lease order depends only on logged
-        #: fields, so replay rebuilds the same order; seq tells a live entry from a stale one
+        #: heap of (-priority, created_ns, id, job): lease order depends only on logged
+        #: fields, so replay rebuilds the same order
         self.ready: list[ReadyEntry] = []
         self.ready_len = 0
         #: pending jobs whose scheduled time has not come, by id
@@ -37,12 +37,12 @@ class Queue:
         #: lease requests waiting for a job of this name, oldest first
         self.waiters: deque[Waiter] = deque()
 
-    def push_ready(self, job: Job, seq: int, *, bulk: bool = False) -> None:
+    def push_ready(self, job: Job, *, bulk: bool = False) -> None:
         """Enter a job in lease order; ``bulk`` (replay) appends unordered, and
         :meth:`order` orders the heap once at the end."""
-        job.queued = seq
         self.ready_len += 1
-        entry = (-job.priority, job.created_ns, job.id, seq, job)
+        entry = (-job.priority, job.created_ns, job.id, job)
+        job.queued = entry
         if bulk:
             self.ready.append(entry)
         else:
@@ -53,8 +53,8 @@ class Queue:
 
     @staticmethod
     def _live(entry: ReadyEntry) -> bool:
-        job = entry[4]
-        return job.queued == entry[3] and job.status is Status.PENDING
+        job = entry[3]
+        return job.queued is entry and job.status is Status.PENDING
 
     def head(self) -> ReadyEntry | None:
         """The best ready entry, dropping stale ones on top."""
@@ -69,4 +69,4 @@ class Queue:
     def ready_jobs(self, limit: int) -> list[Job]:
         """Up to ``limit`` ready jobs in lease order (for inspection)."""
         live = (entry for entry in self.ready if self._live(entry))
-        return [entry[4] for entry in heapq.nsmallest(limit, live)]
+        return [entry[3] for entry in heapq.nsmallest(limit, live)]

@@ -41,6 +41,10 @@ class Waiter:
         self.worker_id = worker_id
         self.done = False
 
+    def __lt__(self, other: object) -> bool:
+        # deadline heap ties between waiters and jobs: any order will do
+        return id(self) < id(other)
+
 
 @dataclass(frozen=True, slots=True)
 class JobResult:

@@ -1,0 +1,274 @@
+"""Server start-up, restart and memory, jobq beside beanstalkd in the same run.
+
+    python -m bench.bench_server [--pending 500000] [--memory-jobs 1000000] [--rounds 3]
+
+Measures, each as the median of ``--rounds`` runs:
+- start-up with an empty log: process start to the first reply (target <= 250 ms);
+- restart with ``--pending`` pending jobs (64-byte payloads) in the log: process start to the
+  first reply, and RSS then (targets <= 1.5 s and <= 500 MB);
+- memory with ``--memory-jobs`` pending jobs: RSS per job above the empty server's (target
+  <= 1 KiB);
+- replay of a log cut into one-record segments (thousands of files) against the same records
+  in one segment.
+
+beanstalkd (Debian's package, binlog on) is the peer: its jobs are put over the protocol,
+then it is restarted from its binlog. jobq's logs are written directly with the command log
+API, which is what the server would have written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.beanstalkd import LOOPBACK, ServerProcess, beanstalkd_server, free_port
+
+JOBQ = str(Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "jobq")
+if not Path(JOBQ).exists():
+    import sys
+
+    JOBQ = str(Path(sys.executable).parent / "jobq")
+
+
+def rss_mib(pid: int) -> float:
+    match = re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
+    return int(match.group(1)) / 1024 if match else 0.0
+
+
+def first_reply_s(start: Callable[[], ServerProcess], request: bytes, port: int) -> tuple[
+    float, ServerProcess
+]:
+    """Seconds from process start until ``request`` is answered."""
+    started = time.perf_counter()
+    server = start()
+    deadline = started + 300
+    while time.perf_counter() < deadline:
+        try:
+            with socket.create_connection((LOOPBACK, port), timeout=60) as sock:
+                sock.sendall(request)
+                if sock.recv(4096):
+                    return time.perf_counter() - started, server
+        except OSError:
+            time.sleep(0.002)
+    raise TimeoutError("no reply")
+
+
+def _launch(server: ServerProcess) -> ServerProcess:
+    """Start the process without waiting for its port (we time that ourselves)."""
+    import subprocess
+
+    server.log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(server.log_path, "wb") as log:
+        server.proc = subprocess.Popen(
+            server.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return server
+
+
+def jobq_server(data_dir: Path, port: int, *extra: str) -> ServerProcess:
+    argv = [JOBQ, "server", "--listen", f"{LOOPBACK}:{port}", "--data-dir", str(data_dir), *extra]
+    return ServerProcess("jobq", argv, port, data_dir.parent / f"jobq-{port}.log")
+
+
+def fill_jobq(data_dir: Path, count: int, segment_size_bytes: int = 64 * 1024 * 1024) -> None:
+    from jobq.cmdlog.log import CommandLog
+    from jobq.engine.commands import AddJob, encode_workq_command
+
+    now = time.time_ns()
+    log = CommandLog.open(
+        data_dir / "cmdlog", sync="os", segment_size_bytes=segment_size_bytes
+    )
+    try:
+        batch: list[bytes] = []
+        for i in range(count):
+            command = AddJob(
+                uuid.uuid4().bytes, f"q{i % 10}", 60_000, 7 * 86_400_000, 0, 0, 0,
+                os.urandom(32).hex().encode(), now + i,
+            )
+            batch.append(encode_workq_command(command))
+            if len(batch) == 1000 or segment_size_bytes < 1000:
+                log.write(batch, now + i)
+                batch = []
+        if batch:
+            log.write(batch, now + count)
+    finally:
+        log.close()
+
+
+def fill_beanstalkd(port: int, count: int) -> None:
+    payload = os.urandom(32).hex().encode()
+    put = b"put 0 0 60 %d\r\n%s\r\n" % (len(payload), payload)
+    with socket.create_connection((LOOPBACK, port), timeout=60) as sock:
+        sent = 0
+        while sent < count:
+            n = min(1000, count - sent)
+            sock.sendall(put * n)
+            got = 0
+            buf = b""
+            while got < n:
+                buf += sock.recv(65536)
+                got = buf.count(b"\r\n")
+            sent += n
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def bench_startup(tmp: Path, rounds: int) -> dict[str, float]:
+    jobq, bean = [], []
+    for r in range(rounds):
+        port = free_port()
+        secs, server = first_reply_s(
+            lambda p=port, r=r: _launch(jobq_server(tmp / f"empty-{r}", p)), b"inspect server\r\n",
+            port,
+        )
+        server.stop()
+        jobq.append(secs)
+        port = free_port()
+        secs, server = first_reply_s(
+            lambda p=port, r=r: _launch(beanstalkd_server(tmp / f"bempty-{r}", 1000, port=p)),
+            b"stats\r\n", port,
+        )
+        server.stop()
+        bean.append(secs)
+    return {"jobq_s": median(jobq), "beanstalkd_s": median(bean)}
+
+
+def bench_restart(tmp: Path, pending: int, rounds: int) -> dict[str, float]:
+    jobq_dir = tmp / "restart-jobq"
+    fill_jobq(jobq_dir, pending)
+    bean_dir = tmp / "restart-bean"
+    port = free_port()
+    with beanstalkd_server(bean_dir, 1000, port=port):
+        fill_beanstalkd(port, pending)
+    jobq_s, jobq_rss, bean_s, bean_rss = [], [], [], []
+    for _ in range(rounds):
+        port = free_port()
+        secs, server = first_reply_s(
+            lambda p=port: _launch(jobq_server(jobq_dir, p)), b"inspect server\r\n", port
+        )
+        jobq_rss.append(rss_mib(server.pid))
+        server.stop()
+        jobq_s.append(secs)
+        port = free_port()
+        secs, server = first_reply_s(
+            lambda p=port: _launch(beanstalkd_server(bean_dir, 1000, port=p)), b"stats\r\n", port
+        )
+        bean_rss.append(rss_mib(server.pid))
+        server.stop()
+        bean_s.append(secs)
+    return {
+        "jobq_s": median(jobq_s), "jobq_rss_mib": median(jobq_rss),
+        "beanstalkd_s": median(bean_s), "beanstalkd_rss_mib": median(bean_rss),
+    }
+
+
+def bench_memory(tmp: Path, jobs: int) -> dict[str, float]:
+    port = free_port()
+    _, empty = first_reply_s(
+        lambda: _launch(jobq_server(tmp / "mem-empty", port)), b"inspect server\r\n", port
+    )
+    empty_rss = rss_mib(empty.pid)
+    empty.stop()
+    full_dir = tmp / "mem-jobq"
+    fill_jobq(full_dir, jobs)
+    port = free_port()
+    _, full = first_reply_s(
+        lambda: _launch(jobq_server(full_dir, port)), b"inspect server\r\n", port
+    )
+    full_rss = rss_mib(full.pid)
+    full.stop()
+    port = free_port()
+    bean = beanstalkd_server(tmp / "mem-bean", 1000, port=port).start()
+    bean_empty = rss_mib(bean.pid)
+    fill_beanstalkd(port, jobs)
+    bean_full = rss_mib(bean.pid)
+    bean.stop()
+    return {
+        "jobq_bytes_per_job": (full_rss - empty_rss) * 1024 * 1024 / jobs,
+        "jobq_rss_mib": full_rss,
+        "beanstalkd_bytes_per_job": (bean_full - bean_empty) * 1024 * 1024 / jobs,
+        "beanstalkd_rss_mib": bean_full,
+    }
+
+
+def bench_tiny_segments(tmp: Path, records: int, rounds: int) -> dict[str, float]:
+    from jobq.engine.machine import Engine
+    from jobq.server.replay import replay
+
+    tiny, one = tmp / "tiny", tmp / "one"
+    fill_jobq(tiny, records, segment_size_bytes=1)
+    fill_jobq(one, records)
+    files = len(list((tiny / "cmdlog").glob("*.log")))
+
+    def timed(path: Path) -> float:
+        from jobq.cmdlog.log import CommandLog
+
+        log = CommandLog.open(path / "cmdlog", sync="os")
+        try:
+            engine = Engine()
+            stats = replay(log, engine, time.time_ns())
+            assert stats.jobs == records, (stats.jobs, records)
+            return stats.seconds
+        finally:
+            log.close()
+
+    tiny_s = median([timed(tiny) for _ in range(rounds)])
+    one_s = median([timed(one) for _ in range(rounds)])
+    return {"files": files, "tiny_s": tiny_s, "one_segment_s": one_s}
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pending", type=int, default=500_000)
+    parser.add_argument("--memory-jobs", type=int, default=1_000_000)
+    parser.add_argument("--tiny-records", type=int, default=5_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="jobq-bench-server-", dir=base) as name:
+        tmp = Path(name)
+        startup = bench_startup(tmp, max(args.rounds, 5))
+        restart = bench_restart(tmp, args.pending, args.rounds)
+        memory = bench_memory(tmp, args.memory_jobs)
+        tiny = bench_tiny_segments(tmp, args.tiny_records, args.rounds)
+    lines = [
+        "| measure | jobq | beanstalkd | jobq / beanstalkd | target |",
+        "|---|---:|---:|---:|---|",
+        f"| start-up, empty log: first reply | {startup['jobq_s'] * 1000:.0f} ms | "
+        f"{startup['beanstalkd_s'] * 1000:.0f} ms | "
+        f"{startup['jobq_s'] / startup['beanstalkd_s']:.1f}x | <= 250 ms |",
+        f"| restart, {args.pending:,} pending jobs: first reply | {restart['jobq_s']:.2f} s | "
+        f"{restart['beanstalkd_s']:.2f} s | {restart['jobq_s'] / restart['beanstalkd_s']:.1f}x "
+        "| <= 1.5 s |",
+        f"| restart, {args.pending:,} pending jobs: RSS | {restart['jobq_rss_mib']:.0f} MiB | "
+        f"{restart['beanstalkd_rss_mib']:.0f} MiB | "
+        f"{restart['jobq_rss_mib'] / restart['beanstalkd_rss_mib']:.1f}x | <= 500 MB |",
+        f"| memory, {args.memory_jobs:,} pending jobs (64-byte payload): RSS per job | "
+        f"{memory['jobq_bytes_per_job']:.0f} B | {memory['beanstalkd_bytes_per_job']:.0f} B | "
+        f"{memory['jobq_bytes_per_job'] / memory['beanstalkd_bytes_per_job']:.1f}x "
+        "| <= 1024 B |",
+        f"| replay {args.tiny_records:,} records in {tiny['files']:.0f} one-record segments | "
+        f"{tiny['tiny_s']:.2f} s (one segment: {tiny['one_segment_s']:.2f} s) | | | "
+        "correct, no crawl |",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / "server.md").write_text(table + "\n")
+    return table
+
+
+if __name__ == "__main__":
+    main()
