@@ -15,8 +15,8 @@ import pytest
 from jobq.config import ServerConfig
 from jobq.server import protocol as p
 from jobq.server.app import serve
-from jobq.server.core import Core
 from jobq.server.cli import run_event_loop
+from jobq.server.core import Core
 
 
 class RunningServer:

@@ -179,7 +179,8 @@ def encode_workq_command(command: WorkqCommand) -> bytes:
         )
     if isinstance(command, _Finish):
         result = command.result
-        return b"".join((_TYPE_BYTES[command.TYPE], command.id, encode_uvarint(len(result)), result))
+        size = encode_uvarint(len(result))
+        return b"".join((_TYPE_BYTES[command.TYPE], command.id, size, result))
     return _TYPE_BYTES[command.TYPE] + command.id
 
 
