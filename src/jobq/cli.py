@@ -16,6 +16,9 @@ from jobq import __version__
 SUBCOMMANDS: dict[str, str] = {
     "server": "jobq.server.cli:server_command",
     "log": "jobq.logtool:log_group",
+    "worker": "jobq.worker.cli:worker_command",
+    "submit": "jobq.jobs_cli:submit_command",
+    "jobs": "jobq.jobs_cli:jobs_group",
 }
 
 
