@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import ClassVar
 
 import pytest
@@ -807,3 +807,62 @@ def test_reply_bytes_without_an_expected_reply_are_a_caller_error() -> None:
     parser.feed(b"+OK\r\n")
     with pytest.raises(RuntimeError):
         parser.next_reply()
+
+
+def test_replacing_a_hot_command_turns_the_fast_path_off_and_uses_the_new_parser() -> None:
+    registry = p._workq_registry()
+    assert registry._fast
+    registry.register("delete", lambda args, flags, data: InspectServer(), replace=True)
+    assert not registry._fast
+    parser = RequestParser(registry=registry)
+    parser.feed(b"delete 6ba7b810-9dad-11d1-80b4-00c04fd430c4\r\n")
+    assert parser.next_event() == InspectServer()
+
+
+def test_replacing_inspect_job_turns_the_fast_path_off() -> None:
+    registry = p._workq_registry()
+    registry.register_inspect("job", lambda args, flags, data: InspectServer(), replace=True)
+    assert not registry._fast
+    parser = RequestParser(registry=registry)
+    parser.feed(b"inspect job 6ba7b810-9dad-11d1-80b4-00c04fd430c4\r\n")
+    assert parser.next_event() == InspectServer()
+
+
+def test_fast_path_leaves_out_of_range_numbers_and_partial_data_to_the_rules() -> None:
+    job = "6ba7b810-9dad-11d1-80b4-00c04fd430c4"
+    wire = (
+        f"add {job} q 86400001 1 2\r\nab\r\n"
+        f"add {job} q 1 0 2\r\nab\r\n"
+        f"lease q 86400001\r\n"
+        f"result {job} 86400001\r\n"
+        f"add {job} q 0000000000000000000000000000001 1 2\r\nab\r\n"
+        f"complete {job} 2\r\nabX\r\n"
+    ).encode()
+    parser = RequestParser()
+    parser.feed(wire[:-9])  # the last data block arrives later
+    events = []
+    while (event := parser.next_event()) is not None:
+        events.append(event)
+    parser.feed(wire[-9:])
+    while (event := parser.next_event()) is not None:
+        events.append(event)
+    job_id = p.parse_id(job)
+    assert events == [
+        ProtocolError(p.CLIENT_ERROR, p.INVALID_TTR),
+        ProtocolError(p.CLIENT_ERROR, p.INVALID_TTL),
+        ProtocolError(p.CLIENT_ERROR, p.INVALID_WAIT_TIMEOUT),
+        ProtocolError(p.CLIENT_ERROR, p.INVALID_WAIT_TIMEOUT),
+        Add(job_id, "q", 1, 1, b"ab"),
+        ProtocolError(p.CLIENT_ERROR, p.INVALID_RESULT),
+    ]
+    assert parser.buffered_bytes == 0
+
+
+def test_requests_made_by_the_parser_stay_frozen_and_hashable() -> None:
+    parser = RequestParser()
+    parser.feed(Add(b"\x01" * 16, "q", 1, 1, b"x").to_bytes())
+    event = parser.next_event()
+    assert event == Add(b"\x01" * 16, "q", 1, 1, b"x")
+    assert hash(event) == hash(Add(b"\x01" * 16, "q", 1, 1, b"x"))
+    with pytest.raises(FrozenInstanceError):
+        event.name = "r"  # type: ignore[misc,union-attr]

@@ -216,6 +216,100 @@ def test_rejected_data_commands_never_leak_their_data_as_commands(
 
 
 # --------------------------------------------------------------------------------------
+# The fast path (whole hot commands matched at once) gives what the general path gives
+# --------------------------------------------------------------------------------------
+
+#: hot commands in their plain and not-so-plain forms: near the fast path's edges
+HOT_FRAGMENTS = [
+    b"add ",
+    b"complete ",
+    b"fail ",
+    b"lease ",
+    b"delete ",
+    b"result ",
+    b"inspect job ",
+    b"inspect jobs ",
+    b"6ba7b810-9dad-11d1-80b4-00c04fd430c4",
+    b"6BA7B810-9DAD-11D1-80B4-00C04FD430C4",
+    b"6ba7b810-9dad-11d1-80b4-00c04fd430c",
+    b"6ba7b8109dad11d180b400c04fd430c4",
+    b"q",
+    b"-q",
+    b"x" * 20,
+    b"0",
+    b"1",
+    b"2",
+    b"86400000",
+    b"86400001",
+    b"000000000000000000000000001",
+    b"18446744073709551616",
+    b"+1",
+    b"-1",
+    b"-priority=1",
+    b" ",
+    b"  ",
+    b"\r\n",
+    b"\r",
+    b"\n",
+    b"ok",
+]
+hot_streams = st.lists(st.sampled_from(HOT_FRAGMENTS), max_size=40).map(b"".join)
+
+
+def slow_parser(**limits: int) -> RequestParser:
+    """A parser that never takes the fast path: the reference for the fast one."""
+    registry = p._workq_registry()
+    registry._fast = False
+    return RequestParser(registry=registry, **limits)
+
+
+def events_of(parser: RequestParser, chunks: list[bytes]) -> list[Event]:
+    events: list[Event] = []
+    for chunk in chunks:
+        parser.feed(chunk)
+        while (event := parser.next_event()) is not None:
+            events.append(event)
+    return events
+
+
+def assert_fast_path_changes_nothing(chunks: list[bytes]) -> None:
+    assert p.DEFAULT_REGISTRY._fast
+    for limits in ({}, {"max_line_bytes": 48, "max_data_bytes": 3, "max_discard_bytes": 8}):
+        fast = events_of(RequestParser(**limits), chunks)
+        slow = events_of(slow_parser(**limits), chunks)
+        assert fast == slow
+        assert [type(e) for e in fast] == [type(e) for e in slow]
+
+
+@FUZZ
+@given(st.lists(requests, min_size=1, max_size=6), st.lists(st.integers(0, 5000), max_size=4))
+def test_fast_path_gives_the_general_paths_events_for_valid_requests(
+    reqs: list[Request], cuts: list[int]
+) -> None:
+    wire = b"".join(r.to_bytes() for r in reqs)
+    assert_fast_path_changes_nothing([wire])
+    assert_fast_path_changes_nothing(split(wire, cuts))
+
+
+@FUZZ
+@given(hot_streams, st.lists(st.integers(0, 3000), max_size=4))
+def test_fast_path_gives_the_general_paths_events_for_hot_fragments(
+    data: bytes, cuts: list[int]
+) -> None:
+    assert_fast_path_changes_nothing([data])
+    assert_fast_path_changes_nothing(split(data, cuts))
+
+
+@FUZZ
+@given(fragment_streams, st.binary(max_size=300))
+def test_fast_path_gives_the_general_paths_events_for_fragments_and_bytes(
+    data: bytes, junk: bytes
+) -> None:
+    assert_fast_path_changes_nothing([data])
+    assert_fast_path_changes_nothing([junk])
+
+
+# --------------------------------------------------------------------------------------
 # Replies
 # --------------------------------------------------------------------------------------
 

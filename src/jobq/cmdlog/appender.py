@@ -4,13 +4,16 @@ Positions are log sequence numbers (LSN): the count of bytes this appender has w
 since it was opened, which only grows. ``written`` is the LSN handed to the OS, ``synced``
 the LSN known to be on disk.
 
-Group commit (policy ``always``): an appender queues its record and waits on a condition
-variable. The first waiter to find no leader becomes the leader: it takes every queued
-record, writes them with one write, fsyncs once, marks them done and wakes the others.
-Records queued while it fsyncs go in the next group, led by one of their appenders. So
-appenders that wait at the same moment share one write and one fsync. :meth:`write` plus
-:meth:`wait_synced` is the same idea for callers that batch themselves (the asyncio server):
-whoever waits first fsyncs for everyone written so far.
+Group commit (policy ``always``): an appender queues its record in the current *group* and
+waits on its own lock. If nobody is committing, the appender commits inline: it takes the
+group, writes it with one write, fsyncs once and wakes the group's appenders (a lone
+appender thus pays one write and one fsync, with no thread switch). If records queued
+meanwhile, it hands them to the *committer* thread instead of leading on, and returns to its
+caller; the committer writes and fsyncs group after group while records keep coming (taking
+everything queued during the previous fsync each time) and goes idle when none are left. So
+appenders only queue and wait, and appenders that wait at the same moment share one write
+and one fsync. :meth:`write` plus :meth:`wait_synced` is the same idea for callers that batch
+themselves (the asyncio server): whoever waits first fsyncs for everyone written so far.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ from collections.abc import Callable, Sequence
 from typing import Final, Literal
 
 from jobq.cmdlog.errors import CmdlogError, LogClosedError
-from jobq.cmdlog.record import HEADER_LEN, VERSION_2, encode_header, encode_records
+from jobq.cmdlog.record import (
+    HEADER_LEN,
+    VERSION_2,
+    encode_header,
+    encode_record,
+    encode_records,
+)
 from jobq.cmdlog.segment import fsync_directory, segment_name
 
 logger = logging.getLogger(__name__)
@@ -35,26 +44,23 @@ SYNC_POLICIES: Final = ("always", "interval", "os")
 DEFAULT_SYNC_INTERVAL_MS: Final = 1000
 #: default minimum segment size before starting the next one, in bytes (64 MiB)
 DEFAULT_SEGMENT_SIZE_BYTES: Final = 64 * 1024 * 1024
-#: how many groups a group-commit leader writes and fsyncs at most before handing over
-MAX_LEADER_ROUNDS: Final = 8
+
+_new_lock = threading.Lock
 
 
-class _Queued:
-    """A record waiting in the group-commit queue, and what became of it.
+class _Group:
+    """Records queued for one write and one fsync under ``always``, and its outcome.
 
-    ``wake`` is held from creation; releasing it wakes the appender waiting on it, either
-    because its record is done or because it is handed the leadership.
+    Each entry is ``(payload, time_ns, wake)``: ``wake`` is a lock its appender holds and
+    waits on (None for the appender that commits the group itself); the committer releases
+    it once the group is done, with :attr:`error` set if the write or fsync failed.
     """
 
-    __slots__ = ("done", "error", "payload", "time_ns", "wake")
+    __slots__ = ("entries", "error")
 
-    def __init__(self, payload: bytes, time_ns: int | None) -> None:
-        self.payload = payload
-        self.time_ns = time_ns
-        self.done = False
+    def __init__(self) -> None:
+        self.entries: list[tuple[bytes, int | None, threading.Lock | None]] = []
         self.error: BaseException | None = None
-        self.wake = threading.Lock()
-        self.wake.acquire()
 
 
 class Appender:
@@ -120,10 +126,16 @@ class Appender:
         self._written = 0
         self._synced = 0
         self._syncing = False
-        # the group-commit queue of append() under "always"
+        # group commit of append() under "always": the group being queued, whether someone
+        # (an appender inline, or the committer thread) is committing, and the committer
         self._queue_lock = threading.Lock()
-        self._queue: list[_Queued] = []
-        self._leading = False
+        self._idle = threading.Condition(self._queue_lock)
+        self._group = _Group()
+        self._committing = False
+        self._refusing = False  # closing: append() under "always" raises LogClosedError
+        self._committer: threading.Thread | None = None
+        self._kick = _new_lock()  # released to hand the committing over to the committer
+        self._kick.acquire()
         self._closed = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -165,56 +177,101 @@ class Appender:
     def append(self, payload: bytes, time_ns: int | None = None) -> None:
         """Append one record; return once it is durable per the sync policy."""
         if self.sync_policy != "always":
-            self.write((payload,), time_ns)
+            if self._closed:
+                raise LogClosedError(self.directory)
+            self._write_encoded(
+                encode_record(payload, self._clock_ns() if time_ns is None else time_ns)
+            )
             return
-        mine = _Queued(payload, time_ns)
         with self._queue_lock:
-            self._queue.append(mine)
-            follower = self._leading
-            self._leading = True
-        if follower:
-            mine.wake.acquire()  # until our record is done, or we are handed the lead
-        if not mine.done:
+            if self._refusing:
+                raise LogClosedError(self.directory)
+            group = self._group
+            wake: threading.Lock | None
+            if self._committing:
+                wake = held = _new_lock()
+                held.acquire()
+            else:
+                self._committing = True
+                wake = None
+            group.entries.append((payload, time_ns, wake))
+        if wake is not None:
+            wake.acquire()  # until the committer has written and fsynced our group
+        else:
+            # nobody was committing: commit inline, then hand anything queued meanwhile to
+            # the committer thread rather than leading on (our caller is waiting)
             try:
-                rounds = 0
-                # lead on while appenders queue up (bounded, for our own caller's latency):
-                # handing the lead over puts a thread wake-up before the next fsync
-                while not mine.done or (self._queue and rounds < MAX_LEADER_ROUNDS):
-                    self._commit_queued()
-                    rounds += 1
+                self._commit_group()
             finally:
                 with self._queue_lock:
-                    if self._queue:
-                        self._queue[0].wake.release()  # the next leader
+                    if self._group.entries:
+                        self._hand_to_committer()
                     else:
-                        self._leading = False
-        if mine.error is not None:
-            raise mine.error
+                        self._go_idle()
+        if group.error is not None:
+            raise group.error
 
-    def _commit_queued(self) -> None:
-        """As the group-commit leader: write and fsync every queued record at once."""
+    def _commit_group(self) -> None:
+        """While committing: write and fsync every queued record at once, wake their
+        appenders."""
         with self._queue_lock:
-            group, self._queue = self._queue, []
-        error: BaseException | None = None
+            group = self._group
+            self._group = _Group()
+        entries = group.entries
         try:
             now = self._clock_ns()
-            chunks: list[bytes | bytearray] = []
-            start = 0
-            for index in range(1, len(group) + 1):
-                # records with the same logged time share one encoding pass
-                if index == len(group) or group[index].time_ns != group[start].time_ns:
-                    stamp = group[start].time_ns
-                    payloads = [queued.payload for queued in group[start:index]]
-                    chunks.append(encode_records(payloads, now if stamp is None else stamp))
-                    start = index
-            self._write_encoded(b"".join(chunks))
+            stamp = entries[0][1]
+            if all(entry[1] == stamp for entry in entries):
+                data = encode_records(
+                    [entry[0] for entry in entries], now if stamp is None else stamp
+                )
+            else:  # records with the same logged time share one encoding pass
+                chunks: list[bytes] = []
+                start = 0
+                for index in range(1, len(entries) + 1):
+                    if index == len(entries) or entries[index][1] != entries[start][1]:
+                        stamp = entries[start][1]
+                        chunks.append(
+                            encode_records(
+                                [entry[0] for entry in entries[start:index]],
+                                now if stamp is None else stamp,
+                            )
+                        )
+                        start = index
+                data = b"".join(chunks)
+            self._write_encoded(data)
             self.sync()
         except BaseException as exc:
-            error = exc
-        for queued in group:
-            queued.error = error
-            queued.done = True
-            queued.wake.release()
+            group.error = exc
+        for _, _, wake in entries:
+            if wake is not None:
+                wake.release()
+
+    def _hand_to_committer(self) -> None:
+        """Hand the committing over to the committer thread (``_queue_lock`` held)."""
+        if self._committer is None:
+            self._committer = threading.Thread(
+                target=self._run_committer, name="jobq-cmdlog-commit", daemon=True
+            )
+            self._committer.start()
+        self._kick.release()
+
+    def _go_idle(self) -> None:
+        """Nobody commits any more (``_queue_lock`` held)."""
+        self._committing = False
+        self._idle.notify_all()
+
+    def _run_committer(self) -> None:
+        while True:
+            self._kick.acquire()
+            if self._refusing and not self._committing:
+                return  # close()
+            while True:
+                self._commit_group()
+                with self._queue_lock:
+                    if not self._group.entries:
+                        self._go_idle()
+                        break
 
     def write(self, payloads: Sequence[bytes], time_ns: int | None = None) -> int:
         """Write a batch of records into the OS with one write; return the LSN after it.
@@ -357,7 +414,20 @@ class Appender:
     # ------------------------------------------------------------------ closing
 
     def close(self) -> None:
-        """Stop the sync thread, fsync and close the segment. Idempotent."""
+        """Stop the sync thread, fsync and close the segment. Idempotent.
+
+        Under ``always``, records already queued are committed first; appends from then on
+        raise :class:`LogClosedError`.
+        """
+        with self._queue_lock:
+            self._refusing = True
+            while self._committing:
+                self._idle.wait()
+            committer, self._committer = self._committer, None
+            if committer is not None:
+                self._kick.release()  # it is idle: let it see _refusing and stop
+        if committer is not None:
+            committer.join()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

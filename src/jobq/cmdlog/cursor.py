@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from jobq.cmdlog.errors import IncompleteRecordError
-from jobq.cmdlog.record import HEADER_LEN, Record, decode_records, encode_header
+from jobq.cmdlog.record import (
+    HEADER_LEN,
+    Record,
+    decode_payloads,
+    decode_records,
+    encode_header,
+)
 from jobq.cmdlog.segment import check_header, list_segments, read_segment
 
 logger = logging.getLogger(__name__)
+
+_Item = TypeVar("_Item")
 
 
 class Cursor:
@@ -46,6 +55,19 @@ class Cursor:
         self.torn_tail: IncompleteRecordError | None = None
 
     def __iter__(self) -> Iterator[Record]:
+        return self._walk(decode_records)
+
+    def iter_raw(self) -> Iterator[tuple[int, bytes]]:
+        """Every record as ``(time_ns, payload)``, without :class:`Record` objects.
+
+        The same records in the same order as iterating the cursor, with the same CRC and
+        TIME checks, errors and torn-tail handling; the fast path for replay. It does not
+        say where a record is: to name a bad payload's segment and offset, take record
+        number ``i`` (counting from 0) of ``iter(cursor)``.
+        """
+        return self._walk(lambda data, path, _name, _version: decode_payloads(data, path))
+
+    def _walk(self, decode: Callable[[bytes, str, str, int], Iterator[_Item]]) -> Iterator[_Item]:
         segments = list_segments(self.directory)
         if self.limit is not None:
             segments = [s for s in segments if s[0] <= self.limit[0]]
@@ -65,7 +87,7 @@ class Cursor:
                 self.torn_tail = torn
                 return
             try:
-                yield from decode_records(data, path, name, version)
+                yield from decode(data, path, name, version)
             except IncompleteRecordError as exc:
                 if not (newest and self.allow_torn_tail):
                     raise

@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final, NamedTuple, cast
 
 from crc32c import crc32c
 
@@ -62,16 +61,20 @@ MIN_RECORD_LEN: Final = TIME_LEN + 1 + CRC_LEN
 _HEADER = struct.Struct(">4sI")
 _CRC = struct.Struct(">I")
 _TIME_AND_SIZE = struct.Struct(">BqiHB")
+_TIME = struct.Struct(">Bqi")
 _NS_PER_S = 1_000_000_000
+#: the whole record (TIME, one SIZE byte, PAYLOAD, CRC) for each payload size below 128:
+#: one pack or unpack per record on the fast paths
+_SMALL_RECORDS: Final = tuple(struct.Struct(f">{TIME_LEN}sB{size}sI") for size in range(0x80))
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One record as read back from the log.
 
     ``segment`` is the segment's file name, ``offset`` the byte offset of the record's start
     in it, ``version`` the segment header's version, ``time_ns`` the logged time in Unix
-    nanoseconds (UTC) and ``payload`` the command bytes.
+    nanoseconds (UTC) and ``payload`` the command bytes. Immutable; equal when the fields
+    are (a tuple, so it is built in C on the read path).
     """
 
     segment: str
@@ -81,15 +84,10 @@ class Record:
     payload: bytes
 
 
-# Records are built in the read loop without the dataclass __init__ (which costs ~3x more
-# for frozen classes); the slot descriptors set exactly the same fields.
-_new_record = Record.__new__
-_SlotSetter = Callable[[Record, object], None]
-_set_segment = cast(_SlotSetter, Record.__dict__["segment"].__set__)
-_set_offset = cast(_SlotSetter, Record.__dict__["offset"].__set__)
-_set_version = cast(_SlotSetter, Record.__dict__["version"].__set__)
-_set_time_ns = cast(_SlotSetter, Record.__dict__["time_ns"].__set__)
-_set_payload = cast(_SlotSetter, Record.__dict__["payload"].__set__)
+#: builds a Record from a tuple of its fields without the Python-level ``__new__``
+_new_record = cast(
+    Callable[[type[Record], tuple[str, int, int, int, bytes]], Record], tuple.__new__
+)
 
 
 # ---------------------------------------------------------------------------------- header
@@ -115,37 +113,59 @@ def parse_header(data: bytes, path: str) -> int:
 
 def encode_record(payload: bytes, time_ns: int) -> bytes:
     """One record: TIME, SIZE, PAYLOAD, CRC."""
-    head = encode_time(time_ns) + encode_uvarint(len(payload))
+    size = len(payload)
+    time_bytes = encode_time(time_ns)
+    if size < 0x80:
+        crc = crc32c(payload, crc32c(time_bytes + bytes((size,))))
+        return _SMALL_RECORDS[size].pack(time_bytes, size, payload, crc)
+    head = time_bytes + encode_uvarint(size)
     return head + payload + _CRC.pack(crc32c(payload, crc32c(head)))
 
 
-def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytearray:
+def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
     """Records for a batch of payloads that share one logged time, back to back.
 
-    TIME is encoded once and its CRC extended per record (TIME+SIZE is reused while the
-    payload size repeats), so a record costs one CRC over its payload and one pack.
+    TIME is encoded once and its CRC extended per record (the CRC of TIME+SIZE is reused
+    while the payload size repeats), so a record costs one CRC over its payload and, below
+    128 bytes, one ``struct`` pack of the whole record; the batch is joined once.
     """
     time_bytes = encode_time(time_ns)
     time_crc = crc32c(time_bytes)
-    out = bytearray()
+    small = _SMALL_RECORDS
     pack_crc = _CRC.pack
+    out: list[bytes] = []
+    add = out.append
     last_size = -1
-    head = b""
+    pack = small[0].pack
+    head: bytes | None = None
     head_crc = 0
     for payload in payloads:
         size = len(payload)
         if size != last_size:
             size_bytes = encode_uvarint(size)
-            head = time_bytes + size_bytes
             head_crc = crc32c(size_bytes, time_crc)
             last_size = size
-        out += head
-        out += payload
-        out += pack_crc(crc32c(payload, head_crc))
-    return out
+            if size < 0x80:
+                pack = small[size].pack
+                head = None
+            else:
+                head = time_bytes + size_bytes
+        if head is None:
+            add(pack(time_bytes, size, payload, crc32c(payload, head_crc)))
+        else:
+            add(head)
+            add(payload)
+            add(pack_crc(crc32c(payload, head_crc)))
+    return b"".join(out)
 
 
 # ---------------------------------------------------------------------------------- reader
+#
+# Both readers below run the same loop (kept apart so neither pays for the other's item):
+# a payload below 128 bytes is one unpack of the whole record (TIME, SIZE, PAYLOAD, CRC);
+# TIME is decoded, and the CRC of TIME+SIZE computed, only when they differ from the
+# previous record's (records of one write() batch share them), so a record costs one
+# unpack and one CRC over its payload. Anything else goes through _decode_general.
 
 
 def _read_size(data: bytes, pos: int, end: int, path: str, start: int) -> tuple[int, int]:
@@ -165,6 +185,57 @@ def _read_size(data: bytes, pos: int, end: int, path: str, start: int) -> tuple[
     raise CorruptRecordError(path, start, "malformed SIZE: uvarint overflows 64 bits")
 
 
+def _ends_inside_time(path: str, pos: int, end: int) -> IncompleteRecordError:
+    return IncompleteRecordError(
+        path, pos, f"record ends inside its TIME ({end - pos} of {TIME_LEN} bytes)"
+    )
+
+
+def _runs_past_end(path: str, pos: int, record_end: int, end: int) -> IncompleteRecordError:
+    return IncompleteRecordError(
+        path,
+        pos,
+        f"record of {record_end - pos} bytes runs past the end of the file "
+        f"({end - pos} bytes present)",
+    )
+
+
+def _crc_mismatch(path: str, pos: int) -> CorruptRecordError:
+    return CorruptRecordError(path, pos, "CRC mismatch")
+
+
+def _bad_time(path: str, pos: int) -> CorruptRecordError:
+    return CorruptRecordError(path, pos, "TIME is not a Go binary time (layout 1)")
+
+
+def _decode_time(time_bytes: bytes) -> int | None:
+    """Unix nanoseconds of a TIME field, or None if it is not a Go binary time."""
+    layout, seconds, nanos = _TIME.unpack_from(time_bytes, 0)
+    if layout != 1 or not 0 <= nanos < _NS_PER_S:
+        return None
+    return int((seconds - GO_UNIX_OFFSET_S) * _NS_PER_S + nanos)
+
+
+def _decode_general(data: bytes, pos: int, end: int, path: str) -> tuple[int, bytes, int]:
+    """Decode the record at ``pos`` of any size: ``(time_ns, payload, next offset)``.
+
+    The caller has checked that TIME and a first SIZE byte are there.
+    """
+    layout, seconds, nanos, _zone, size = _TIME_AND_SIZE.unpack_from(data, pos)
+    p = pos + TIME_LEN + 1
+    if size >= 0x80:
+        size, p = _read_size(data, p - 1, end, path, pos)
+    q = p + size
+    if q + CRC_LEN > end:
+        raise _runs_past_end(path, pos, q + CRC_LEN, end)
+    (stored_crc,) = _CRC.unpack_from(data, q)
+    if crc32c(data[pos:q]) != stored_crc:
+        raise _crc_mismatch(path, pos)
+    if layout != 1 or not 0 <= nanos < _NS_PER_S:
+        raise _bad_time(path, pos)
+    return (seconds - GO_UNIX_OFFSET_S) * _NS_PER_S + nanos, data[p:q], q + CRC_LEN
+
+
 def decode_records(
     data: bytes, path: str, segment: str, version: int, start: int = HEADER_LEN
 ) -> Iterator[Record]:
@@ -175,43 +246,76 @@ def decode_records(
     """
     end = len(data)
     pos = start
-    unpack_head = _TIME_AND_SIZE.unpack_from
-    unpack_crc = _CRC.unpack_from
+    small = _SMALL_RECORDS
     new = _new_record
     cls = Record
-    set_segment = _set_segment
-    set_offset = _set_offset
-    set_version = _set_version
-    set_time_ns = _set_time_ns
-    set_payload = _set_payload
+    last_time: bytes | None = None
+    last_size = -1
+    head_crc = 0
+    time_ns = 0
     while pos < end:
         if pos + TIME_LEN >= end:
-            raise IncompleteRecordError(
-                path, pos, f"record ends inside its TIME ({end - pos} of {TIME_LEN} bytes)"
-            )
-        # TIME and the first SIZE byte in one unpack; SIZE >= 128 takes the slow path
-        layout, seconds, nanos, _zone, size = unpack_head(data, pos)
-        p = pos + TIME_LEN + 1
-        if size >= 0x80:
-            size, p = _read_size(data, p - 1, end, path, pos)
-        q = p + size
-        if q + CRC_LEN > end:
-            raise IncompleteRecordError(
-                path,
-                pos,
-                f"record of {q + CRC_LEN - pos} bytes runs past the end of the file "
-                f"({end - pos} bytes present)",
-            )
-        (stored_crc,) = unpack_crc(data, q)
-        if crc32c(data[pos:q]) != stored_crc:
-            raise CorruptRecordError(path, pos, "CRC mismatch")
-        if layout != 1 or not 0 <= nanos < _NS_PER_S:
-            raise CorruptRecordError(path, pos, "TIME is not a Go binary time (layout 1)")
-        record = new(cls)
-        set_segment(record, segment)
-        set_offset(record, pos)
-        set_version(record, version)
-        set_time_ns(record, (seconds - GO_UNIX_OFFSET_S) * _NS_PER_S + nanos)
-        set_payload(record, data[p:q])
-        yield record
-        pos = q + CRC_LEN
+            raise _ends_inside_time(path, pos, end)
+        size = data[pos + TIME_LEN]
+        if size < 0x80:
+            layout = small[size]
+            q = pos + layout.size
+            if q > end:
+                raise _runs_past_end(path, pos, q, end)
+            time_bytes, _, payload, stored_crc = layout.unpack_from(data, pos)
+            if time_bytes != last_time or size != last_size:
+                head_crc = crc32c(data[pos : pos + TIME_LEN + 1])
+                decoded = _decode_time(time_bytes)
+                if decoded is None:
+                    if crc32c(payload, head_crc) != stored_crc:
+                        raise _crc_mismatch(path, pos)
+                    raise _bad_time(path, pos)
+                time_ns = decoded
+                last_time = time_bytes
+                last_size = size
+            if crc32c(payload, head_crc) != stored_crc:
+                raise _crc_mismatch(path, pos)
+            yield new(cls, (segment, pos, version, time_ns, payload))
+        else:
+            record_time_ns, payload, q = _decode_general(data, pos, end, path)
+            yield new(cls, (segment, pos, version, record_time_ns, payload))
+        pos = q
+
+
+def decode_payloads(data: bytes, path: str, start: int = HEADER_LEN) -> Iterator[tuple[int, bytes]]:
+    """Like :func:`decode_records`, with the same checks and errors, but yield only
+    ``(time_ns, payload)`` of each record: the fast path for replay."""
+    end = len(data)
+    pos = start
+    small = _SMALL_RECORDS
+    last_time: bytes | None = None
+    last_size = -1
+    head_crc = 0
+    time_ns = 0
+    while pos < end:
+        if pos + TIME_LEN >= end:
+            raise _ends_inside_time(path, pos, end)
+        size = data[pos + TIME_LEN]
+        if size < 0x80:
+            layout = small[size]
+            q = pos + layout.size
+            if q > end:
+                raise _runs_past_end(path, pos, q, end)
+            time_bytes, _, payload, stored_crc = layout.unpack_from(data, pos)
+            if time_bytes != last_time or size != last_size:
+                head_crc = crc32c(data[pos : pos + TIME_LEN + 1])
+                decoded = _decode_time(time_bytes)
+                if decoded is None:
+                    if crc32c(payload, head_crc) != stored_crc:
+                        raise _crc_mismatch(path, pos)
+                    raise _bad_time(path, pos)
+                time_ns = decoded
+                last_time = time_bytes
+                last_size = size
+            if crc32c(payload, head_crc) != stored_crc:
+                raise _crc_mismatch(path, pos)
+            yield (time_ns, payload)
+        else:
+            record_time_ns, payload, q = _decode_general(data, pos, end, path)
+            yield (record_time_ns, payload)
+        pos = q

@@ -338,3 +338,31 @@ def decode_workq_command(payload: bytes | memoryview) -> WorkqCommand:
     if end != 1 + ID_LEN:
         raise CommandDecodeError(f"{end - 1 - ID_LEN} bytes left over after the command")
     return id_only(job_id)
+
+
+def encode_command(command: WorkqCommand | ExtensionCommand) -> bytes:
+    """Encode any command: workq's types byte for byte, extensions as type + MessagePack."""
+    if command.TYPE >= EXTENSION_BASE:
+        return encode_extension(command)  # type: ignore[arg-type]
+    return encode_workq_command(command)  # type: ignore[arg-type]
+
+
+def decode_command(payload: bytes | memoryview) -> WorkqCommand | ExtensionCommand:
+    """Decode any record payload; raise :class:`CommandDecodeError` if malformed."""
+    if len(payload) and payload[0] >= EXTENSION_BASE:
+        try:
+            return decode_extension(payload)
+        except ExtensionDecodeError as exc:
+            raise CommandDecodeError(str(exc)) from exc
+    return decode_workq_command(payload)
+
+
+#: the first command type that is jobq's own
+EXTENSION_BASE = 16
+
+from jobq.engine.extensions import (  # noqa: E402  (extensions do not import this module)
+    ExtensionCommand,
+    ExtensionDecodeError,
+    decode_extension,
+    encode_extension,
+)

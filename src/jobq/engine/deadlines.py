@@ -20,12 +20,14 @@ class DeadlineKind(enum.IntEnum):
 
     #: a job's TTL passed (first: an expired job is gone whatever else is due)
     TTL = 1
+    #: a finished job without TTL reached the server's retention
+    RETENTION = 2
     #: a scheduled job's time came: it becomes leasable
-    READY = 2
+    READY = 3
     #: an attempt's TTR passed
-    TTR = 3
+    TTR = 4
     #: a waiting request's wait-timeout passed
-    WAIT = 4
+    WAIT = 5
 
 
 Entry = tuple[int, DeadlineKind, Job | Waiter]

@@ -35,3 +35,19 @@ class DuplicateResult(EngineError):
 
 class InvalidArgument(EngineError):
     """An argument out of its range (for callers that bypass the protocol's validation)."""
+
+
+class LeaseNotHeld(EngineError):
+    """A worker acted on a job whose lease it no longer holds (expired, adopted, finished)."""
+
+    text = "Lease not held"
+
+
+class InvalidStatus(EngineError):
+    """The job's status does not allow the command (e.g. resume of a running job)."""
+
+
+class AmbiguousId(EngineError):
+    """An id prefix that matches more than one job."""
+
+    text = "Ambiguous id"

@@ -31,12 +31,37 @@ _FINISHED: Final = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
 #: event -> {from status: to status}; an event absent for a status is refused
 TRANSITIONS: Final[dict[str, dict[Status, Status]]] = {
     "lease": {Status.PENDING: Status.RUNNING},
-    "complete": {Status.PENDING: Status.SUCCEEDED, Status.RUNNING: Status.SUCCEEDED},
+    "complete": {
+        Status.PENDING: Status.SUCCEEDED,
+        Status.RUNNING: Status.SUCCEEDED,
+        Status.PAUSED: Status.SUCCEEDED,
+    },
     "fail_retry": {Status.PENDING: Status.PENDING, Status.RUNNING: Status.PENDING},
-    "fail_final": {Status.PENDING: Status.FAILED, Status.RUNNING: Status.FAILED},
+    "fail_final": {
+        Status.PENDING: Status.FAILED,
+        Status.RUNNING: Status.FAILED,
+        Status.PAUSED: Status.FAILED,
+    },
     "timeout_retry": {Status.RUNNING: Status.PENDING},
     "timeout_final": {Status.RUNNING: Status.FAILED},
+    # a running job asked to pause or cancel stops at its release or its lease's end
+    "stop_paused": {Status.RUNNING: Status.PAUSED},
+    "stop_canceled": {Status.RUNNING: Status.CANCELED},
+    "release": {Status.RUNNING: Status.PENDING},
+    "pause": {Status.PENDING: Status.PAUSED},
+    "resume": {Status.PAUSED: Status.PENDING},
+    "cancel": {Status.PENDING: Status.CANCELED, Status.PAUSED: Status.CANCELED},
 }
+
+#: the job list's "status" order: what needs attention first
+STATUS_ORDER: Final = (
+    Status.RUNNING,
+    Status.PENDING,
+    Status.PAUSED,
+    Status.FAILED,
+    Status.CANCELED,
+    Status.SUCCEEDED,
+)
 
 # workq's ``inspect job`` state codes
 WORKQ_NEW: Final = 0
@@ -46,8 +71,56 @@ WORKQ_PENDING: Final = 3
 WORKQ_LEASED: Final = 4
 
 
+class JobMeta:
+    """What jobq adds to a workq job (DESIGN.md); only jobs that use it carry one."""
+
+    __slots__ = (
+        "cancel_requested",
+        "checkpoint",
+        "created_by",
+        "creator",
+        "description",
+        "fraction_completed",
+        "last_checkpoint_ns",
+        "last_heartbeat_ns",
+        "pause_requested",
+        "reason",
+        "running_status",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        description: str = "",
+        creator: str = "",
+        created_by: tuple[str, str] | None = None,
+    ) -> None:
+        self.description = description
+        self.creator = creator
+        self.created_by = created_by
+        self.fraction_completed: float | None = None
+        self.running_status: str | None = None
+        self.checkpoint: bytes | None = None
+        #: the worker holding the lease (extended leases)
+        self.worker: str | None = None
+        self.pause_requested = False
+        self.cancel_requested = False
+        #: the reason given with the last pause, resume or cancel
+        self.reason = ""
+        #: when the newest heartbeat, and the newest one with a checkpoint, were made: the
+        #: cleaner keeps those two heartbeat records and drops older ones
+        self.last_heartbeat_ns: int | None = None
+        self.last_checkpoint_ns: int | None = None
+
+    def copy(self) -> JobMeta:
+        clone = JobMeta.__new__(JobMeta)
+        for slot in JobMeta.__slots__:
+            setattr(clone, slot, getattr(self, slot))
+        return clone
+
+
 class Job:
-    """One job. Plain workq jobs use only the core slots; the rest stay ``None``.
+    """One job. Plain workq jobs use only the core slots; ``meta`` stays ``None``.
 
     Times are Unix nanoseconds; durations carry their unit in the name.
     """
@@ -61,6 +134,7 @@ class Job:
         "lease_expires_ns",
         "max_attempts",
         "max_fails",
+        "meta",
         "modified_ns",
         "name",
         "payload",
@@ -116,10 +190,14 @@ class Job:
         self.waiting_for_time = time_ns is not None
         #: its live entry in its queue's ready heap (the tuple itself), or None
         self.queued: tuple[object, ...] | None = None
+        self.meta: JobMeta | None = None
 
     @property
-    def expires_ns(self) -> int:
-        """When the TTL passes: from ``created`` for add, from ``time`` for schedule."""
+    def expires_ns(self) -> int | None:
+        """When the TTL passes: from ``created`` for add, from ``time`` for schedule; None for
+        a job without TTL (it is kept for the server's retention once finished)."""
+        if self.ttl_ms == 0:
+            return None
         base = self.time_ns if self.time_ns is not None else self.created_ns
         return base + self.ttl_ms * 1_000_000
 
@@ -136,8 +214,11 @@ class Job:
         return WORKQ_NEW if self.attempts == 0 else WORKQ_PENDING
 
     def saved_state(self) -> tuple[object, ...]:
-        """The fields that change after creation, for the undo journal (one C-level call)."""
+        """The fields that change after creation, for the undo journal (one C-level call;
+        the metadata, mutable itself, is copied)."""
         state: tuple[object, ...] = _get_mutable(self)
+        if self.meta is not None:
+            state = (*state[:-1], self.meta.copy())
         return state
 
     def restored(self, state: tuple[object, ...]) -> Job:
@@ -168,6 +249,7 @@ MUTABLE_FIELDS: Final = (
     "started_ns",
     "status",
     "waiting_for_time",
+    "meta",
 )
 _IMMUTABLE: Final = tuple(slot for slot in Job.__slots__ if slot not in MUTABLE_FIELDS)
 _get_mutable = operator.attrgetter(*MUTABLE_FIELDS)

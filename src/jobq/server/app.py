@@ -11,7 +11,7 @@ from collections.abc import Callable
 from jobq.cmdlog.log import CommandLog
 from jobq.cmdlog.record import Record
 from jobq.config import ServerConfig
-from jobq.engine.commands import ID_LEN
+from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine
 from jobq.server.core import Core, WallClock
 from jobq.server.replay import replay
@@ -39,11 +39,16 @@ def _liveness(engine: Engine) -> tuple[Callable[[Record], bool], Callable[[Recor
         payload = record.payload
         if payload and payload[0] in _WORKQ_TYPES:
             return engine.record_is_live(payload[1 : 1 + ID_LEN], record.time_ns)
-        return True
+        try:
+            command = decode_command(payload)
+        except CommandDecodeError:
+            return True  # never drop what we cannot read
+        return engine.command_is_live(command, record.time_ns)
 
     def expires_at(record: Record) -> int | None:
         payload = record.payload
-        if payload and payload[0] in _WORKQ_TYPES:
+        # extension payloads are MessagePack: their id is not at a fixed place
+        if len(payload) > ID_LEN and payload[0] in _WORKQ_TYPES:
             return engine.record_expires_ns(payload[1 : 1 + ID_LEN])
         return None
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from jobq.engine.commands import encode_workq_command
+from jobq.engine.commands import encode_command
 from jobq.engine.machine import Command, Engine
 from jobq.engine.waiters import Wakeup
 from jobq.server import protocol as p
@@ -204,7 +204,7 @@ class Core:
         self._batch = Batch()
         if batch.commands and self.log is not None:
             try:
-                payloads = [encode_workq_command(c) for c in batch.commands]
+                payloads = [encode_command(c) for c in batch.commands]
                 self.log.write(payloads, self.clock())
             except Exception as exc:  # an OSError, or the log's own error for one
                 self._write_failed(batch, exc)

@@ -61,13 +61,15 @@ connection. Calling ``next_reply()`` with bytes buffered but nothing expected ra
 
 from __future__ import annotations
 
+import binascii
 import re
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta
 from enum import Enum
-from typing import ClassVar, NamedTuple, TypeAlias
+from typing import ClassVar, NamedTuple, TypeAlias, TypeVar
 
 # ---------------------------------------------------------------------------------------
 # Limits
@@ -184,9 +186,18 @@ _MAX_NUMBER_DIGITS = 24
 
 def parse_id(text: str) -> bytes:
     """The 16 raw bytes of a UUID in ``8-4-4-4-12`` hex form (either case, as workq)."""
-    if _UUID_RE.fullmatch(text) is None:
-        raise ClientError(INVALID_ID)
-    return bytes.fromhex(text.replace("-", ""))
+    # Same as _UUID_RE.fullmatch, faster: 36 characters with dashes at 8, 13, 18 and 23
+    # leave at most 32 after dropping every dash, and fromhex() makes 16 bytes of them
+    # only from exactly 32 ASCII hex digits (it raises on anything but hex and ASCII
+    # whitespace, and whitespace would leave fewer digits).
+    if len(text) == 36 and text[8:24:5] == "----":
+        try:
+            raw = bytes.fromhex(text.replace("-", ""))
+        except ValueError:
+            raise ClientError(INVALID_ID) from None
+        if len(raw) == 16:
+            return raw
+    raise ClientError(INVALID_ID)
 
 
 def format_id(job_id: bytes) -> str:
@@ -195,10 +206,20 @@ def format_id(job_id: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+#: names already found valid: queue names repeat on nearly every command, and a set
+#: lookup is cheaper than the regex; bounded, past the bound names are checked each time
+_VALID_NAMES: set[str] = set()
+_VALID_NAMES_MAX = 4096
+
+
 def parse_name(text: str) -> str:
     """A job or queue name: 1-255 of ``A-Z a-z 0-9 _ - .``."""
+    if text in _VALID_NAMES:
+        return text
     if _NAME_RE.fullmatch(text) is None:
         raise ClientError(INVALID_NAME)
+    if len(_VALID_NAMES) < _VALID_NAMES_MAX and type(text) is str:
+        _VALID_NAMES.add(text)
     return text
 
 
@@ -216,14 +237,23 @@ def _number(text: str, pattern: re.Pattern[str]) -> int | None:
 
 
 def _uint(text: str, low: int, high: int, error: str) -> int:
-    value = _number(text, _UINT_RE)
+    # fast path: isascii() and isdigit() together are _UINT_RE.fullmatch (isdigit() is
+    # False for "" and, among ASCII characters, True only for 0-9); short enough that
+    # int() of it is what _number() gives
+    if text.isdigit() and text.isascii() and len(text) <= _MAX_NUMBER_DIGITS:
+        value: int | None = int(text)
+    else:
+        value = _number(text, _UINT_RE)
     if value is None or not low <= value <= high:
         raise ClientError(error)
     return value
 
 
 def _int(text: str, low: int, high: int, error: str) -> int:
-    value = _number(text, _INT_RE)
+    if text.isdigit() and text.isascii() and len(text) <= _MAX_NUMBER_DIGITS:
+        value: int | None = int(text)
+    else:
+        value = _number(text, _INT_RE)
     if value is None or not low <= value <= high:
         raise ClientError(error)
     return value
@@ -231,6 +261,8 @@ def _int(text: str, low: int, high: int, error: str) -> int:
 
 def _data_size(text: str) -> int | None:
     """A data block size as workq reads it (Go's Atoi: an optional sign); None if invalid."""
+    if text.isdigit() and text.isascii() and len(text) <= _MAX_NUMBER_DIGITS:
+        return int(text)
     value = _number(text, _INT_RE)
     if value is None or value < 0:
         return None
@@ -521,6 +553,42 @@ class InspectJob(Request):
         return _line("inspect", "job", format_id(self.id))
 
 
+_R = TypeVar("_R")
+
+
+def _maker(cls: type[_R]) -> Callable[..., _R]:
+    """A constructor for a frozen slots dataclass, with every field positional.
+
+    The generated ``__init__`` of a frozen dataclass sets each field through
+    ``object.__setattr__(self, name, value)``; setting the slots through their member
+    descriptors makes the same instance (still frozen, equal, hashable) in under half
+    the time, which matters for the requests the parser makes per command. No defaults,
+    no ``__post_init__`` (the request classes have none).
+    """
+    names = [f.name for f in dataclass_fields(cls)]  # type: ignore[arg-type]
+    namespace: dict[str, object] = {"_new": object.__new__, "_cls": cls}
+    body = ["    obj = _new(_cls)"]
+    for index, name in enumerate(names):
+        namespace[f"_set{index}"] = cls.__dict__[name].__set__
+        body.append(f"    _set{index}(obj, a{index})")
+    params = ", ".join(f"a{i}" for i in range(len(names)))
+    exec(f"def make({params}):\n" + "\n".join(body) + "\n    return obj\n", namespace)
+    make = namespace["make"]
+    assert callable(make)
+    return make
+
+
+_new_add = _maker(Add)
+_new_schedule = _maker(Schedule)
+_new_run = _maker(Run)
+_new_result = _maker(Result)
+_new_lease = _maker(Lease)
+_new_complete = _maker(Complete)
+_new_fail = _maker(Fail)
+_new_delete = _maker(Delete)
+_new_inspect_job = _maker(InspectJob)
+
+
 # ---------------------------------------------------------------------------------------
 # Command parsers and their registry
 # ---------------------------------------------------------------------------------------
@@ -555,6 +623,9 @@ class CommandRegistry:
     def __init__(self) -> None:
         self._commands: dict[str, CommandSpec] = {}
         self._inspect: dict[str, tuple[ParseFn, ReplyShape]] = {}
+        #: workq's hot commands are all registered as workq has them, so the parser may
+        #: use its fast path for them (kept in step by register and register_inspect)
+        self._fast = False
 
     def register(
         self,
@@ -573,6 +644,7 @@ class CommandRegistry:
         if data_args is not None and data_args < 1:
             raise ValueError("data_args counts the size argument, so it is at least 1")
         self._commands[word] = CommandSpec(word, parse, data_args, data_error, reply)
+        self._update_fast()
 
     def register_inspect(
         self,
@@ -589,6 +661,30 @@ class CommandRegistry:
         if obj in self._inspect and not replace:
             raise ValueError(f"inspect object {obj!r} is already registered")
         self._inspect[obj] = (parse, reply)
+        self._update_fast()
+
+    def _update_fast(self) -> None:
+        def same(word: str, parse: ParseFn, data_args: int | None, data_error: str) -> bool:
+            spec = self._commands.get(word)
+            if spec is None or spec.data_args != data_args:
+                return False
+            return spec.parse is parse and (data_args is None or spec.data_error == data_error)
+
+        inspect = self._commands.get("inspect")
+        job = self._inspect.get("job")
+        self._fast = (
+            inspect is not None
+            and inspect.data_args is None
+            and inspect.parse == self.parse_inspect
+            and job is not None
+            and job[0] is _inspect_job
+            and same("add", _parse_add, 5, INVALID_PAYLOAD)
+            and same("complete", _parse_complete, 2, INVALID_RESULT)
+            and same("fail", _parse_fail, 2, INVALID_RESULT)
+            and same("lease", _parse_lease, None, "")
+            and same("delete", _parse_delete, None, "")
+            and same("result", _parse_result, None, "")
+        )
 
     def get(self, word: str) -> CommandSpec | None:
         return self._commands.get(word)
@@ -664,7 +760,7 @@ def _parse_add(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | No
     job_id, name = parse_id(args[0]), parse_name(args[1])
     ttr_ms, ttl_ms = _ttr(args[2]), _ttl(args[3])
     max_attempts, max_fails, priority = _job_flags(flags)
-    return Add(job_id, name, ttr_ms, ttl_ms, _data(data), priority, max_attempts, max_fails)
+    return _new_add(job_id, name, ttr_ms, ttl_ms, _data(data), priority, max_attempts, max_fails)
 
 
 def _parse_schedule(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
@@ -674,7 +770,7 @@ def _parse_schedule(args: tuple[str, ...], flags: Mapping[str, str], data: bytes
     ttr_ms, ttl_ms = _ttr(args[2]), _ttl(args[3])
     time_ns = parse_time(args[4])
     max_attempts, max_fails, priority = _job_flags(flags)
-    return Schedule(
+    return _new_schedule(
         job_id, name, ttr_ms, ttl_ms, _data(data), time_ns, priority, max_attempts, max_fails
     )
 
@@ -686,13 +782,13 @@ def _parse_run(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | No
     ttr_ms = _ttr(args[2])
     priority = _priority(flags)
     wait_timeout_ms = _wait_timeout(args[3])
-    return Run(job_id, name, ttr_ms, wait_timeout_ms, _data(data), priority)
+    return _new_run(job_id, name, ttr_ms, wait_timeout_ms, _data(data), priority)
 
 
 def _parse_result(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 2)
     _no_flags(flags)
-    return Result(parse_id(args[0]), _wait_timeout(args[1]))
+    return _new_result(parse_id(args[0]), _wait_timeout(args[1]))
 
 
 def _parse_lease(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
@@ -700,25 +796,25 @@ def _parse_lease(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | 
         raise ClientError(INVALID_COMMAND_ARGS)
     _no_flags(flags)
     names = tuple(parse_name(a) for a in args[:-1])
-    return Lease(names, _wait_timeout(args[-1]))
+    return _new_lease(names, _wait_timeout(args[-1]))
 
 
 def _parse_complete(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 2)
     _no_flags(flags)
-    return Complete(parse_id(args[0]), _data(data))
+    return _new_complete(parse_id(args[0]), _data(data))
 
 
 def _parse_fail(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 2)
     _no_flags(flags)
-    return Fail(parse_id(args[0]), _data(data))
+    return _new_fail(parse_id(args[0]), _data(data))
 
 
 def _parse_delete(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 1)
     _no_flags(flags)
-    return Delete(parse_id(args[0]))
+    return _new_delete(parse_id(args[0]))
 
 
 def _offset(text: str) -> int:
@@ -764,7 +860,112 @@ def _inspect_scheduled_jobs(
 def _inspect_job(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 1)
     _no_flags(flags)
-    return InspectJob(parse_id(args[0]))
+    return _new_inspect_job(parse_id(args[0]))
+
+
+# -- the fast path: a whole hot command, in its plain form, already buffered -----------
+#
+# RequestParser.next_event() first tries _FAST_LINE_RE on the buffer: workq's hot
+# commands, with exactly their arguments, single spaces, no flags, ids, names and numbers
+# of the form parse_id, parse_name and _uint accept (numbers of at most 24 digits), and
+# the CRLF. The regex has validated everything but number ranges, so a builder only
+# converts; its event is the one the general path (_handle_tokens, _step_data and the
+# parse functions above) gives for the same bytes. A builder returns None, consuming
+# nothing, when it cannot finish (a data block not all buffered yet, or over
+# max_data_bytes); then the general path takes the line. Used only while the registry
+# has these commands as workq has them (CommandRegistry._fast).
+
+_HEX = rb"[0-9a-fA-F]"
+_ID_B = rb"(%s{8}-%s{4}-%s{4}-%s{4}-%s{12})" % ((_HEX,) * 5)
+_NAME_B = rb"[A-Za-z0-9_.\-]{1,255}"
+_NUM_B = rb"([0-9]{1,24})"
+#: each alternative ends with its own group, so match.lastindex says which matched
+_FAST_LINE_RE = re.compile(
+    rb"add %s (%s) %s %s %s\r\n" % (_ID_B, _NAME_B, _NUM_B, _NUM_B, _NUM_B)  # 1-5
+    + rb"|complete %s %s\r\n" % (_ID_B, _NUM_B)  # 6-7
+    + rb"|lease ((?:%s )+)%s\r\n" % (_NAME_B, _NUM_B)  # 8-9
+    + rb"|fail %s %s\r\n" % (_ID_B, _NUM_B)  # 10-11
+    + rb"|delete %s\r\n" % _ID_B  # 12
+    + rb"|result %s %s\r\n" % (_ID_B, _NUM_B)  # 13-14
+    + rb"|inspect job %s\r\n" % _ID_B  # 15
+)
+_unhexlify = binascii.unhexlify
+
+_FastBuild: TypeAlias = "Callable[[RequestParser, re.Match[bytes]], Event | None]"
+
+
+def _fast_add(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
+    raw_id, name, ttr, ttl, size_text = m.group(1, 2, 3, 4, 5)
+    data = parser._take_block(m.end(), int(size_text))
+    if data is None:
+        return None
+    ttr_ms = int(ttr)
+    if not 1 <= ttr_ms <= MAX_TTR_MS:
+        return ProtocolError(CLIENT_ERROR, INVALID_TTR)
+    ttl_ms = int(ttl)
+    if not 1 <= ttl_ms <= MAX_TTL_MS:
+        return ProtocolError(CLIENT_ERROR, INVALID_TTL)
+    job_id = _unhexlify(raw_id.replace(b"-", b""))
+    return _new_add(job_id, name.decode("ascii"), ttr_ms, ttl_ms, data, 0, 0, 0)
+
+
+def _fast_complete(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
+    raw_id, size_text = m.group(6, 7)
+    data = parser._take_block(m.end(), int(size_text))
+    if data is None:
+        return None
+    return _new_complete(_unhexlify(raw_id.replace(b"-", b"")), data)
+
+
+def _fast_lease(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
+    names, wait = m.group(8, 9)
+    wait_ms = int(wait)
+    parser._pos = m.end()
+    if wait_ms > MAX_WAIT_TIMEOUT_MS:
+        return ProtocolError(CLIENT_ERROR, INVALID_WAIT_TIMEOUT)
+    return _new_lease(tuple(names[:-1].decode("ascii").split(" ")), wait_ms)
+
+
+def _fast_fail(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
+    raw_id, size_text = m.group(10, 11)
+    data = parser._take_block(m.end(), int(size_text))
+    if data is None:
+        return None
+    return _new_fail(_unhexlify(raw_id.replace(b"-", b"")), data)
+
+
+def _fast_delete(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
+    parser._pos = m.end()
+    return _new_delete(_unhexlify(m.group(12).replace(b"-", b"")))
+
+
+def _fast_result(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
+    raw_id, wait = m.group(13, 14)
+    wait_ms = int(wait)
+    parser._pos = m.end()
+    if wait_ms > MAX_WAIT_TIMEOUT_MS:
+        return ProtocolError(CLIENT_ERROR, INVALID_WAIT_TIMEOUT)
+    return _new_result(_unhexlify(raw_id.replace(b"-", b"")), wait_ms)
+
+
+def _fast_inspect_job(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
+    parser._pos = m.end()
+    return _new_inspect_job(_unhexlify(m.group(15).replace(b"-", b"")))
+
+
+#: match.lastindex -> builder (a tuple: indexing it is cheaper than a dict lookup)
+_FAST_BUILD: tuple[_FastBuild, ...] = tuple(
+    {
+        5: _fast_add,
+        7: _fast_complete,
+        9: _fast_lease,
+        11: _fast_fail,
+        12: _fast_delete,
+        14: _fast_result,
+        15: _fast_inspect_job,
+    }.get(index, _fast_add)  # other indexes are never the last group of a match
+    for index in range(16)
+)
 
 
 def _workq_registry() -> CommandRegistry:
@@ -834,6 +1035,8 @@ class _State(Enum):
 
 Event: TypeAlias = Request | ProtocolError
 
+_FAST_LINE_MATCH = _FAST_LINE_RE.match
+
 
 class _NeedMore:
     """A step's answer when the buffer does not hold enough bytes yet."""
@@ -880,6 +1083,8 @@ class RequestParser:
         self.max_discard_bytes = max(max_discard_bytes, max_data_bytes)
         self._registry = registry if registry is not None else DEFAULT_REGISTRY
         self._buf = bytearray()
+        #: start of the unconsumed bytes; the consumed ones are dropped (_compact) only
+        #: when next_event() runs out of whole commands, not per command
         self._pos = 0
         #: bytes after _pos already searched for a line end
         self._scanned = 0
@@ -900,25 +1105,61 @@ class RequestParser:
 
     def feed(self, data: bytes) -> None:
         """Add bytes received from the client."""
-        if self._state is _State.CLOSED or not data:
+        state = self._state
+        if state is _State.CLOSED or not data:
             return
-        view = memoryview(data)
-        if self._state is _State.DISCARD and self._pos == len(self._buf):
+        if state is _State.DISCARD and self._pos == len(self._buf):
             # drop straight from the input so an oversize block never reaches the buffer
+            view = memoryview(data)
             drop = min(self._left, len(view))
             self._left -= drop
             view = view[drop:]
             if self._left == 0:
                 self._state = _State.TRAILER
-        self._buf += view
+            self._buf += view
+        else:
+            self._buf += data
 
     def next_event(self) -> Event | None:
         """The next request or error, or None until more bytes are fed."""
         while True:
             state = self._state
             if state is _State.LINE:
-                result = self._step_line()
-            elif state is _State.DATA:
+                buf = self._buf
+                start = self._pos
+                if start == len(buf):  # all consumed (the usual end of a feed)
+                    if start:
+                        buf.clear()
+                        self._pos = 0
+                    return None
+                if self._registry._fast:
+                    m = _FAST_LINE_MATCH(buf, start)
+                    if m is not None and m.end() - 2 - start <= self.max_line_bytes:
+                        # the line ends at m.end(): no need to remember a search
+                        self._scanned = 0
+                        event = _FAST_BUILD[m.lastindex](self, m)  # type: ignore[index]
+                        if event is not None:
+                            return event
+                # _step_line and _handle_line inlined
+                end = buf.find(b"\n", start + self._scanned)
+                if end == -1:
+                    self._scanned = len(buf) - start
+                    if self._scanned > self.max_line_bytes + 1:
+                        return self._fatal(LINE_TOO_LONG)
+                    self._compact()
+                    return None
+                self._scanned = 0
+                if end == start or buf[end - 1] != 0x0D:
+                    return self._fatal(INVALID_LINE_END)
+                if end - 1 - start > self.max_line_bytes:
+                    return self._fatal(LINE_TOO_LONG)
+                line = buf[start : end - 1].decode("latin-1")
+                self._pos = end + 1
+                event = self._handle_tokens(line.split(" "))
+                if event is not None:
+                    return event
+                continue
+            if state is _State.DATA:
                 result = self._step_data()
             elif state is _State.DISCARD:
                 result = self._step_discard()
@@ -969,7 +1210,9 @@ class RequestParser:
         return self._handle_line(line)
 
     def _handle_line(self, line: str) -> Event | None:
-        tokens = line.split(" ")
+        return self._handle_tokens(line.split(" "))
+
+    def _handle_tokens(self, tokens: list[str]) -> Event | None:
         args: list[str] = []
         flags: dict[str, str] = {}
         flags_ok = True
@@ -1015,6 +1258,21 @@ class RequestParser:
         self._left = size
         self._pending = (spec, arg_tuple, flags)
         return None
+
+    def _take_block(self, line_end: int, size: int) -> bytes | None:
+        """For the fast path: the data block at ``line_end``, consumed with its line.
+
+        None, consuming nothing, unless the block and its CRLF are all buffered and the
+        size is within max_data_bytes.
+        """
+        if size > self.max_data_bytes:
+            return None
+        buf = self._buf
+        stop = line_end + size
+        if len(buf) < stop + 2 or buf[stop] != 0x0D or buf[stop + 1] != 0x0A:
+            return None
+        self._pos = stop + 2
+        return bytes(buf[line_end:stop])
 
     def _build(
         self,

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from jobq.cmdlog.log import CommandLog
-from jobq.engine.commands import CommandDecodeError, decode_workq_command
+from jobq.engine.commands import CommandDecodeError, decode_command
 from jobq.engine.machine import Engine
 
 logger = logging.getLogger("jobq.server")
@@ -50,7 +50,7 @@ def _apply_all(log: CommandLog, engine: Engine, now_ns: int) -> int:
     engine.begin_replay()
     for record in log.records():
         try:
-            command = decode_workq_command(record.payload)
+            command = decode_command(record.payload)
         except CommandDecodeError as exc:
             raise ReplayError(
                 f"{record.segment} offset {record.offset}: cannot decode command: {exc}"

@@ -1,0 +1,157 @@
+"""The job list (the seed's SHOW JOBS): indexes the engine keeps, and the paged query on them.
+
+Each status has a list of its jobs sorted by creation time, so a page in "status, then
+created" order walks at most the jobs it returns plus those its filters skip; nothing sorts
+all jobs per call. "created" order merges the per-status lists.
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from sortedcontainers import SortedKeyList
+
+from jobq.engine.errors import InvalidArgument
+from jobq.engine.job import STATUS_ORDER, Job, Status
+
+_created = operator.attrgetter("created_ns")
+#: most jobs one page may hold
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What the list shows; ``None`` means no constraint."""
+
+    statuses: frozenset[Status] | None = None
+    name: str | None = None
+    creator: str | None = None
+    created_by: tuple[str, str] | None = None
+    #: inclusive lower and exclusive upper bounds on ``created``, Unix ns
+    created_after_ns: int | None = None
+    created_before_ns: int | None = None
+
+    def admits(self, job: Job) -> bool:
+        if self.name is not None and job.name != self.name:
+            return False
+        if self.creator is not None or self.created_by is not None:
+            meta = job.meta
+            if meta is None:
+                return False
+            if self.creator is not None and meta.creator != self.creator:
+                return False
+            if self.created_by is not None and meta.created_by != self.created_by:
+                return False
+        return True
+
+
+class StatusIndex:
+    """Jobs by status, each status's jobs sorted by ``created_ns``."""
+
+    def __init__(self) -> None:
+        self._lists: dict[Status, SortedKeyList] = {s: SortedKeyList(key=_created) for s in Status}
+
+    def add(self, job: Job) -> None:
+        self._lists[job.status].add(job)
+
+    def discard(self, job: Job, status: Status) -> None:
+        self._lists[status].discard(job)
+
+    def count(self, status: Status) -> int:
+        return len(self._lists[status])
+
+    def newest_first(
+        self, status: Status, after_ns: int | None, before_ns: int | None, start: Cursor | None
+    ) -> Iterator[Job]:
+        """Jobs of ``status`` from newest to oldest within the bounds, after ``start``."""
+        jobs = self._lists[status]
+        high = before_ns
+        if start is not None:
+            high = start.created_ns if high is None else min(high, start.created_ns)
+        # the bounds are refined per job below; irange_key only narrows the walk
+        iterator = jobs.irange_key(min_key=after_ns, max_key=high, reverse=True)
+        for job in iterator:
+            if before_ns is not None and job.created_ns >= before_ns:
+                continue
+            if start is not None and (job.created_ns, job.id) >= (start.created_ns, start.id):
+                continue
+            yield job
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where the previous page ended: that job's status rank, creation time and id."""
+
+    rank: int
+    created_ns: int
+    id: bytes
+
+    def encode(self) -> str:
+        return f"{self.rank}.{self.created_ns}.{self.id.hex()}"
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        try:
+            rank, created, job_id = text.split(".")
+            cursor = cls(int(rank), int(created), bytes.fromhex(job_id))
+        except ValueError as exc:
+            raise InvalidArgument("Invalid cursor") from exc
+        if len(cursor.id) != 16 or not 0 <= cursor.rank < len(STATUS_ORDER):
+            raise InvalidArgument("Invalid cursor")
+        return cursor
+
+
+def list_jobs(
+    index: StatusIndex,
+    job_filter: JobFilter,
+    *,
+    order: str = "status",
+    limit: int = 100,
+    cursor: str | None = None,
+) -> tuple[list[Job], str | None]:
+    """One page of the job list and the cursor of the next (None on the last page)."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument("Invalid limit")
+    if order not in ("status", "created"):
+        raise InvalidArgument("Invalid order")
+    start = Cursor.decode(cursor) if cursor else None
+    statuses = [
+        s for s in STATUS_ORDER if job_filter.statuses is None or s in job_filter.statuses
+    ]
+    after, before = job_filter.created_after_ns, job_filter.created_before_ns
+    rank = {status: n for n, status in enumerate(STATUS_ORDER)}
+    stream: Iterable[Job]
+    if order == "status":
+        stream = _by_status(index, statuses, rank, after, before, start)
+    else:
+        streams = [index.newest_first(s, after, before, start) for s in statuses]
+        stream = heapq.merge(*streams, key=lambda j: (j.created_ns, j.id), reverse=True)
+    page: list[Job] = []
+    for job in stream:
+        if not job_filter.admits(job):
+            continue
+        if len(page) == limit:
+            last = page[-1]
+            next_cursor = Cursor(rank[last.status] if order == "status" else 0,
+                                 last.created_ns, last.id)
+            return page, next_cursor.encode()
+        page.append(job)
+    return page, None
+
+
+def _by_status(
+    index: StatusIndex,
+    statuses: list[Status],
+    rank: dict[Status, int],
+    after: int | None,
+    before: int | None,
+    start: Cursor | None,
+) -> Iterator[Job]:
+    for status in statuses:
+        if start is not None and rank[status] < start.rank:
+            continue
+        resume = start if start is not None and rank[status] == start.rank else None
+        yield from index.newest_first(status, after, before, resume)

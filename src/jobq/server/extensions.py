@@ -1,0 +1,436 @@
+"""jobq's protocol extensions (docs/extensions.md): JSON bodies in, engine calls, JSON out.
+
+Each command word has a request schema (msgspec; unknown fields are refused) and a handler.
+Errors are raised as engine errors or :class:`BadRequest` and mapped to replies in
+``dispatch.py``, the one place that does so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from jobq.engine.errors import InvalidArgument
+from jobq.engine.job import Job, Status
+from jobq.engine.joblist import JobFilter
+from jobq.engine.machine import Engine
+from jobq.server import protocol as p
+
+#: largest JSON body of an extension command, in bytes
+MAX_BODY_BYTES = 2 * 1024 * 1024
+#: longest description, creator, running status and reason, in characters
+MAX_DESCRIPTION = 4096
+MAX_SHORT_TEXT = 255
+MAX_CHECKPOINT_BYTES = 1024 * 1024
+
+
+class BadRequest(InvalidArgument):
+    """A body that does not fit its command's schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A reply computed off the event loop (it reads files): the core runs ``work`` in a
+    thread and sends what it returns."""
+
+    work: Callable[[], bytes]
+
+
+# ---------------------------------------------------------------------------------- schemas
+
+
+class CreatedBy(msgspec.Struct, forbid_unknown_fields=True):
+    type: str
+    id: str | int
+
+
+class Submit(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    payload: bytes = b""
+    id: str | None = None
+    priority: int = 0
+    ttr_ms: int = 60_000
+    ttl_ms: int | None = None
+    max_attempts: int = 0
+    max_fails: int = 0
+    time: str | None = None
+    description: str = ""
+    creator: str = ""
+    created_by: CreatedBy | None = None
+
+
+class XLease(msgspec.Struct, forbid_unknown_fields=True):
+    names: list[str]
+    worker_id: str
+    wait_timeout_ms: int = 0
+
+
+class HeartbeatBody(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    worker_id: str
+    fraction_completed: float | None = None
+    running_status: str | None = None
+    checkpoint: bytes | None = None
+
+
+class XComplete(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    worker_id: str
+    result: bytes = b""
+
+
+class XFail(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    worker_id: str
+    error: str = ""
+
+
+class Release(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    worker_id: str
+    checkpoint: bytes | None = None
+
+
+class Operate(msgspec.Struct, forbid_unknown_fields=True):
+    id: str | None = None
+    created_by: CreatedBy | None = None
+    reason: str = ""
+    actor: str | None = None
+
+
+class ListJobs(msgspec.Struct, forbid_unknown_fields=True):
+    status: list[str] | None = None
+    name: str | None = None
+    creator: str | None = None
+    created_by: CreatedBy | None = None
+    created_after: str | None = None
+    created_before: str | None = None
+    order: str = "status"
+    limit: int = 100
+    cursor: str | None = None
+
+
+class JobRef(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+
+
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+_encoder = msgspec.json.Encoder()
+
+
+def _body(schema: type[msgspec.Struct], data: bytes) -> Any:
+    decoder = _decoders.get(schema)
+    if decoder is None:
+        decoder = _decoders[schema] = msgspec.json.Decoder(schema)
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        if message.startswith("Object contains unknown field"):
+            field = message.split("`")[1] if "`" in message else "?"
+            raise BadRequest(f"Invalid field {field}") from exc
+        raise BadRequest(f"Invalid body: {message}") from exc
+    except msgspec.DecodeError as exc:
+        raise BadRequest("Invalid JSON body") from exc
+
+
+def data_reply(value: object) -> bytes:
+    body = _encoder.encode(value)
+    return b"+OK %d\r\n%s\r\n" % (len(body), body)
+
+
+# ---------------------------------------------------------------------------------- values
+
+
+def format_time(unix_ns: int | None) -> str | None:
+    if unix_ns is None:
+        return None
+    moment = dt.datetime.fromtimestamp(unix_ns // 1_000_000 / 1000, tz=dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_time(text: str) -> int:
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise BadRequest("Invalid Time") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return int(moment.timestamp() * 1000) * 1_000_000
+
+
+def _name(text: str) -> str:
+    try:
+        return p.parse_name(text)
+    except p.ClientError as exc:
+        raise BadRequest(p.INVALID_NAME) from exc
+
+
+def _text(value: str, limit: int, what: str) -> str:
+    if len(value) > limit:
+        raise BadRequest(f"Invalid {what}: longer than {limit} characters")
+    return value
+
+
+def _range(value: int, low: int, high: int, error: str) -> int:
+    if not low <= value <= high:
+        raise BadRequest(error)
+    return value
+
+
+def _created_by(value: CreatedBy | None) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    return (_text(value.type, MAX_SHORT_TEXT, "created_by"), str(value.id))
+
+
+def job_summary(job: Job) -> dict[str, object]:
+    meta = job.meta
+    lease = None
+    if job.status is Status.RUNNING:
+        lease = {
+            "worker_id": meta.worker if meta is not None else None,
+            "expires": format_time(job.lease_expires_ns),
+        }
+    error = None
+    if job.status is Status.FAILED and job.result is not None:
+        error = job.result.decode("utf-8", "replace")
+    elif job.status is Status.CANCELED:
+        error = "canceled" + (f": {meta.reason}" if meta is not None and meta.reason else "")
+    return {
+        "id": str(uuid.UUID(bytes=job.id)),
+        "name": job.name,
+        "status": job.status.value,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "fails": job.fails,
+        "max_fails": job.max_fails,
+        "ttr_ms": job.ttr_ms,
+        "ttl_ms": job.ttl_ms or None,
+        "created": format_time(job.created_ns),
+        "started": format_time(job.started_ns),
+        "finished": format_time(job.finished_ns),
+        "modified": format_time(job.modified_ns),
+        "time": format_time(job.time_ns),
+        "fraction_completed": (
+            1.0 if job.status is Status.SUCCEEDED
+            else meta.fraction_completed if meta is not None else None
+        ),
+        "running_status": meta.running_status if meta is not None else None,
+        "description": meta.description if meta is not None else "",
+        "creator": meta.creator if meta is not None else "",
+        "created_by": (
+            {"type": meta.created_by[0], "id": meta.created_by[1]}
+            if meta is not None and meta.created_by is not None
+            else None
+        ),
+        "lease": lease,
+        "pause_requested": bool(meta and meta.pause_requested),
+        "cancel_requested": bool(meta and meta.cancel_requested),
+        "reason": meta.reason if meta is not None else "",
+        "payload_size": len(job.payload),
+        "checkpoint_size": len(meta.checkpoint) if meta and meta.checkpoint else 0,
+        "error": error,
+    }
+
+
+def job_detail(job: Job) -> dict[str, object]:
+    detail = job_summary(job)
+    detail["payload"] = job.payload
+    detail["result"] = job.result if job.status.finished else None
+    return detail
+
+
+# ---------------------------------------------------------------------------------- handlers
+
+
+class Extensions:
+    """The extension commands of one server."""
+
+    def __init__(self, engine: Engine, history: Callable[[bytes], list[dict[str, object]]]) -> None:
+        self.engine = engine
+        self._history = history
+        self.handlers: dict[str, Callable[[bytes, object, int], bytes | Deferred | None]] = {
+            "submit": self.submit,
+            "xlease": self.xlease,
+            "heartbeat": self.heartbeat,
+            "xcomplete": self.xcomplete,
+            "xfail": self.xfail,
+            "release": self.release,
+            "pause": self.pause,
+            "resume": self.resume,
+            "cancel": self.cancel,
+            "jobs": self.jobs,
+            "job": self.job,
+            "history": self.history,
+        }
+
+    def _id(self, text: str) -> bytes:
+        return self.engine.resolve_id(text)
+
+    @staticmethod
+    def _full_id(text: str) -> bytes:
+        try:
+            return p.parse_id(text)
+        except p.ClientError as exc:
+            raise BadRequest(p.INVALID_ID) from exc
+
+    def submit(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: Submit = _body(Submit, data)
+        job_id = self._full_id(r.id) if r.id is not None else uuid.uuid4().bytes
+        if len(r.payload) > p.MAX_DATA_BYTES:
+            raise BadRequest(p.INVALID_PAYLOAD)
+        job = self.engine.submit(
+            id=job_id,
+            name=_name(r.name),
+            payload=r.payload,
+            priority=_range(r.priority, p.MIN_PRIORITY, p.MAX_PRIORITY, p.INVALID_PRIORITY),
+            ttr_ms=_range(r.ttr_ms, 1, p.MAX_TTR_MS, p.INVALID_TTR),
+            ttl_ms=0 if r.ttl_ms is None else _range(r.ttl_ms, 1, p.MAX_TTL_MS, p.INVALID_TTL),
+            max_attempts=_range(r.max_attempts, 0, p.MAX_ATTEMPTS, p.INVALID_MAX_ATTEMPTS),
+            max_fails=_range(r.max_fails, 0, p.MAX_FAILS, p.INVALID_MAX_FAILS),
+            time_ns=parse_time(r.time) if r.time is not None else None,
+            description=_text(r.description, MAX_DESCRIPTION, "description"),
+            creator=_text(r.creator, MAX_SHORT_TEXT, "creator"),
+            created_by=_created_by(r.created_by),
+            now_ns=now_ns,
+        )
+        return data_reply({"id": str(uuid.UUID(bytes=job.id))})
+
+    def xlease(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: XLease = _body(XLease, data)
+        if not r.names:
+            raise BadRequest(p.INVALID_NAME)
+        names = [_name(n) for n in r.names]
+        worker = _text(r.worker_id, MAX_SHORT_TEXT, "worker_id")
+        if not worker:
+            raise BadRequest("Invalid worker_id")
+        wait = _range(r.wait_timeout_ms, 0, p.MAX_WAIT_TIMEOUT_MS, p.INVALID_WAIT_TIMEOUT)
+        job = self.engine.lease(names, wait_timeout_ms=wait, token=token, now_ns=now_ns,
+                                worker=worker)
+        if job is not None:
+            return lease_reply(job)
+        return None if wait > 0 else p.timeout()
+
+    def heartbeat(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: HeartbeatBody = _body(HeartbeatBody, data)
+        if r.checkpoint is not None and len(r.checkpoint) > MAX_CHECKPOINT_BYTES:
+            raise BadRequest("Invalid checkpoint: larger than 1 MiB")
+        action, reason = self.engine.heartbeat(
+            self._full_id(r.id),
+            worker=r.worker_id,
+            fraction_completed=r.fraction_completed,
+            running_status=(
+                _text(r.running_status, MAX_SHORT_TEXT, "running_status")
+                if r.running_status is not None
+                else None
+            ),
+            checkpoint=r.checkpoint,
+            now_ns=now_ns,
+        )
+        return data_reply({"action": action, "reason": reason})
+
+    def xcomplete(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: XComplete = _body(XComplete, data)
+        if len(r.result) > p.MAX_DATA_BYTES:
+            raise BadRequest(p.INVALID_RESULT)
+        self.engine.complete_held(self._full_id(r.id), worker=r.worker_id, result=r.result,
+                                  now_ns=now_ns)
+        return data_reply({})
+
+    def xfail(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: XFail = _body(XFail, data)
+        error = r.error.encode()
+        if len(error) > p.MAX_DATA_BYTES:
+            raise BadRequest(p.INVALID_RESULT)
+        self.engine.fail_held(self._full_id(r.id), worker=r.worker_id, error=error,
+                              now_ns=now_ns)
+        return data_reply({})
+
+    def release(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: Release = _body(Release, data)
+        if r.checkpoint is not None and len(r.checkpoint) > MAX_CHECKPOINT_BYTES:
+            raise BadRequest("Invalid checkpoint: larger than 1 MiB")
+        status = self.engine.release(self._full_id(r.id), worker=r.worker_id,
+                                     checkpoint=r.checkpoint, now_ns=now_ns)
+        return data_reply({"status": status.value})
+
+    def _operate(self, operation: str, data: bytes, now_ns: int) -> bytes:
+        r: Operate = _body(Operate, data)
+        reason = _text(r.reason, MAX_SHORT_TEXT, "reason")
+        actor = _text(r.actor or "client", MAX_SHORT_TEXT, "actor")
+        if (r.id is None) == (r.created_by is None):
+            raise BadRequest("Give either id or created_by")
+        if r.created_by is not None:
+            created_by = _created_by(r.created_by)
+            assert created_by is not None
+            count = self.engine.apply_to_created_by(
+                operation, created_by, reason=reason, actor=actor, now_ns=now_ns
+            )
+        else:
+            assert r.id is not None
+            method = getattr(self.engine, operation)
+            method(self._id(r.id), reason=reason, actor=actor, now_ns=now_ns)
+            count = 1
+        return data_reply({"count": count})
+
+    def pause(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        return self._operate("pause", data, now_ns)
+
+    def resume(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        return self._operate("resume", data, now_ns)
+
+    def cancel(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        return self._operate("cancel", data, now_ns)
+
+    def jobs(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ListJobs = _body(ListJobs, data)
+        statuses = None
+        if r.status is not None:
+            try:
+                statuses = frozenset(Status(s) for s in r.status)
+            except ValueError as exc:
+                raise BadRequest("Invalid status") from exc
+        job_filter = JobFilter(
+            statuses=statuses,
+            name=r.name,
+            creator=r.creator,
+            created_by=_created_by(r.created_by),
+            created_after_ns=parse_time(r.created_after) if r.created_after else None,
+            created_before_ns=parse_time(r.created_before) if r.created_before else None,
+        )
+        page, next_cursor = self.engine.list_jobs(
+            job_filter, order=r.order, limit=r.limit, cursor=r.cursor
+        )
+        return data_reply({"jobs": [job_summary(j) for j in page], "next_cursor": next_cursor})
+
+    def job(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: JobRef = _body(JobRef, data)
+        job = self.engine.jobs[self._id(r.id)]
+        return data_reply(job_detail(job))
+
+    def history(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: JobRef = _body(JobRef, data)
+        job_id = self._id(r.id)
+        return Deferred(lambda: data_reply({"events": self._history(job_id)}))
+
+
+def lease_reply(job: Job) -> bytes:
+    meta = job.meta
+    return data_reply(
+        {
+            "id": str(uuid.UUID(bytes=job.id)),
+            "name": job.name,
+            "ttr_ms": job.ttr_ms,
+            "payload": job.payload,
+            "attempt": job.attempts,
+            "checkpoint": meta.checkpoint if meta is not None else None,
+            "description": meta.description if meta is not None else "",
+        }
+    )

@@ -1,0 +1,218 @@
+"""The fast paths: payloads()/iter_raw() against records(), the single-pack codec, and the
+committer thread of group commit."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobq.cmdlog import (
+    CommandLog,
+    CorruptRecordError,
+    Cursor,
+    IncompleteRecordError,
+    LogClosedError,
+    Record,
+)
+from jobq.cmdlog.errors import RecordError
+from jobq.cmdlog.record import (
+    HEADER_LEN,
+    decode_payloads,
+    decode_records,
+    encode_header,
+    encode_record,
+    encode_records,
+)
+from jobq.cmdlog.varint import encode_uvarint
+
+from .conftest import CountingFsync
+
+
+def _reference_record(payload: bytes, time_ns: int) -> bytes:
+    """The record bytes as the spec defines them, without the codec's fast paths."""
+    from crc32c import crc32c
+
+    from jobq.cmdlog.gotime import encode_time
+
+    head = encode_time(time_ns) + encode_uvarint(len(payload))
+    return head + payload + crc32c(head + payload).to_bytes(4, "big")
+
+
+_PAYLOADS = st.lists(
+    st.one_of(st.binary(max_size=140), st.binary(min_size=120, max_size=300)), max_size=20
+)
+_TIMES = st.integers(min_value=-(10**18), max_value=2 * 10**18)
+
+
+@given(payloads=_PAYLOADS, time_ns=_TIMES)
+@settings(max_examples=200, deadline=None)
+def test_encoding_matches_the_spec_and_both_readers_agree(
+    payloads: list[bytes], time_ns: int
+) -> None:
+    expected = b"".join(_reference_record(p, time_ns) for p in payloads)
+    assert encode_records(payloads, time_ns) == expected
+    assert b"".join(encode_record(p, time_ns) for p in payloads) == expected
+    data = encode_header() + expected
+    records = list(decode_records(data, "/d/x.log", "x.log", 2))
+    assert [(r.time_ns, r.payload) for r in records] == [(time_ns, p) for p in payloads]
+    assert list(decode_payloads(data, "/d/x.log")) == [(time_ns, p) for p in payloads]
+
+
+@given(
+    batches=st.lists(st.tuples(_PAYLOADS, _TIMES), max_size=5),
+    cut=st.integers(min_value=0, max_value=4000),
+    flip=st.integers(min_value=0, max_value=4000),
+)
+@settings(max_examples=300, deadline=None)
+def test_both_readers_fail_alike_on_torn_and_damaged_bytes(
+    batches: list[tuple[list[bytes], int]], cut: int, flip: int
+) -> None:
+    body = bytearray(b"".join(encode_records(p, t) for p, t in batches))
+    if body:
+        body[flip % len(body)] ^= 0x5A
+    data = encode_header() + bytes(body[: len(body) - cut % (len(body) + 1)])
+
+    def outcome(items: list[tuple[int, bytes]] | None, error: RecordError | None) -> object:
+        if error is not None:
+            return (type(error), error.offset, error.reason)
+        return items
+
+    try:
+        slow: object = outcome(
+            [(r.time_ns, r.payload) for r in decode_records(data, "p", "x.log", 2)], None
+        )
+    except RecordError as exc:
+        slow = outcome(None, exc)
+    try:
+        fast: object = outcome(list(decode_payloads(data, "p")), None)
+    except RecordError as exc:
+        fast = outcome(None, exc)
+    assert fast == slow
+
+
+def test_fast_reader_reports_crc_before_a_bad_time() -> None:
+    record = bytearray(encode_record(b"payload", 0))
+    record[0] = 2  # not layout 1, and the CRC no longer matches
+    data = encode_header() + bytes(record)
+    with pytest.raises(CorruptRecordError, match="CRC mismatch"):
+        list(decode_payloads(data, "/d/x.log"))
+    # a TIME that is no Go time, with a CRC that matches it, is corrupt too
+    from crc32c import crc32c
+
+    record[-4:] = crc32c(bytes(record[:-4])).to_bytes(4, "big")
+    data = encode_header() + bytes(record)
+    with pytest.raises(CorruptRecordError, match=r"offset 8: TIME is not a Go binary time"):
+        list(decode_payloads(data, "/d/x.log"))
+    with pytest.raises(CorruptRecordError, match=r"offset 8: TIME is not a Go binary time"):
+        list(decode_records(data, "/d/x.log", "x.log", 2))
+
+
+def test_record_is_an_immutable_value() -> None:
+    data = encode_header() + encode_record(b"abc", 5)
+    (record,) = decode_records(data, "p", "x.log", 2)
+    assert record == Record("x.log", HEADER_LEN, 2, 5, b"abc")
+    assert (record.segment, record.offset, record.version, record.time_ns, record.payload) == (
+        "x.log",
+        HEADER_LEN,
+        2,
+        5,
+        b"abc",
+    )
+    assert hash(record) == hash(Record("x.log", HEADER_LEN, 2, 5, b"abc"))
+    with pytest.raises(AttributeError):
+        record.payload = b"x"  # type: ignore[misc]
+
+
+def test_payloads_are_the_records_without_their_positions(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    big = os.urandom(5000)
+    with CommandLog.open(path, sync="os", segment_size_bytes=600, clock_ns=lambda: 7) as log:
+        log.write([b"a", b"bb", big])
+        log.append(b"c", time_ns=9)
+        for i in range(30):
+            log.append(f"p{i}".encode())
+        records = list(log.records())
+        assert list(log.payloads()) == [(r.time_ns, r.payload) for r in records]
+        assert log.segment_count > 2
+        # a snapshot: what is written after the call is not read
+        later = log.payloads()
+        log.append(b"later")
+        assert len(list(later)) == len(records)
+    assert list(Cursor(str(path)).iter_raw())[-1] == (7, b"later")
+
+
+def test_iter_raw_keeps_a_torn_tail_like_iteration(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    with CommandLog.open(path, sync="os", clock_ns=lambda: 1) as log:
+        log.write([b"one", b"two"])
+    segment = path / "000000001.log"
+    with open(segment, "ab") as f:
+        f.write(encode_record(b"three", 1)[:-2])
+    with pytest.raises(IncompleteRecordError):
+        list(Cursor(str(path)).iter_raw())
+    cursor = Cursor(str(path), allow_torn_tail=True)
+    assert list(cursor.iter_raw()) == [(1, b"one"), (1, b"two")]
+    assert cursor.torn_tail is not None
+    assert cursor.torn_tail.offset == HEADER_LEN + 2 * len(encode_record(b"one", 1))
+
+
+def test_payloads_raise_on_corruption_in_an_older_segment(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    with CommandLog.open(path, sync="os", segment_size_bytes=100) as log:
+        for i in range(10):
+            log.append(f"record {i}".encode())
+    first = path / "000000001.log"
+    data = bytearray(first.read_bytes())
+    data[HEADER_LEN + 20] ^= 0xFF
+    first.write_bytes(bytes(data))
+    with (
+        CommandLog.open(path, sync="os") as log,
+        pytest.raises(CorruptRecordError, match=r"000000001\.log: offset 8: CRC mismatch"),
+    ):
+        list(log.payloads())
+
+
+def test_committer_drains_queued_records_on_close_and_then_refuses(log_dir: Path) -> None:
+    fsync = CountingFsync(delay_s=0.002)
+    log = CommandLog.open(log_dir, sync="always", fsync=fsync)
+    threads_n, per_thread = 8, 10
+    barrier = threading.Barrier(threads_n)
+    errors: list[BaseException] = []
+
+    def appender(n: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(per_thread):
+                log.append(f"{n}:{i}".encode())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=appender, args=(n,)) for n in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert any(t.name == "jobq-cmdlog-commit" for t in threading.enumerate())
+    log.close()
+    assert not any(t.name == "jobq-cmdlog-commit" for t in threading.enumerate())
+    with pytest.raises(LogClosedError):
+        log.append(b"late")
+    log.close()  # idempotent
+    with CommandLog.open(log_dir, sync="os") as again:
+        assert len(list(again.payloads())) == threads_n * per_thread
+
+
+def test_a_lone_always_appender_commits_inline_without_a_thread(log_dir: Path) -> None:
+    fsync = CountingFsync()
+    with CommandLog.open(log_dir, sync="always", fsync=fsync) as log:
+        for i in range(5):
+            log.append(bytes([i]))
+        assert fsync.calls == 5
+        assert log.appender.synced == log.appender.written
+        assert not any(t.name == "jobq-cmdlog-commit" for t in threading.enumerate())
