@@ -38,6 +38,8 @@ class ServerConfig:
     clean_interval_ms: int = DEFAULT_CLEAN_INTERVAL_MS
     in_memory: bool = False
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    #: how long finished jobs submitted without a TTL are kept, ms (14 days)
+    retention_ms: int = 14 * 24 * 3600 * 1000
 
     @property
     def log_dir(self) -> Path:

@@ -35,7 +35,7 @@ from .conftest import CountingFsync
 
 def _reference_record(payload: bytes, time_ns: int) -> bytes:
     """The record bytes as the spec defines them, without the codec's fast paths."""
-    from crc32c import crc32c
+    from google_crc32c import value as crc32c
 
     from jobq.cmdlog.gotime import encode_time
 
@@ -102,7 +102,7 @@ def test_fast_reader_reports_crc_before_a_bad_time() -> None:
     with pytest.raises(CorruptRecordError, match="CRC mismatch"):
         list(decode_payloads(data, "/d/x.log"))
     # a TIME that is no Go time, with a CRC that matches it, is corrupt too
-    from crc32c import crc32c
+    from google_crc32c import value as crc32c
 
     record[-4:] = crc32c(bytes(record[:-4])).to_bytes(4, "big")
     data = encode_header() + bytes(record)

@@ -32,7 +32,8 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final, NamedTuple, cast
 
-from crc32c import crc32c
+from google_crc32c import extend as crc32c_extend
+from google_crc32c import value as crc32c_value
 
 from jobq.cmdlog.errors import (
     BadMagicError,
@@ -116,10 +117,10 @@ def encode_record(payload: bytes, time_ns: int) -> bytes:
     size = len(payload)
     time_bytes = encode_time(time_ns)
     if size < 0x80:
-        crc = crc32c(payload, crc32c(time_bytes + bytes((size,))))
+        crc = crc32c_extend(crc32c_value(time_bytes + bytes((size,))), payload)
         return _SMALL_RECORDS[size].pack(time_bytes, size, payload, crc)
     head = time_bytes + encode_uvarint(size)
-    return head + payload + _CRC.pack(crc32c(payload, crc32c(head)))
+    return head + payload + _CRC.pack(crc32c_extend(crc32c_value(head), payload))
 
 
 def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
@@ -130,7 +131,7 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
     128 bytes, one ``struct`` pack of the whole record; the batch is joined once.
     """
     time_bytes = encode_time(time_ns)
-    time_crc = crc32c(time_bytes)
+    time_crc = crc32c_value(time_bytes)
     small = _SMALL_RECORDS
     pack_crc = _CRC.pack
     out: list[bytes] = []
@@ -143,7 +144,7 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
         size = len(payload)
         if size != last_size:
             size_bytes = encode_uvarint(size)
-            head_crc = crc32c(size_bytes, time_crc)
+            head_crc = crc32c_extend(time_crc, size_bytes)
             last_size = size
             if size < 0x80:
                 pack = small[size].pack
@@ -151,11 +152,11 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
             else:
                 head = time_bytes + size_bytes
         if head is None:
-            add(pack(time_bytes, size, payload, crc32c(payload, head_crc)))
+            add(pack(time_bytes, size, payload, crc32c_extend(head_crc, payload)))
         else:
             add(head)
             add(payload)
-            add(pack_crc(crc32c(payload, head_crc)))
+            add(pack_crc(crc32c_extend(head_crc, payload)))
     return b"".join(out)
 
 
@@ -229,7 +230,7 @@ def _decode_general(data: bytes, pos: int, end: int, path: str) -> tuple[int, by
     if q + CRC_LEN > end:
         raise _runs_past_end(path, pos, q + CRC_LEN, end)
     (stored_crc,) = _CRC.unpack_from(data, q)
-    if crc32c(data[pos:q]) != stored_crc:
+    if crc32c_value(data[pos:q]) != stored_crc:
         raise _crc_mismatch(path, pos)
     if layout != 1 or not 0 <= nanos < _NS_PER_S:
         raise _bad_time(path, pos)
@@ -264,16 +265,16 @@ def decode_records(
                 raise _runs_past_end(path, pos, q, end)
             time_bytes, _, payload, stored_crc = layout.unpack_from(data, pos)
             if time_bytes != last_time or size != last_size:
-                head_crc = crc32c(data[pos : pos + TIME_LEN + 1])
+                head_crc = crc32c_value(data[pos : pos + TIME_LEN + 1])
                 decoded = _decode_time(time_bytes)
                 if decoded is None:
-                    if crc32c(payload, head_crc) != stored_crc:
+                    if crc32c_extend(head_crc, payload) != stored_crc:
                         raise _crc_mismatch(path, pos)
                     raise _bad_time(path, pos)
                 time_ns = decoded
                 last_time = time_bytes
                 last_size = size
-            if crc32c(payload, head_crc) != stored_crc:
+            if crc32c_extend(head_crc, payload) != stored_crc:
                 raise _crc_mismatch(path, pos)
             yield new(cls, (segment, pos, version, time_ns, payload))
         else:
@@ -303,16 +304,16 @@ def decode_payloads(data: bytes, path: str, start: int = HEADER_LEN) -> Iterator
                 raise _runs_past_end(path, pos, q, end)
             time_bytes, _, payload, stored_crc = layout.unpack_from(data, pos)
             if time_bytes != last_time or size != last_size:
-                head_crc = crc32c(data[pos : pos + TIME_LEN + 1])
+                head_crc = crc32c_value(data[pos : pos + TIME_LEN + 1])
                 decoded = _decode_time(time_bytes)
                 if decoded is None:
-                    if crc32c(payload, head_crc) != stored_crc:
+                    if crc32c_extend(head_crc, payload) != stored_crc:
                         raise _crc_mismatch(path, pos)
                     raise _bad_time(path, pos)
                 time_ns = decoded
                 last_time = time_bytes
                 last_size = size
-            if crc32c(payload, head_crc) != stored_crc:
+            if crc32c_extend(head_crc, payload) != stored_crc:
                 raise _crc_mismatch(path, pos)
             yield (time_ns, payload)
         else:

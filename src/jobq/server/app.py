@@ -14,6 +14,7 @@ from jobq.config import ServerConfig
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine
 from jobq.server.core import Core, WallClock
+from jobq.server.history import read_history
 from jobq.server.replay import replay
 from jobq.server.tcp import Connection
 
@@ -89,7 +90,7 @@ async def serve(
     """
     loop = asyncio.get_running_loop()
     clock = WallClock()
-    engine = Engine()
+    engine = Engine(retention_ms=config.retention_ms)
     log: CommandLog | None = None
     if not config.in_memory:
         log = CommandLog.open(
@@ -106,7 +107,16 @@ async def serve(
             stats.jobs,
             stats.seconds,
         )
-    core = Core(engine, log, sync_always=config.sync == "always", clock=clock)
+    history = None
+    if log is not None:
+        log_dir = str(config.log_dir)
+
+        def history(job_id: bytes, created_ns: int) -> list[dict[str, object]]:
+            return read_history(log_dir, job_id, created_ns)
+
+    core = Core(
+        engine, log, sync_always=config.sync == "always", clock=clock, history=history
+    )
     if on_core is not None:
         on_core(core)
     stop_event = stop or asyncio.Event()

@@ -19,6 +19,7 @@ from jobq.config import (
     ConfigError,
     ServerConfig,
     default_data_dir,
+    parse_duration_ms,
     parse_listen,
     parse_size_bytes,
 )
@@ -89,6 +90,8 @@ def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
     help="Cleaning interval in ms (0: never clean).",
 )
 @click.option("--in-memory", is_flag=True, help="Keep no log: nothing survives a restart.")
+@click.option("--retention", default="14d", show_default=True,
+              help="Keep finished jobs submitted without a TTL this long (e.g. 14d, 12h).")
 @click.option(
     "--max-connections",
     type=click.IntRange(min=1),
@@ -105,12 +108,14 @@ def server_command(
     cmdlog_seg_size: str,
     cmdlog_clean_int: int,
     in_memory: bool,
+    retention: str,
     max_connections: int,
 ) -> None:
     """Run the job server (a drop-in for workq-server)."""
     try:
         host, port = parse_listen(listen)
         segment_size_bytes = parse_size_bytes(cmdlog_seg_size)
+        retention_ms = parse_duration_ms(retention)
         if segment_size_bytes < 1:
             raise ConfigError("the segment size must be at least 1 byte")
     except ConfigError as exc:
@@ -126,6 +131,7 @@ def server_command(
         clean_interval_ms=cmdlog_clean_int,
         in_memory=in_memory,
         max_connections=max_connections,
+        retention_ms=retention_ms,
     )
     from jobq.cmdlog.errors import CmdlogError
     from jobq.server.app import configure_logging, serve

@@ -29,6 +29,7 @@ from jobq.engine.machine import Command, Engine
 from jobq.engine.waiters import Wakeup
 from jobq.server import protocol as p
 from jobq.server.dispatch import Dispatcher
+from jobq.server.extensions import Deferred
 
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
@@ -64,13 +65,14 @@ class ReplySink(Protocol):
 class Slot:
     """One request's place in its connection's reply order."""
 
-    __slots__ = ("conn", "data", "waiting")
+    __slots__ = ("conn", "data", "request", "waiting")
 
     def __init__(self, conn: ReplySink) -> None:
         self.conn = conn
         self.data: bytes | None = None
-        #: registered with the engine as a waiter (lease, result, run)
+        #: waiting for the engine (lease, result, run) or for work in a thread
         self.waiting = False
+        self.request: p.Request | None = None
 
 
 class Batch:
@@ -96,6 +98,7 @@ class Core:
         sync_always: bool,
         clock: Callable[[], int] | None = None,
         started_ns: int | None = None,
+        history: Callable[[bytes, int], list[dict[str, object]]] | None = None,
     ) -> None:
         self.engine = engine
         self.log = log
@@ -103,7 +106,7 @@ class Core:
         self.clock = clock or WallClock()
         self.started_ns = started_ns if started_ns is not None else self.clock()
         self.connections: set[object] = set()
-        self.dispatcher = Dispatcher(engine, self._server_info)
+        self.dispatcher = Dispatcher(engine, self._server_info, history)
         self._batch = Batch()
         self._flush_scheduled = False
         self._syncing = False
@@ -133,6 +136,7 @@ class Core:
     def execute(self, conn: ReplySink, request: p.Request, slot: Slot) -> None:
         """Run one request now; its reply is released with the batch."""
         now_ns = self.clock()
+        slot.request = request
         reply = self.dispatcher.handle(request, slot, now_ns)
         commands, wakeups = self.engine.drain()
         batch = self._batch
@@ -142,15 +146,33 @@ class Core:
             batch.wakeups.extend(wakeups)
         if reply is None:
             slot.waiting = True
+        elif isinstance(reply, Deferred):
+            slot.waiting = True
+            future = self.loop.run_in_executor(None, reply.work)
+            future.add_done_callback(lambda f: self._deferred_done(slot, f))
         else:
             batch.replies.append((slot, reply, bool(commands)))
         self._schedule_flush()
         self._arm_timer()
 
+    def _deferred_done(self, slot: Slot, future: asyncio.Future[bytes]) -> None:
+        if not slot.waiting:
+            return  # its connection went away
+        slot.waiting = False
+        exc = future.exception()
+        if exc is not None:
+            logger.error("reading for a request failed: %s", exc)
+            self._fill(slot, p.server_error("Could not read the command log"))
+        else:
+            self._fill(slot, future.result())
+        slot.conn.unblock()
+
     def cancel(self, slot: Slot) -> None:
         """The connection of a waiting request went away."""
         if slot.waiting:
             slot.waiting = False
+            if isinstance(slot.request, p.Extension) and slot.request.word == "history":
+                return  # work in a thread: nothing registered with the engine
             self.engine.cancel_wait(slot)
             commands, wakeups = self.engine.drain()
             self._batch.commands.extend(commands)
@@ -260,7 +282,9 @@ class Core:
         for slot, reply, _changed in batch.replies:
             self._fill(slot, reply)
         for wakeup in batch.wakeups:
-            self._fill_wakeup(wakeup, Dispatcher.wake_reply(wakeup.value))
+            waiter = wakeup.token
+            assert isinstance(waiter, Slot)
+            self._fill_wakeup(wakeup, Dispatcher.wake_reply(wakeup.value, waiter.request))
         self._arm_timer()
 
     def _fill(self, slot: Slot, reply: bytes) -> None:

@@ -12,6 +12,7 @@ from jobq.engine.job import Job
 from jobq.engine.machine import Engine
 from jobq.engine.waiters import JobResult, Outcome, WakeValue
 from jobq.server import protocol as p
+from jobq.server.extensions import Deferred, Extensions, lease_reply
 
 
 class LogUnavailable(Exception):
@@ -59,9 +60,15 @@ class Dispatcher:
     the reply.
     """
 
-    def __init__(self, engine: Engine, server_info: Callable[[], p.ServerInfo]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        server_info: Callable[[], p.ServerInfo],
+        history: Callable[[bytes, int], list[dict[str, object]]] | None = None,
+    ) -> None:
         self.engine = engine
         self._server_info = server_info
+        self.extensions = Extensions(engine, history or (lambda job_id, created_ns: []))
         self._handlers: dict[type[p.Request], Callable[[p.Request, object, int], bytes | None]] = {
             p.Add: self._add,
             p.Schedule: self._schedule,
@@ -79,18 +86,25 @@ class Dispatcher:
             p.InspectJob: self._inspect_job,
         }
 
-    def handle(self, request: p.Request, token: object, now_ns: int) -> bytes | None:
-        handler = self._handlers.get(type(request))
-        if handler is None:
-            return p.client_error(p.UNKNOWN_COMMAND)
+    def handle(self, request: p.Request, token: object, now_ns: int) -> bytes | Deferred | None:
+        """The reply; ``None`` when the request waits; a :class:`Deferred` to run off the
+        event loop."""
         try:
+            if isinstance(request, p.Extension):
+                return self.extensions.handlers[request.word](request.body, token, now_ns)
+            handler = self._handlers.get(type(request))
+            if handler is None:
+                return p.client_error(p.UNKNOWN_COMMAND)
             return handler(request, token, now_ns)
         except EngineError as exc:
             return error_reply(exc)
 
     @staticmethod
-    def wake_reply(value: WakeValue) -> bytes:
+    def wake_reply(value: WakeValue, request: p.Request | None = None) -> bytes:
+        """The reply for a waiting ``request`` woken with ``value``."""
         if isinstance(value, Job):
+            if isinstance(request, p.Extension):
+                return lease_reply(value)
             return p.job_reply(value.id, value.name, value.ttr_ms, value.payload)
         if isinstance(value, JobResult):
             return p.result_reply(value.id, value.success, value.result)

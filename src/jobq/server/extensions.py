@@ -219,8 +219,11 @@ def job_summary(job: Job) -> dict[str, object]:
         "modified": format_time(job.modified_ns),
         "time": format_time(job.time_ns),
         "fraction_completed": (
-            1.0 if job.status is Status.SUCCEEDED
-            else meta.fraction_completed if meta is not None else None
+            1.0
+            if job.status is Status.SUCCEEDED
+            else meta.fraction_completed
+            if meta is not None
+            else None
         ),
         "running_status": meta.running_status if meta is not None else None,
         "description": meta.description if meta is not None else "",
@@ -253,7 +256,9 @@ def job_detail(job: Job) -> dict[str, object]:
 class Extensions:
     """The extension commands of one server."""
 
-    def __init__(self, engine: Engine, history: Callable[[bytes], list[dict[str, object]]]) -> None:
+    def __init__(
+        self, engine: Engine, history: Callable[[bytes, int], list[dict[str, object]]]
+    ) -> None:
         self.engine = engine
         self._history = history
         self.handlers: dict[str, Callable[[bytes, object, int], bytes | Deferred | None]] = {
@@ -312,8 +317,9 @@ class Extensions:
         if not worker:
             raise BadRequest("Invalid worker_id")
         wait = _range(r.wait_timeout_ms, 0, p.MAX_WAIT_TIMEOUT_MS, p.INVALID_WAIT_TIMEOUT)
-        job = self.engine.lease(names, wait_timeout_ms=wait, token=token, now_ns=now_ns,
-                                worker=worker)
+        job = self.engine.lease(
+            names, wait_timeout_ms=wait, token=token, now_ns=now_ns, worker=worker
+        )
         if job is not None:
             return lease_reply(job)
         return None if wait > 0 else p.timeout()
@@ -340,8 +346,9 @@ class Extensions:
         r: XComplete = _body(XComplete, data)
         if len(r.result) > p.MAX_DATA_BYTES:
             raise BadRequest(p.INVALID_RESULT)
-        self.engine.complete_held(self._full_id(r.id), worker=r.worker_id, result=r.result,
-                                  now_ns=now_ns)
+        self.engine.complete_held(
+            self._full_id(r.id), worker=r.worker_id, result=r.result, now_ns=now_ns
+        )
         return data_reply({})
 
     def xfail(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
@@ -349,16 +356,16 @@ class Extensions:
         error = r.error.encode()
         if len(error) > p.MAX_DATA_BYTES:
             raise BadRequest(p.INVALID_RESULT)
-        self.engine.fail_held(self._full_id(r.id), worker=r.worker_id, error=error,
-                              now_ns=now_ns)
+        self.engine.fail_held(self._full_id(r.id), worker=r.worker_id, error=error, now_ns=now_ns)
         return data_reply({})
 
     def release(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: Release = _body(Release, data)
         if r.checkpoint is not None and len(r.checkpoint) > MAX_CHECKPOINT_BYTES:
             raise BadRequest("Invalid checkpoint: larger than 1 MiB")
-        status = self.engine.release(self._full_id(r.id), worker=r.worker_id,
-                                     checkpoint=r.checkpoint, now_ns=now_ns)
+        status = self.engine.release(
+            self._full_id(r.id), worker=r.worker_id, checkpoint=r.checkpoint, now_ns=now_ns
+        )
         return data_reply({"status": status.value})
 
     def _operate(self, operation: str, data: bytes, now_ns: int) -> bytes:
@@ -418,7 +425,8 @@ class Extensions:
     def history(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: JobRef = _body(JobRef, data)
         job_id = self._id(r.id)
-        return Deferred(lambda: data_reply({"events": self._history(job_id)}))
+        created_ns = self.engine.jobs[job_id].created_ns
+        return Deferred(lambda: data_reply({"events": self._history(job_id, created_ns)}))
 
 
 def lease_reply(job: Job) -> bytes:

@@ -327,6 +327,8 @@ class ReplyShape(Enum):
     RESULT = "result"
     #: ``+OK <n>`` then n records of ``<name> <k>`` and k ``<key> <value>`` lines (inspect)
     RECORDS = "records"
+    #: ``+OK <size>`` then a data block (jobq's extension commands: a JSON body)
+    DATA = "data"
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,6 +617,8 @@ class CommandSpec:
     data_args: int | None = None
     data_error: str = INVALID_PAYLOAD
     reply: ReplyShape = ReplyShape.OK
+    #: this command's largest data block, if not the parser's ``max_data_bytes``
+    max_data_bytes: int | None = None
 
 
 class CommandRegistry:
@@ -636,6 +640,7 @@ class CommandRegistry:
         data_error: str = INVALID_PAYLOAD,
         reply: ReplyShape = ReplyShape.OK,
         replace: bool = False,
+        max_data_bytes: int | None = None,
     ) -> None:
         """Add a command word; see ``CommandSpec`` for the parameters."""
         _check_word(word)
@@ -643,7 +648,9 @@ class CommandRegistry:
             raise ValueError(f"command {word!r} is already registered")
         if data_args is not None and data_args < 1:
             raise ValueError("data_args counts the size argument, so it is at least 1")
-        self._commands[word] = CommandSpec(word, parse, data_args, data_error, reply)
+        self._commands[word] = CommandSpec(
+            word, parse, data_args, data_error, reply, max_data_bytes
+        )
         self._update_fast()
 
     def register_inspect(
@@ -999,10 +1006,64 @@ def register_command(
     data_error: str = INVALID_PAYLOAD,
     reply: ReplyShape = ReplyShape.OK,
     replace: bool = False,
+    max_data_bytes: int | None = None,
 ) -> None:
     """Add a command word to ``DEFAULT_REGISTRY`` (see ``CommandSpec``)."""
     DEFAULT_REGISTRY.register(
-        word, parse, data_args=data_args, data_error=data_error, reply=reply, replace=replace
+        word, parse, data_args=data_args, data_error=data_error, reply=reply, replace=replace,
+        max_data_bytes=max_data_bytes,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# jobq's extension commands (docs/extensions.md): ``<word> <size>`` and a JSON body
+# ---------------------------------------------------------------------------------------
+
+#: jobq's extension command words
+EXTENSION_COMMANDS = (
+    "submit",
+    "xlease",
+    "heartbeat",
+    "xcomplete",
+    "xfail",
+    "release",
+    "pause",
+    "resume",
+    "cancel",
+    "jobs",
+    "job",
+    "history",
+)
+#: largest JSON body of an extension command (a 1 MiB checkpoint in base64 fits), in bytes
+MAX_EXTENSION_BODY_BYTES = 3 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Extension(Request):
+    """One of jobq's extension commands: its word and its JSON body."""
+
+    word: str
+    body: bytes
+
+    def to_bytes(self) -> bytes:
+        return b"%s %d\r\n%s\r\n" % (self.word.encode("ascii"), len(self.body), self.body)
+
+
+def _parse_extension(word: str) -> ParseFn:
+    def parse(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
+        _no_flags(flags)
+        return Extension(word, _data(data))
+
+    return parse
+
+
+for _word in EXTENSION_COMMANDS:
+    register_command(
+        _word,
+        _parse_extension(_word),
+        data_args=1,
+        reply=ReplyShape.DATA,
+        max_data_bytes=MAX_EXTENSION_BODY_BYTES,
     )
 
 
@@ -1248,9 +1309,10 @@ class RequestParser:
             line_error = INVALID_COMMAND_ARGS
         if size is None:
             return ProtocolError(CLIENT_ERROR, line_error or spec.data_error)
-        if size > self.max_discard_bytes:
+        if size > max(self.max_discard_bytes, spec.max_data_bytes or 0):
             return self._fatal(line_error or spec.data_error)
-        if line_error is not None or size > self.max_data_bytes:
+        limit = spec.max_data_bytes or self.max_data_bytes
+        if line_error is not None or size > limit:
             self._state = _State.DISCARD
             self._left = size
             return ProtocolError(CLIENT_ERROR, line_error or spec.data_error)
@@ -1615,6 +1677,13 @@ class RecordsReply:
 
 
 @dataclass(frozen=True, slots=True)
+class DataReply:
+    """The body of an extension command's reply (JSON)."""
+
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Error:
     """An error reply; ``kind``: ``CLIENT-ERROR``, ``SERVER-ERROR``, ``TIMEOUT``, ``NOT-FOUND``."""
 
@@ -1622,7 +1691,7 @@ class Error:
     text: str = ""
 
 
-Reply: TypeAlias = Ok | JobReply | ResultReply | RecordsReply | Error
+Reply: TypeAlias = Ok | JobReply | ResultReply | RecordsReply | DataReply | Error
 
 #: a reply reader's request for input: _READ_LINE, or a data block's size
 _READ_LINE = -1
@@ -1660,11 +1729,15 @@ def _read_reply(shape: ReplyShape, max_data_bytes: int) -> _ReplyReader:
         raise MalformedReplyError(f"expected +OK <count>, got {line!r}")
     count = _reply_int(line[4:], "reply count")
 
-    def block_size(raw: bytes) -> int:
+    def block_size(raw: bytes, limit: int = max_data_bytes) -> int:
         size = _reply_int(raw, "data size")
-        if size > max_data_bytes:
+        if size > limit:
             raise MalformedReplyError(f"data block of {size} bytes is too large")
         return size
+
+    if shape is ReplyShape.DATA:
+        body = yield block_size(line[4:], max(max_data_bytes, MAX_EXTENSION_BODY_BYTES))
+        return DataReply(body)
 
     if shape is ReplyShape.JOB or shape is ReplyShape.RESULT:
         if count != 1:
@@ -1738,6 +1811,8 @@ class ReplyParser:
         """Queue the shape of the next reply: a shape, the request sent, or its command word."""
         if isinstance(what, ReplyShape):
             shape = what
+        elif isinstance(what, Extension):
+            shape = self._registry.reply_shape(what.word)
         elif isinstance(what, Request):
             shape = self._registry.reply_shape(what.command)
         else:
