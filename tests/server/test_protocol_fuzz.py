@@ -258,7 +258,7 @@ hot_streams = st.lists(st.sampled_from(HOT_FRAGMENTS), max_size=40).map(b"".join
 
 def slow_parser(**limits: int) -> RequestParser:
     """A parser that never takes the fast path: the reference for the fast one."""
-    registry = p._workq_registry()
+    registry = p.default_registry()
     registry._fast = False
     return RequestParser(registry=registry, **limits)
 

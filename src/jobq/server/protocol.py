@@ -1057,14 +1057,26 @@ def _parse_extension(word: str) -> ParseFn:
     return parse
 
 
-for _word in EXTENSION_COMMANDS:
-    register_command(
-        _word,
-        _parse_extension(_word),
-        data_args=1,
-        reply=ReplyShape.DATA,
-        max_data_bytes=MAX_EXTENSION_BODY_BYTES,
-    )
+def register_extensions(registry: CommandRegistry) -> CommandRegistry:
+    """Add jobq's extension commands to ``registry``; return it."""
+    for word in EXTENSION_COMMANDS:
+        registry.register(
+            word,
+            _parse_extension(word),
+            data_args=1,
+            reply=ReplyShape.DATA,
+            max_data_bytes=MAX_EXTENSION_BODY_BYTES,
+        )
+    return registry
+
+
+def default_registry() -> CommandRegistry:
+    """A new registry with what ``DEFAULT_REGISTRY`` starts with: workq's commands and
+    jobq's extensions."""
+    return register_extensions(_workq_registry())
+
+
+register_extensions(DEFAULT_REGISTRY)
 
 
 def register_inspect_object(
