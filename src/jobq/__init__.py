@@ -1,3 +1,42 @@
-"""jobq: a durable job server and scheduler for Spark data pipelines, compatible with workq."""
+"""jobq: a durable job server and scheduler for Spark data pipelines, compatible with workq.
+
+``jobq.handler``, ``jobq.JobContext``, ``jobq.Paused``, ``jobq.Canceled`` and
+``jobq.Runtime`` come from :mod:`jobq.worker`, imported on first use so ``import jobq``
+stays cheap.
+"""
+
+from __future__ import annotations
 
 __version__ = "0.1.0"
+
+TYPE_CHECKING = False  # not typing's: importing typing would make `import jobq` slower
+if TYPE_CHECKING:
+    from typing import Any
+
+    from jobq.worker import Canceled, JobContext, Paused, Runtime, handler
+
+__all__ = ["Canceled", "JobContext", "Paused", "Runtime", "__version__", "handler"]
+
+#: lazily exported name -> the module it lives in
+_LAZY = {
+    "handler": "jobq.worker",
+    "JobContext": "jobq.worker",
+    "Paused": "jobq.worker",
+    "Canceled": "jobq.worker",
+    "Runtime": "jobq.worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'jobq' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

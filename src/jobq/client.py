@@ -50,6 +50,8 @@ The wire format comes from :mod:`jobq.server.protocol`: requests encode themselv
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import re
 import select
@@ -57,12 +59,14 @@ import socket
 import threading
 import time as _time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from types import TracebackType
-from typing import Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
+
+import msgspec
 
 from jobq.server import protocol as p
 
@@ -75,17 +79,21 @@ __all__ = [
     "Client",
     "ClientError",
     "ConnectionLost",
+    "HeartbeatReply",
     "JobInfo",
+    "JobPage",
     "JobResult",
     "JobState",
     "JobTimeout",
     "JobqError",
+    "LeaseLost",
     "LeasedJob",
     "NotFound",
     "QueueInfo",
     "ReplyTimeout",
     "ServerError",
     "ServerInfo",
+    "WorkerLease",
     "parse_address",
 ]
 
@@ -140,6 +148,15 @@ class ClientError(JobqError):
     kind = p.CLIENT_ERROR
 
 
+class LeaseLost(ClientError):
+    """``-CLIENT-ERROR Lease not held``: this worker no longer holds the job's lease (it ran
+    out and another worker adopted the job, or the job finished or was released)."""
+
+
+#: the error text of :class:`LeaseLost`
+LEASE_NOT_HELD = "Lease not held"
+
+
 class ServerError(JobqError):
     """``-SERVER-ERROR <text>``: the server could not do it (e.g. its log is unwritable)."""
 
@@ -178,6 +195,8 @@ _ERRORS: dict[str, type[JobqError]] = {
 
 
 def _error_from_reply(reply: p.Error) -> JobqError:
+    if reply.kind == p.CLIENT_ERROR and reply.text == LEASE_NOT_HELD:
+        return LeaseLost(reply.text)
     cls = _ERRORS.get(reply.kind)
     if cls is None:  # a kind workq does not define: keep it on the base class
         return JobqError(reply.text, kind=reply.kind)
@@ -255,6 +274,40 @@ class JobInfo:
     state: int
     created: datetime
     time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLease:
+    """A job leased by ``xlease``: keep it with ``heartbeat`` (each one extends the lease by
+    ``ttr_ms``), finish it with ``xcomplete``/``xfail`` or give it back with ``release``.
+
+    ``attempt`` counts this lease (1 on the first); ``checkpoint`` is the last one saved by
+    an earlier attempt (None when there is none): resume from it.
+    """
+
+    id: str
+    name: str
+    ttr_ms: int
+    payload: bytes
+    attempt: int
+    checkpoint: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    """``heartbeat``: ``action`` is ``continue``, ``pause`` or ``cancel``; ``reason`` says why."""
+
+    action: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of ``jobs``: job summaries (the server's JSON objects) and the cursor of the
+    next page (None on the last page)."""
+
+    jobs: list[dict[str, Any]]
+    next_cursor: str | None
 
 
 def _datetime(time_ns: int) -> datetime:
@@ -359,6 +412,56 @@ def _time_ns(when: When) -> int:
     return seconds * _NS_PER_S
 
 
+#: ``created_by`` as callers may give it: ``(type, id)`` or ``{"type": ..., "id": ...}``
+CreatedBy: TypeAlias = tuple[str, int | str] | Mapping[str, Any]
+#: an extension time: a datetime (naive means UTC), Unix seconds, or RFC 3339 text
+ExtTime: TypeAlias = datetime | int | float | str
+
+
+def _b64(data: Data, what: str = "payload") -> str:
+    return base64.b64encode(_data(data, what)).decode("ascii")
+
+
+def _unb64(value: object, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise ConnectionLost(f"malformed reply: {what} is not a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ConnectionLost(f"malformed reply: {what} is not base64") from exc
+
+
+def _ext_id(job_id: JobId) -> str:
+    """An id for an extension command: a full id, or (text only) a prefix of one."""
+    if isinstance(job_id, str):
+        text = job_id.strip().lower()
+        if not text or any(c not in "0123456789abcdef-" for c in text):
+            raise ValueError(f"not a job id or id prefix: {job_id!r}")
+        return text
+    return p.format_id(_id_bytes(job_id))
+
+
+def rfc3339(when: ExtTime) -> str:
+    """An extension time as RFC 3339 UTC with milliseconds (``2026-11-22T03:01:24.787Z``);
+    text is passed through as given."""
+    if isinstance(when, str):
+        return when
+    if isinstance(when, datetime):
+        moment = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    elif isinstance(when, int | float) and not isinstance(when, bool):
+        moment = _EPOCH + timedelta(seconds=when)
+    else:
+        raise TypeError(f"a time is a datetime, Unix seconds or RFC 3339 text, not {when!r}")
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _created_by(value: CreatedBy) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return {"type": value["type"], "id": value["id"]}
+    kind, ident = value
+    return {"type": kind, "id": ident}
+
+
 def parse_address(address: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
     """``host:port``, ``[::1]:port``, ``:port`` (127.0.0.1) or ``host`` (default port)."""
     text = address.strip()
@@ -448,6 +551,103 @@ def _to_job_infos(reply: p.Reply) -> list[JobInfo]:
 
 def _ms(value: int) -> float:
     return max(value, 0) / 1000
+
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+
+
+def _body(reply: p.Reply) -> dict[str, Any]:
+    """The JSON object of an extension command's ``+OK <size>`` reply."""
+    if not isinstance(reply, p.DataReply):
+        raise _malformed(reply)
+    try:
+        body = _json_decode(reply.body)
+    except msgspec.DecodeError as exc:
+        raise ConnectionLost(f"malformed reply: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ConnectionLost("malformed reply: the body is not a JSON object")
+    return body
+
+
+def _ext(
+    command: str,
+    body: Mapping[str, Any],
+    wait_s: float,
+    convert: Callable[[dict[str, Any]], T],
+) -> _Call[T]:
+    request = p.Extension(command, _json_encode(body))
+
+    def finish(reply: p.Reply) -> T:
+        return convert(_body(reply))
+
+    return _Call(request, wait_s, finish)
+
+
+def _to_worker_lease(body: dict[str, Any]) -> WorkerLease:
+    try:
+        checkpoint = body.get("checkpoint")
+        return WorkerLease(
+            id=str(body["id"]),
+            name=str(body["name"]),
+            ttr_ms=int(body["ttr_ms"]),
+            payload=_unb64(body.get("payload") or "", "payload"),
+            attempt=int(body.get("attempt") or 0),
+            checkpoint=None if checkpoint is None else _unb64(checkpoint, "checkpoint"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConnectionLost(f"malformed xlease reply: {exc!r}") from exc
+
+
+def _to_heartbeat(body: dict[str, Any]) -> HeartbeatReply:
+    action = body.get("action")
+    if not isinstance(action, str):
+        raise ConnectionLost("malformed heartbeat reply: no action")
+    return HeartbeatReply(action, str(body.get("reason") or ""))
+
+
+def _to_count(body: dict[str, Any]) -> int:
+    count = body.get("count")
+    if not isinstance(count, int):
+        raise ConnectionLost("malformed reply: no count")
+    return count
+
+
+def _to_page(body: dict[str, Any]) -> JobPage:
+    jobs = body.get("jobs")
+    if not isinstance(jobs, list):
+        raise ConnectionLost("malformed jobs reply: no job list")
+    cursor = body.get("next_cursor")
+    return JobPage(jobs, None if cursor is None else str(cursor))
+
+
+def _to_events(body: dict[str, Any]) -> list[dict[str, Any]]:
+    events = body.get("events")
+    if not isinstance(events, list):
+        raise ConnectionLost("malformed history reply: no event list")
+    return events
+
+
+def _key(key: str) -> Callable[[dict[str, Any]], str]:
+    def convert(body: dict[str, Any]) -> str:
+        value = body.get(key)
+        if not isinstance(value, str):
+            raise ConnectionLost(f"malformed reply: no {key}")
+        return value
+
+    return convert
+
+
+def _nothing(body: dict[str, Any]) -> None:
+    return None
+
+
+def _same(body: dict[str, Any]) -> dict[str, Any]:
+    return body
+
+
+#: ``jobs`` filters whose values need converting before they are sent
+_TIME_FILTERS = ("created_after", "created_before")
 
 
 class _Calls:
@@ -576,6 +776,140 @@ class _Calls:
     @staticmethod
     def inspect_job(job_id: JobId) -> _Call[JobInfo]:
         return _Call(p.InspectJob(_id_bytes(job_id)), 0.0, _to_job_info)
+
+
+class _ExtCalls:
+    """The jobq extension commands (``docs/extensions.md``); shared by both clients."""
+
+    @staticmethod
+    def submit(
+        name: str,
+        payload: Data,
+        job_id: JobId | None,
+        priority: int,
+        ttr_ms: int,
+        ttl_ms: int | None,
+        max_attempts: int,
+        max_fails: int,
+        time: ExtTime | None,
+        description: str,
+        creator: str,
+        created_by: CreatedBy | None,
+    ) -> _Call[str]:
+        body: dict[str, Any] = {
+            "name": _name(name),
+            "payload": _b64(payload),
+            "id": p.format_id(_new_id(job_id)),
+            "priority": _int(priority, "priority"),
+            "ttr_ms": _int(ttr_ms, "ttr_ms"),
+            "ttl_ms": None if ttl_ms is None else _int(ttl_ms, "ttl_ms"),
+            "max_attempts": _int(max_attempts, "max_attempts"),
+            "max_fails": _int(max_fails, "max_fails"),
+            "description": description,
+            "creator": creator,
+            "created_by": None if created_by is None else _created_by(created_by),
+        }
+        if time is not None:
+            body["time"] = rfc3339(time)
+        return _ext("submit", body, 0.0, _key("id"))
+
+    @staticmethod
+    def xlease(names: Sequence[str], worker_id: str, wait_timeout_ms: int) -> _Call[WorkerLease]:
+        if not names:
+            raise ValueError("xlease needs at least one queue name")
+        body = {
+            "names": [_name(n) for n in names],
+            "wait_timeout_ms": _int(wait_timeout_ms, "wait_timeout_ms"),
+            "worker_id": worker_id,
+        }
+        return _ext("xlease", body, _ms(wait_timeout_ms), _to_worker_lease)
+
+    @staticmethod
+    def heartbeat(
+        job_id: JobId,
+        worker_id: str,
+        fraction_completed: float | None,
+        running_status: str | None,
+        checkpoint: Data | None,
+    ) -> _Call[HeartbeatReply]:
+        body: dict[str, Any] = {"id": _ext_id(job_id), "worker_id": worker_id}
+        if fraction_completed is not None:
+            body["fraction_completed"] = float(fraction_completed)
+        if running_status is not None:
+            body["running_status"] = running_status
+        if checkpoint is not None:
+            body["checkpoint"] = _b64(checkpoint, "checkpoint")
+        return _ext("heartbeat", body, 0.0, _to_heartbeat)
+
+    @staticmethod
+    def xcomplete(job_id: JobId, worker_id: str, result: Data | None) -> _Call[None]:
+        body: dict[str, Any] = {"id": _ext_id(job_id), "worker_id": worker_id}
+        if result is not None:
+            body["result"] = _b64(result, "result")
+        return _ext("xcomplete", body, 0.0, _nothing)
+
+    @staticmethod
+    def xfail(job_id: JobId, worker_id: str, error: str) -> _Call[None]:
+        body = {"id": _ext_id(job_id), "worker_id": worker_id, "error": error}
+        return _ext("xfail", body, 0.0, _nothing)
+
+    @staticmethod
+    def release(job_id: JobId, worker_id: str, checkpoint: Data | None) -> _Call[str]:
+        body: dict[str, Any] = {"id": _ext_id(job_id), "worker_id": worker_id}
+        if checkpoint is not None:
+            body["checkpoint"] = _b64(checkpoint, "checkpoint")
+        return _ext("release", body, 0.0, _key("status"))
+
+    @staticmethod
+    def operate(
+        command: str,
+        job_id: JobId | None,
+        created_by: CreatedBy | None,
+        reason: str,
+        actor: str | None,
+    ) -> _Call[int]:
+        if (job_id is None) == (created_by is None):
+            raise ValueError(f"{command} takes either an id or created_by")
+        body: dict[str, Any] = {"reason": reason}
+        if job_id is not None:
+            body["id"] = _ext_id(job_id)
+        else:
+            assert created_by is not None
+            body["created_by"] = _created_by(created_by)
+        if actor is not None:
+            body["actor"] = actor
+        return _ext(command, body, 0.0, _to_count)
+
+    @staticmethod
+    def jobs(filters: Mapping[str, Any]) -> _Call[JobPage]:
+        body: dict[str, Any] = {}
+        for key, value in filters.items():
+            if value is None:
+                continue
+            if key == "status" and isinstance(value, str):
+                value = [value]
+            elif key == "status":
+                value = list(value)
+            elif key in _TIME_FILTERS:
+                value = rfc3339(value)
+            elif key == "created_by":
+                value = _created_by(value)
+            body[key] = value
+        return _ext("jobs", body, 0.0, _to_page)
+
+    @staticmethod
+    def job(job_id: JobId) -> _Call[dict[str, Any]]:
+        return _ext("job", {"id": _ext_id(job_id)}, 0.0, _same)
+
+    @staticmethod
+    def history(job_id: JobId) -> _Call[list[dict[str, Any]]]:
+        return _ext("history", {"id": _ext_id(job_id)}, 0.0, _to_events)
+
+
+def _reply_shape(request: p.Request) -> p.Request | p.ReplyShape:
+    """What ``ReplyParser.expect`` needs for ``request``: extension requests carry their
+    command word per instance, so their shape is given directly."""
+    return p.ReplyShape.DATA if isinstance(request, p.Extension) else request
 
 
 def _finish(call: _Call[T], reply: p.Reply) -> T:
@@ -731,7 +1065,7 @@ class Client:
             raise ReplyTimeout(f"sending to {self.host}:{self.port} timed out") from exc
         except OSError as exc:
             raise ConnectionLost(f"connection to {self.host}:{self.port} lost: {exc}") from exc
-        parser.expect(call.request)
+        parser.expect(_reply_shape(call.request))
         deadline = _time.monotonic() + self.timeout_s + call.wait_s
         while True:
             reply = parser.next_reply()
@@ -860,6 +1194,122 @@ class Client:
     def inspect_job(self, id: JobId) -> JobInfo:
         """One job (NotFound for an unknown id)."""
         return self._call(_Calls.inspect_job(id))
+
+    # -- jobq extensions (docs/extensions.md): not understood by workq-server
+
+    def submit(
+        self,
+        name: str,
+        payload: Data = b"",
+        *,
+        id: JobId | None = None,
+        priority: int = 0,
+        ttr_ms: int = DEFAULT_TTR_MS,
+        ttl_ms: int | None = None,
+        max_attempts: int = 0,
+        max_fails: int = 0,
+        time: ExtTime | None = None,
+        description: str = "",
+        creator: str = "",
+        created_by: CreatedBy | None = None,
+    ) -> str:
+        """Queue a job with jobq's fields (an extended ``add``); returns its id.
+
+        ``ttl_ms=None`` keeps the finished job for the server's retention; ``time`` (a
+        datetime, naive meaning UTC, Unix seconds or RFC 3339 text) makes it leasable
+        later; ``created_by`` is ``(type, id)``. The id is chosen here unless given, so
+        retrying after ``ConnectionLost`` with the same ``id=`` is safe."""
+        return self._call(
+            _ExtCalls.submit(
+                name, payload, id, priority, ttr_ms, ttl_ms, max_attempts, max_fails, time,
+                description, creator, created_by,
+            )
+        )
+
+    def xlease(self, *names: str, worker_id: str, wait_timeout_ms: int) -> WorkerLease:
+        """Lease the best job of the named queues as worker ``worker_id``, waiting up to
+        ``wait_timeout_ms`` (JobTimeout if none comes). The lease carries the attempt
+        number and the last checkpoint of an earlier attempt."""
+        return self._call(_ExtCalls.xlease(names, worker_id, wait_timeout_ms))
+
+    def heartbeat(
+        self,
+        id: JobId,
+        worker_id: str,
+        *,
+        fraction_completed: float | None = None,
+        running_status: str | None = None,
+        checkpoint: Data | None = None,
+    ) -> HeartbeatReply:
+        """Extend the lease by the job's TTR and record progress (and a checkpoint, which
+        replaces the previous one). The reply's ``action`` asks the worker to go on
+        (``continue``) or stop (``pause``, ``cancel``). LeaseLost if the lease is gone."""
+        return self._call(
+            _ExtCalls.heartbeat(id, worker_id, fraction_completed, running_status, checkpoint)
+        )
+
+    def xcomplete(self, id: JobId, worker_id: str, result: Data | None = None) -> None:
+        """Finish a leased job successfully (LeaseLost if the lease is gone)."""
+        self._call(_ExtCalls.xcomplete(id, worker_id, result))
+
+    def xfail(self, id: JobId, worker_id: str, error: str) -> None:
+        """Fail a leased job with an error text; it is retried while fails < max_fails."""
+        self._call(_ExtCalls.xfail(id, worker_id, error))
+
+    def release(self, id: JobId, worker_id: str, checkpoint: Data | None = None) -> str:
+        """Give a leased job back; returns its status: ``paused`` or ``canceled`` after such
+        a request, else ``pending`` (leasable again at once)."""
+        return self._call(_ExtCalls.release(id, worker_id, checkpoint))
+
+    def pause(
+        self,
+        id: JobId | None = None,
+        *,
+        created_by: CreatedBy | None = None,
+        reason: str = "",
+        actor: str | None = None,
+    ) -> int:
+        """Pause a job (by id or id prefix) or every job ``created_by`` made; returns the
+        number of jobs changed. A running job is asked to stop at its next heartbeat."""
+        return self._call(_ExtCalls.operate("pause", id, created_by, reason, actor))
+
+    def resume(
+        self,
+        id: JobId | None = None,
+        *,
+        created_by: CreatedBy | None = None,
+        reason: str = "",
+        actor: str | None = None,
+    ) -> int:
+        """Resume paused jobs (or withdraw a pause request); returns the number changed."""
+        return self._call(_ExtCalls.operate("resume", id, created_by, reason, actor))
+
+    def cancel(
+        self,
+        id: JobId | None = None,
+        *,
+        created_by: CreatedBy | None = None,
+        reason: str = "",
+        actor: str | None = None,
+    ) -> int:
+        """Cancel jobs (a running one is asked to stop); returns the number changed."""
+        return self._call(_ExtCalls.operate("cancel", id, created_by, reason, actor))
+
+    def jobs(self, **filters: Any) -> JobPage:
+        """One page of the job list. Filters: ``status`` (a status or a list), ``name``,
+        ``creator``, ``created_by`` (``(type, id)``), ``created_after``/``created_before``
+        (datetimes or RFC 3339), ``order`` (``status`` or ``created``), ``limit`` (1-1000),
+        ``cursor`` (the previous page's ``next_cursor``). None values are left out."""
+        return self._call(_ExtCalls.jobs(filters))
+
+    def job(self, id: JobId) -> dict[str, Any]:
+        """The whole job as the server's JSON object (bytes fields are base64 text);
+        NotFound for an unknown id, ClientError("Ambiguous id") for a shared prefix."""
+        return self._call(_ExtCalls.job(id))
+
+    def history(self, id: JobId) -> list[dict[str, Any]]:
+        """The job's state changes from the command log: ``{time, event, actor, detail}``."""
+        return self._call(_ExtCalls.history(id))
 
 
 # ---------------------------------------------------------------------------------------
@@ -1002,7 +1452,7 @@ class AsyncClient:
             raise ReplyTimeout(f"sending to {where} timed out") from exc
         except OSError as exc:
             raise ConnectionLost(f"connection to {where} lost: {exc}") from exc
-        parser.expect(call.request)
+        parser.expect(_reply_shape(call.request))
         deadline = loop.time() + self.timeout_s + call.wait_s
         while True:
             reply = parser.next_reply()
@@ -1118,3 +1568,119 @@ class AsyncClient:
 
     async def inspect_job(self, id: JobId) -> JobInfo:
         return await self._call(_Calls.inspect_job(id))
+
+    # -- jobq extensions (docs/extensions.md): not understood by workq-server
+
+    async def submit(
+        self,
+        name: str,
+        payload: Data = b"",
+        *,
+        id: JobId | None = None,
+        priority: int = 0,
+        ttr_ms: int = DEFAULT_TTR_MS,
+        ttl_ms: int | None = None,
+        max_attempts: int = 0,
+        max_fails: int = 0,
+        time: ExtTime | None = None,
+        description: str = "",
+        creator: str = "",
+        created_by: CreatedBy | None = None,
+    ) -> str:
+        """Queue a job with jobq's fields (an extended ``add``); returns its id.
+
+        ``ttl_ms=None`` keeps the finished job for the server's retention; ``time`` (a
+        datetime, naive meaning UTC, Unix seconds or RFC 3339 text) makes it leasable
+        later; ``created_by`` is ``(type, id)``. The id is chosen here unless given, so
+        retrying after ``ConnectionLost`` with the same ``id=`` is safe."""
+        return await self._call(
+            _ExtCalls.submit(
+                name, payload, id, priority, ttr_ms, ttl_ms, max_attempts, max_fails, time,
+                description, creator, created_by,
+            )
+        )
+
+    async def xlease(self, *names: str, worker_id: str, wait_timeout_ms: int) -> WorkerLease:
+        """Lease the best job of the named queues as worker ``worker_id``, waiting up to
+        ``wait_timeout_ms`` (JobTimeout if none comes). The lease carries the attempt
+        number and the last checkpoint of an earlier attempt."""
+        return await self._call(_ExtCalls.xlease(names, worker_id, wait_timeout_ms))
+
+    async def heartbeat(
+        self,
+        id: JobId,
+        worker_id: str,
+        *,
+        fraction_completed: float | None = None,
+        running_status: str | None = None,
+        checkpoint: Data | None = None,
+    ) -> HeartbeatReply:
+        """Extend the lease by the job's TTR and record progress (and a checkpoint, which
+        replaces the previous one). The reply's ``action`` asks the worker to go on
+        (``continue``) or stop (``pause``, ``cancel``). LeaseLost if the lease is gone."""
+        return await self._call(
+            _ExtCalls.heartbeat(id, worker_id, fraction_completed, running_status, checkpoint)
+        )
+
+    async def xcomplete(self, id: JobId, worker_id: str, result: Data | None = None) -> None:
+        """Finish a leased job successfully (LeaseLost if the lease is gone)."""
+        await self._call(_ExtCalls.xcomplete(id, worker_id, result))
+
+    async def xfail(self, id: JobId, worker_id: str, error: str) -> None:
+        """Fail a leased job with an error text; it is retried while fails < max_fails."""
+        await self._call(_ExtCalls.xfail(id, worker_id, error))
+
+    async def release(self, id: JobId, worker_id: str, checkpoint: Data | None = None) -> str:
+        """Give a leased job back; returns its status: ``paused`` or ``canceled`` after such
+        a request, else ``pending`` (leasable again at once)."""
+        return await self._call(_ExtCalls.release(id, worker_id, checkpoint))
+
+    async def pause(
+        self,
+        id: JobId | None = None,
+        *,
+        created_by: CreatedBy | None = None,
+        reason: str = "",
+        actor: str | None = None,
+    ) -> int:
+        """Pause a job (by id or id prefix) or every job ``created_by`` made; returns the
+        number of jobs changed. A running job is asked to stop at its next heartbeat."""
+        return await self._call(_ExtCalls.operate("pause", id, created_by, reason, actor))
+
+    async def resume(
+        self,
+        id: JobId | None = None,
+        *,
+        created_by: CreatedBy | None = None,
+        reason: str = "",
+        actor: str | None = None,
+    ) -> int:
+        """Resume paused jobs (or withdraw a pause request); returns the number changed."""
+        return await self._call(_ExtCalls.operate("resume", id, created_by, reason, actor))
+
+    async def cancel(
+        self,
+        id: JobId | None = None,
+        *,
+        created_by: CreatedBy | None = None,
+        reason: str = "",
+        actor: str | None = None,
+    ) -> int:
+        """Cancel jobs (a running one is asked to stop); returns the number changed."""
+        return await self._call(_ExtCalls.operate("cancel", id, created_by, reason, actor))
+
+    async def jobs(self, **filters: Any) -> JobPage:
+        """One page of the job list. Filters: ``status`` (a status or a list), ``name``,
+        ``creator``, ``created_by`` (``(type, id)``), ``created_after``/``created_before``
+        (datetimes or RFC 3339), ``order`` (``status`` or ``created``), ``limit`` (1-1000),
+        ``cursor`` (the previous page's ``next_cursor``). None values are left out."""
+        return await self._call(_ExtCalls.jobs(filters))
+
+    async def job(self, id: JobId) -> dict[str, Any]:
+        """The whole job as the server's JSON object (bytes fields are base64 text);
+        NotFound for an unknown id, ClientError("Ambiguous id") for a shared prefix."""
+        return await self._call(_ExtCalls.job(id))
+
+    async def history(self, id: JobId) -> list[dict[str, Any]]:
+        """The job's state changes from the command log: ``{time, event, actor, detail}``."""
+        return await self._call(_ExtCalls.history(id))

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobq.engine.errors import EngineError
+from jobq.engine.job import Job, JobMeta, Status
 from jobq.engine.machine import Engine
 
 from .helpers import T0, jid
@@ -18,16 +19,41 @@ N_IDS = 6
 NAMES = ("a", "b")
 
 op = st.one_of(
-    st.tuples(st.just("add"), st.integers(0, N_IDS - 1), st.sampled_from(NAMES),
-              st.integers(-2, 2), st.integers(0, 3), st.integers(0, 3),
-              st.sampled_from([50, 200, 1000]), st.sampled_from([100, 500, 3000])),
-    st.tuples(st.just("schedule"), st.integers(0, N_IDS - 1), st.sampled_from(NAMES),
-              st.integers(0, 400)),
+    st.tuples(
+        st.just("add"),
+        st.integers(0, N_IDS - 1),
+        st.sampled_from(NAMES),
+        st.integers(-2, 2),
+        st.integers(0, 3),
+        st.integers(0, 3),
+        st.sampled_from([50, 200, 1000]),
+        st.sampled_from([100, 500, 3000]),
+    ),
+    st.tuples(
+        st.just("schedule"), st.integers(0, N_IDS - 1), st.sampled_from(NAMES), st.integers(0, 400)
+    ),
     st.tuples(st.just("lease"), st.sampled_from([("a",), ("b",), ("a", "b")])),
     st.tuples(st.just("complete"), st.integers(0, N_IDS - 1)),
     st.tuples(st.just("fail"), st.integers(0, N_IDS - 1)),
     st.tuples(st.just("delete"), st.integers(0, N_IDS - 1)),
     st.tuples(st.just("advance"), st.integers(0, 400)),
+    st.tuples(
+        st.just("submit"),
+        st.integers(0, N_IDS - 1),
+        st.sampled_from(NAMES),
+        st.sampled_from([0, 3000]),
+        st.sampled_from([None, ("schedule", "1")]),
+    ),
+    st.tuples(st.just("xlease"), st.sampled_from(["w1", "w2"]), st.sampled_from(NAMES)),
+    st.tuples(
+        st.just("heartbeat"),
+        st.integers(0, N_IDS - 1),
+        st.sampled_from(["w1", "w2"]),
+        st.sampled_from([None, b"ck"]),
+    ),
+    st.tuples(st.just("release"), st.integers(0, N_IDS - 1), st.sampled_from(["w1", "w2"])),
+    st.tuples(st.sampled_from(["pause", "resume", "cancel"]), st.integers(0, N_IDS - 1)),
+    st.tuples(st.just("by_creator"), st.sampled_from(["pause", "resume", "cancel"])),
 )
 
 batch = st.tuples(st.lists(op, max_size=5), st.booleans())
@@ -36,22 +62,46 @@ batch = st.tuples(st.lists(op, max_size=5), st.booleans())
 def snapshot(engine: Engine) -> dict[str, Any]:
     jobs = {
         job_id: (
-            job.name, job.status, job.attempts, job.fails, job.result, job.priority,
-            job.lease_expires_ns, job.waiting_for_time, job.payload, job.created_ns,
-            job.max_attempts, job.max_fails, job.ttr_ms, job.ttl_ms, job.time_ns,
+            job.name,
+            job.status,
+            job.attempts,
+            job.fails,
+            job.result,
+            job.priority,
+            job.lease_expires_ns,
+            job.waiting_for_time,
+            job.payload,
+            job.created_ns,
+            job.max_attempts,
+            job.max_fails,
+            job.ttr_ms,
+            job.ttl_ms,
+            job.time_ns,
+            _meta(job),
         )
         for job_id, job in engine.jobs.items()
     }
-    order = {
-        name: [j.id for j in queue.ready_jobs(100)] for name, queue in engine.queues.items()
-    }
+    order = {name: [j.id for j in queue.ready_jobs(100)] for name, queue in engine.queues.items()}
+    by_status = {status.value: [j.id for j in engine.by_status.jobs(status)] for status in Status}
     counts = {
         name: (queue.ready_len, len(queue.scheduled), len(queue.running))
         for name, queue in engine.queues.items()
     }
     # evicted-jobs is a counter since start (as in workq), not replayed state
-    return {"jobs": jobs, "order": {k: v for k, v in order.items() if v},
-            "counts": {k: v for k, v in counts.items() if v != (0, 0, 0)}}
+    return {
+        "by_status": by_status,
+        "by_created_by": {k: set(v) for k, v in engine.by_created_by.items()},
+        "jobs": jobs,
+        "order": {k: v for k, v in order.items() if v},
+        "counts": {k: v for k, v in counts.items() if v != (0, 0, 0)},
+    }
+
+
+def _meta(job: Job) -> tuple[object, ...] | None:
+    meta = job.meta
+    if meta is None:
+        return None
+    return tuple(getattr(meta, slot) for slot in JobMeta.__slots__)
 
 
 def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
@@ -59,12 +109,28 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
     try:
         if kind == "add":
             _, n, name, prio, max_att, max_fails, ttr, ttl = operation
-            engine.add(id=jid(n), name=name, ttr_ms=ttr, ttl_ms=ttl, payload=b"%d" % n,
-                       priority=prio, max_attempts=max_att, max_fails=max_fails, now_ns=now_ns)
+            engine.add(
+                id=jid(n),
+                name=name,
+                ttr_ms=ttr,
+                ttl_ms=ttl,
+                payload=b"%d" % n,
+                priority=prio,
+                max_attempts=max_att,
+                max_fails=max_fails,
+                now_ns=now_ns,
+            )
         elif kind == "schedule":
             _, n, name, delay = operation
-            engine.schedule(id=jid(n), name=name, ttr_ms=100, ttl_ms=1000,
-                            time_ns=now_ns + delay * 1_000_000, payload=b"", now_ns=now_ns)
+            engine.schedule(
+                id=jid(n),
+                name=name,
+                ttr_ms=100,
+                ttl_ms=1000,
+                time_ns=now_ns + delay * 1_000_000,
+                payload=b"",
+                now_ns=now_ns,
+            )
         elif kind == "lease":
             engine.lease(operation[1], wait_timeout_ms=0, token=None, now_ns=now_ns)
         elif kind == "complete":
@@ -75,6 +141,35 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
             engine.delete(jid(operation[1]), now_ns=now_ns)
         elif kind == "advance":
             now_ns += operation[1] * 1_000_000
+        elif kind == "submit":
+            _, n, name, ttl, created_by = operation
+            engine.submit(
+                id=jid(n),
+                name=name,
+                ttr_ms=100,
+                ttl_ms=ttl,
+                payload=b"s",
+                description="d",
+                created_by=created_by,
+                now_ns=now_ns,
+            )
+        elif kind == "xlease":
+            engine.lease(
+                [operation[2]], wait_timeout_ms=0, token=None, now_ns=now_ns, worker=operation[1]
+            )
+        elif kind == "heartbeat":
+            _, n, worker, checkpoint = operation
+            engine.heartbeat(
+                jid(n), worker=worker, fraction_completed=0.5, checkpoint=checkpoint, now_ns=now_ns
+            )
+        elif kind == "release":
+            engine.release(jid(operation[1]), worker=operation[2], now_ns=now_ns)
+        elif kind in ("pause", "resume", "cancel"):
+            getattr(engine, kind)(jid(operation[1]), reason="r", now_ns=now_ns)
+        elif kind == "by_creator":
+            engine.apply_to_created_by(
+                operation[1], ("schedule", "1"), reason="", actor="", now_ns=now_ns
+            )
     except EngineError:
         pass
     engine.tick(now_ns)

@@ -232,9 +232,22 @@ class Job:
         clone.queued = None
         return clone
 
-    def __lt__(self, other: object) -> bool:
-        # Heap entries tie only between stale and live entries of one id; any order will do.
-        return id(self) < id(other)
+    def __lt__(self, other: Job | JobBound) -> bool:
+        """Creation order, then id: the job list's order (and any tie in a heap)."""
+        return (self.created_ns, self.id) < (other.created_ns, other.id)
+
+
+class JobBound:
+    """A point in creation order, for ranges over sorted jobs."""
+
+    __slots__ = ("created_ns", "id")
+
+    def __init__(self, created_ns: int, id: bytes = b"") -> None:
+        self.created_ns = created_ns
+        self.id = id
+
+    def __lt__(self, other: Job | JobBound) -> bool:
+        return (self.created_ns, self.id) < (other.created_ns, other.id)
 
 
 #: the fields an operation may change; the rest are fixed when the job is created

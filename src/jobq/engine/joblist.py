@@ -8,16 +8,14 @@ all jobs per call. "created" order merges the per-status lists.
 from __future__ import annotations
 
 import heapq
-import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from sortedcontainers import SortedKeyList
+from sortedcontainers import SortedList
 
 from jobq.engine.errors import InvalidArgument
-from jobq.engine.job import STATUS_ORDER, Job, Status
+from jobq.engine.job import STATUS_ORDER, Job, JobBound, Status
 
-_created = operator.attrgetter("created_ns")
 #: most jobs one page may hold
 MAX_PAGE = 1000
 
@@ -49,10 +47,11 @@ class JobFilter:
 
 
 class StatusIndex:
-    """Jobs by status, each status's jobs sorted by ``created_ns``."""
+    """Jobs by status, each status's jobs sorted by (``created_ns``, id): jobs order that way
+    themselves (``Job.__lt__``), so an entry costs one reference."""
 
     def __init__(self) -> None:
-        self._lists: dict[Status, SortedKeyList] = {s: SortedKeyList(key=_created) for s in Status}
+        self._lists: dict[Status, SortedList] = {s: SortedList() for s in Status}
 
     def add(self, job: Job) -> None:
         self._lists[job.status].add(job)
@@ -63,22 +62,26 @@ class StatusIndex:
     def count(self, status: Status) -> int:
         return len(self._lists[status])
 
+    def jobs(self, status: Status) -> list[Job]:
+        """Every job of ``status`` in creation order (for tests and tools)."""
+        return list(self._lists[status])
+
     def newest_first(
         self, status: Status, after_ns: int | None, before_ns: int | None, start: Cursor | None
     ) -> Iterator[Job]:
-        """Jobs of ``status`` from newest to oldest within the bounds, after ``start``."""
-        jobs = self._lists[status]
-        high = before_ns
+        """Jobs of ``status`` from newest to oldest: created at or after ``after_ns``, before
+        ``before_ns``, and after the cursor ``start`` in that order."""
+        high: JobBound | None = None
+        if before_ns is not None:
+            high = JobBound(before_ns)
         if start is not None:
-            high = start.created_ns if high is None else min(high, start.created_ns)
-        # the bounds are refined per job below; irange_key only narrows the walk
-        iterator = jobs.irange_key(min_key=after_ns, max_key=high, reverse=True)
-        for job in iterator:
-            if before_ns is not None and job.created_ns >= before_ns:
-                continue
-            if start is not None and (job.created_ns, job.id) >= (start.created_ns, start.id):
-                continue
-            yield job
+            bound = JobBound(start.created_ns, start.id)
+            if high is None or bound < high:
+                high = bound
+        low = JobBound(after_ns) if after_ns is not None else None
+        return iter(
+            self._lists[status].irange(low, high, inclusive=(True, False), reverse=True)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +131,7 @@ def list_jobs(
         stream = _by_status(index, statuses, rank, after, before, start)
     else:
         streams = [index.newest_first(s, after, before, start) for s in statuses]
-        stream = heapq.merge(*streams, key=lambda j: (j.created_ns, j.id), reverse=True)
+        stream = heapq.merge(*streams, reverse=True)
     page: list[Job] = []
     for job in stream:
         if not job_filter.admits(job):

@@ -594,6 +594,14 @@ class Engine:
                         self._emit(TimeoutAttempt(id=job.id), now_ns)
             elif kind is DeadlineKind.TTL and job.expires_ns == deadline_ns:
                 self._emit(ExpireJob(id=job.id), now_ns)
+            elif kind is DeadlineKind.RETENTION:
+                finished_ns = job.finished_ns
+                if (
+                    job.status.finished
+                    and finished_ns is not None
+                    and finished_ns + self.retention_ms * _NS_PER_MS == deadline_ns
+                ):
+                    self._emit(ExpireJob(id=job.id), now_ns)
         self._flush_offers(now_ns)
 
     # ------------------------------------------------------------------ replay

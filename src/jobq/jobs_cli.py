@@ -1,0 +1,665 @@
+"""``jobq submit`` and ``jobq jobs ...``: submit, list, show, operate and watch jobs.
+
+Output is a rich table or live view on a terminal and plain text otherwise; every read
+command has ``--json``. A unique id prefix (4+ hex characters) is enough wherever an id is
+asked for. Exit codes: 0 ok; 1 failure (server unreachable or failing; ``watch ID``: the
+job failed or was canceled); 2 bad input (a one-line message, nothing changed).
+
+This module is imported by ``jobq`` only when one of its commands runs, and imports rich
+only inside the commands that draw with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from jobq.client import Client
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+DEFAULT_SERVER = "127.0.0.1:9922"
+#: statuses after which a job does not change any more
+FINAL_STATUSES = ("succeeded", "failed", "canceled")
+STATUSES = ("pending", "running", "paused", "succeeded", "failed", "canceled")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
+    """Print ``jobq: <message>`` on stderr and exit with ``code``."""
+    click.echo(f"jobq: {message}", err=True)
+    sys.exit(code)
+
+
+def server_option(fn: F) -> F:
+    """``--server HOST:PORT`` (default $JOBQ_SERVER, else 127.0.0.1:9922)."""
+    return click.option(
+        "--server",
+        envvar="JOBQ_SERVER",
+        default=DEFAULT_SERVER,
+        show_default="127.0.0.1:9922 or $JOBQ_SERVER",
+        metavar="HOST:PORT",
+        help="The jobq server.",
+    )(fn)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+@contextlib.contextmanager
+def connected(server: str) -> Iterator[Client]:
+    """A client for ``server``; server and connection errors become one-line exits."""
+    from jobq.client import (
+        Client,
+        ClientError,
+        ConnectionLost,
+        JobqError,
+        NotFound,
+    )
+
+    try:
+        client = Client.from_address(server)
+    except ValueError as exc:
+        fail(f"--server: {exc}", EXIT_USAGE)
+    try:
+        yield client
+    except ConnectionLost as exc:
+        fail(f"cannot reach the server at {server}: {exc}", EXIT_FAILURE)
+    except NotFound:
+        fail("no such job", EXIT_USAGE)
+    except ClientError as exc:
+        fail(exc.text or str(exc), EXIT_USAGE)
+    except JobqError as exc:
+        fail(str(exc), EXIT_FAILURE)
+    except ValueError as exc:  # an argument the client refused to send
+        fail(str(exc), EXIT_USAGE)
+    finally:
+        client.close()
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _print_json(value: object) -> None:
+    import json
+
+    click.echo(json.dumps(value, indent=2, sort_keys=False))
+
+
+def _duration_ms(text: str, what: str) -> int:
+    from jobq.config import ConfigError, parse_duration_ms
+
+    try:
+        value = parse_duration_ms(text)
+    except ConfigError as exc:
+        fail(f"{what}: {exc}", EXIT_USAGE)
+    if value <= 0:
+        fail(f"{what}: must be positive", EXIT_USAGE)
+    return value
+
+
+def parse_when(text: str, now: datetime | None = None) -> datetime:
+    """``--at``: RFC 3339 / ISO 8601 (no zone means UTC), or ``+DURATION`` from now."""
+    text = text.strip()
+    if text.startswith("+"):
+        delta = timedelta(milliseconds=_duration_ms(text[1:], "--at"))
+        return (now or datetime.now(UTC)) + delta
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        fail(f"--at: not a time: {text!r} (use e.g. 2026-11-22T03:00:00Z or +10m)", EXIT_USAGE)
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def _short_time(value: object) -> str:
+    """RFC 3339 text as ``YYYY-MM-DD HH:MM:SS`` (UTC), "" for null."""
+    if not isinstance(value, str) or not value:
+        return ""
+    return value.replace("T", " ")[:19]
+
+
+def _percent(value: object) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value * 100:.0f}%"
+    return ""
+
+
+def _user() -> str:
+    for key in ("USER", "LOGNAME", "USERNAME"):
+        if os.environ.get(key):
+            return os.environ[key]
+    return ""
+
+
+def _actor() -> str:
+    user = _user()
+    return f"cli:{user}" if user else "cli"
+
+
+# ---------------------------------------------------------------------------------------
+# jobq submit
+# ---------------------------------------------------------------------------------------
+
+
+def _payload(text: str | None) -> bytes:
+    if text is None:
+        return b""
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            fail(f"--payload: {path}: {exc.strerror or exc}", EXIT_USAGE)
+    import msgspec
+
+    data = text.encode("utf-8")
+    try:
+        msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        fail(f"--payload: not JSON ({exc}); use @FILE for other data", EXIT_USAGE)
+    return data
+
+
+@click.command("submit")
+@click.argument("name")
+@click.option("--payload", metavar="JSON|@FILE", default=None, help="JSON text, or @FILE.")
+@click.option("--description", default="", help="What the job is.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher first.")
+@click.option("--ttr", default="60s", show_default=True, help="Time to run per attempt.")
+@click.option("--ttl", default=None, help="Keep the job this long [default: retention].")
+@click.option("--max-attempts", type=click.IntRange(0, 255), default=0, show_default=True)
+@click.option("--max-fails", type=click.IntRange(0, 255), default=0, show_default=True)
+@click.option("--at", "at", default=None, metavar="TIME", help="RFC 3339 time, or +DURATION.")
+@click.option("--creator", default=None, help="Who submits it [default: $USER].")
+@click.option("--id", "job_id", default=None, help="The job id (a UUID) [default: new].")
+@server_option
+def submit_command(
+    name: str,
+    payload: str | None,
+    description: str,
+    priority: int,
+    ttr: str,
+    ttl: str | None,
+    max_attempts: int,
+    max_fails: int,
+    at: str | None,
+    creator: str | None,
+    job_id: str | None,
+    server: str,
+) -> None:
+    """Submit a job NAME; prints its id."""
+    data = _payload(payload)
+    ttr_ms = _duration_ms(ttr, "--ttr")
+    ttl_ms = None if ttl is None else _duration_ms(ttl, "--ttl")
+    when = None if at is None else parse_when(at)
+    with connected(server) as client:
+        new_id = client.submit(
+            name,
+            data,
+            id=job_id,
+            priority=priority,
+            ttr_ms=ttr_ms,
+            ttl_ms=ttl_ms,
+            max_attempts=max_attempts,
+            max_fails=max_fails,
+            time=when,
+            description=description,
+            creator=_user() if creator is None else creator,
+        )
+    click.echo(new_id)
+
+
+# ---------------------------------------------------------------------------------------
+# jobq jobs
+# ---------------------------------------------------------------------------------------
+
+
+@click.group("jobs", context_settings={"help_option_names": ["-h", "--help"]})
+def jobs_group() -> None:
+    """List, inspect, pause, resume, cancel, delete and watch jobs."""
+
+
+def _statuses(values: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for value in values:
+        for status in value.split(","):
+            status = status.strip().lower()
+            if not status:
+                continue
+            if status not in STATUSES:
+                fail(f"--status: unknown status {status!r} ({', '.join(STATUSES)})", EXIT_USAGE)
+            out.append(status)
+    return out
+
+
+_LIST_COLUMNS = ("ID", "NAME", "STATUS", "PROGRESS", "RUNNING STATUS", "CREATED")
+
+
+def _plain_rows(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    table = [list(header), *(list(r) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = []
+    for row in table:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _list_row(job: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        str(job.get("id", ""))[:8],
+        str(job.get("name", "")),
+        str(job.get("status", "")),
+        _percent(job.get("fraction_completed")),
+        str(job.get("running_status") or ""),
+        _short_time(job.get("created")),
+    )
+
+
+def _rich_jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Any:
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    colors = {
+        "running": "cyan",
+        "pending": "white",
+        "paused": "yellow",
+        "succeeded": "green",
+        "failed": "red",
+        "canceled": "magenta",
+    }
+    table = Table(title=title, header_style="bold", expand=False)
+    for column in _LIST_COLUMNS:
+        table.add_column(column, no_wrap=column in ("ID", "STATUS", "PROGRESS", "CREATED"))
+    for job in jobs:
+        status = str(job.get("status", ""))
+        fraction = job.get("fraction_completed")
+        if isinstance(fraction, int | float):
+            progress: Any = Table.grid(padding=(0, 1))
+            progress.add_row(
+                ProgressBar(total=1.0, completed=float(fraction), width=16),
+                Text(_percent(fraction), justify="right"),
+            )
+        else:
+            progress = ""
+        row = _list_row(job)
+        table.add_row(
+            row[0],
+            row[1],
+            Text(status, style=colors.get(status, "")),
+            progress,
+            row[4],
+            row[5],
+        )
+    return table
+
+
+@jobs_group.command("list")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    metavar="S",
+    help="Only jobs in this status (repeatable, or comma-separated).",
+)
+@click.option("--name", default=None, help="Only jobs of this name.")
+@click.option("--creator", default=None, help="Only jobs of this creator.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option(
+    "--order",
+    type=click.Choice(["status", "created"]),
+    default="status",
+    show_default=True,
+    help="status: running, pending, paused, failed, canceled, succeeded; newest first.",
+)
+@click.option("--cursor", default=None, help="Continue after a previous page (--json).")
+@json_option
+@server_option
+def list_command(
+    statuses: tuple[str, ...],
+    name: str | None,
+    creator: str | None,
+    limit: int,
+    order: str,
+    cursor: str | None,
+    as_json: bool,
+    server: str,
+) -> None:
+    """List jobs (newest first within each status)."""
+    wanted = _statuses(statuses)
+    with connected(server) as client:
+        page = client.jobs(
+            status=wanted or None,
+            name=name,
+            creator=creator,
+            limit=limit,
+            order=order,
+            cursor=cursor,
+        )
+    if as_json:
+        _print_json({"jobs": page.jobs, "next_cursor": page.next_cursor})
+        return
+    if _is_tty():
+        from rich.console import Console
+
+        console = Console()
+        if page.jobs:
+            console.print(_rich_jobs_table(page.jobs))
+        else:
+            console.print("no jobs")
+        if page.next_cursor:
+            console.print(f"[dim]more: --cursor {page.next_cursor}[/dim]")
+        return
+    if page.jobs:
+        click.echo(_plain_rows([_list_row(j) for j in page.jobs], _LIST_COLUMNS))
+    else:
+        click.echo("no jobs")
+
+
+_SHOW_FIELDS = (
+    "id",
+    "name",
+    "status",
+    "description",
+    "creator",
+    "created_by",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "fails",
+    "max_fails",
+    "ttr_ms",
+    "ttl_ms",
+    "created",
+    "time",
+    "started",
+    "finished",
+    "modified",
+    "fraction_completed",
+    "running_status",
+    "lease",
+    "pause_requested",
+    "cancel_requested",
+    "reason",
+    "payload_size",
+    "checkpoint_size",
+    "payload",
+    "result",
+    "error",
+)
+
+
+def _bytes_text(value: object) -> str:
+    """A base64 field as text when it is printable UTF-8, else its size."""
+    import base64
+    import binascii
+
+    if not isinstance(value, str):
+        return "" if value is None else str(value)
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return value
+    if not raw:
+        return ""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(raw)} bytes>"
+    if not text.isprintable() and not all(c.isprintable() or c in "\n\t" for c in text):
+        return f"<{len(raw)} bytes>"
+    return text if len(text) <= 2000 else text[:2000] + f"... <{len(raw)} bytes>"
+
+
+def _show_value(key: str, value: object) -> str:
+    if value is None:
+        return ""
+    if key in ("payload", "result"):
+        return _bytes_text(value)
+    if key == "fraction_completed":
+        return _percent(value)
+    if key == "lease" and isinstance(value, dict):
+        return f"{value.get('worker_id', '')} until {_short_time(value.get('expires'))}"
+    if key == "created_by" and isinstance(value, dict):
+        return f"{value.get('type', '')} {value.get('id', '')}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key in ("created", "time", "started", "finished", "modified"):
+        return str(value)
+    return str(value)
+
+
+def _show_pairs(job: dict[str, Any]) -> list[tuple[str, str]]:
+    keys = [k for k in _SHOW_FIELDS if k in job] + [k for k in job if k not in _SHOW_FIELDS]
+    pairs = []
+    for key in keys:
+        text = _show_value(key, job.get(key))
+        if text == "" and key not in ("id", "name", "status"):
+            continue
+        pairs.append((key, text))
+    return pairs
+
+
+@jobs_group.command("show")
+@click.argument("job_id", metavar="ID")
+@json_option
+@server_option
+def show_command(job_id: str, as_json: bool, server: str) -> None:
+    """Show one job (ID or a unique prefix)."""
+    with connected(server) as client:
+        job = client.job(job_id)
+    if as_json:
+        _print_json(job)
+        return
+    pairs = _show_pairs(job)
+    if _is_tty():
+        from rich.console import Console
+        from rich.table import Table
+
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        for key, text in pairs:
+            grid.add_row(key, text)
+        Console().print(grid)
+        return
+    width = max(len(k) for k, _ in pairs)
+    for key, text in pairs:
+        click.echo(f"{key.ljust(width)}  {text}")
+
+
+@jobs_group.command("history")
+@click.argument("job_id", metavar="ID")
+@json_option
+@server_option
+def history_command(job_id: str, as_json: bool, server: str) -> None:
+    """A job's state changes, oldest first."""
+    with connected(server) as client:
+        events = client.history(job_id)
+    if as_json:
+        _print_json(events)
+        return
+    rows = [
+        (
+            str(e.get("time") or ""),
+            str(e.get("event") or ""),
+            str(e.get("actor") or ""),
+            _detail(e.get("detail")),
+        )
+        for e in events
+    ]
+    header = ("TIME", "EVENT", "ACTOR", "DETAIL")
+    if _is_tty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(header_style="bold")
+        for column in header:
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    if rows:
+        click.echo(_plain_rows(rows, header))
+    else:
+        click.echo("no events")
+
+
+def _detail(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _operate(verb: str, past: str) -> click.Command:
+    @click.command(verb)
+    @click.argument("job_id", metavar="ID")
+    @click.option("--reason", default="", help="Why; kept in the job's history.")
+    @server_option
+    def command(job_id: str, reason: str, server: str) -> None:
+        with connected(server) as client:
+            count = getattr(client, verb)(job_id, reason=reason, actor=_actor())
+        click.echo(f"{past} {count} job{'s' if count != 1 else ''}")
+
+    command.help = {
+        "pause": "Pause a job: a pending one at once; a running one at its next heartbeat.",
+        "resume": "Resume a paused job (or withdraw a pause request).",
+        "cancel": "Cancel a job: a pending or paused one at once; a running one at its next "
+        "heartbeat.",
+    }[verb]
+    return command
+
+
+jobs_group.add_command(_operate("pause", "paused"))
+jobs_group.add_command(_operate("resume", "resumed"))
+jobs_group.add_command(_operate("cancel", "canceled"))
+
+
+@jobs_group.command("delete")
+@click.argument("job_id", metavar="ID")
+@server_option
+def delete_command(job_id: str, server: str) -> None:
+    """Delete a job whatever its state (workq's delete)."""
+    with connected(server) as client:
+        job = client.job(job_id)
+        full_id = str(job["id"])
+        client.delete(full_id)
+    click.echo(f"deleted {full_id}")
+
+
+# -- watch
+
+
+def _watch_frame(client: Client, job_id: str | None) -> tuple[list[dict[str, Any]], bool]:
+    """The jobs to draw, and whether the watch is over (the watched job finished)."""
+    if job_id is not None:
+        job = client.job(job_id)
+        return [job], job.get("status") in FINAL_STATUSES
+    page = client.jobs(status=["running", "pending", "paused"], order="status", limit=50)
+    return page.jobs, False
+
+
+def _plain_frame(jobs: list[dict[str, Any]]) -> str:
+    if not jobs:
+        return "no running, pending or paused jobs"
+    lines = []
+    for job in jobs:
+        fraction = job.get("fraction_completed")
+        filled = round(float(fraction) * 20) if isinstance(fraction, int | float) else 0
+        bar = "[" + "#" * filled + "." * (20 - filled) + "]"
+        lines.append(
+            "  ".join(
+                part
+                for part in (
+                    str(job.get("id", ""))[:8],
+                    str(job.get("name", "")),
+                    str(job.get("status", "")),
+                    bar,
+                    _percent(fraction).rjust(4),
+                    str(job.get("running_status") or ""),
+                )
+                if part
+            )
+        )
+    return "\n".join(lines)
+
+
+@jobs_group.command("watch")
+@click.argument("job_id", metavar="[ID]", required=False)
+@click.option("--once", is_flag=True, help="Draw one frame and exit.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Seconds between refreshes.")
+@server_option
+def watch_command(job_id: str | None, once: bool, interval: float, server: str) -> None:
+    """Live progress of a job, or of all running, pending and paused jobs.
+
+    With ID it exits when the job finishes: 0 if it succeeded, 1 if it failed or was
+    canceled. Ctrl-C stops it (exit 0).
+    """
+    with connected(server) as client:
+        if job_id is not None:  # resolve a prefix once, and fail early on a bad one
+            job_id = str(client.job(job_id)["id"])
+        try:
+            if _is_tty() and not once:
+                jobs = _watch_live(client, job_id, interval)
+            else:
+                jobs = _watch_plain(client, job_id, interval, once)
+        except KeyboardInterrupt:
+            return
+    if job_id is not None and not once and jobs:
+        status = jobs[0].get("status")
+        click.echo(f"{job_id} {status}")
+        if status != "succeeded":
+            sys.exit(EXIT_FAILURE)
+
+
+def _watch_plain(
+    client: Client, job_id: str | None, interval: float, once: bool
+) -> list[dict[str, Any]]:
+    while True:
+        jobs, done = _watch_frame(client, job_id)
+        click.echo(_plain_frame(jobs))
+        if once or done:
+            return jobs
+        time.sleep(interval)
+        click.echo("")
+
+
+def _watch_live(client: Client, job_id: str | None, interval: float) -> list[dict[str, Any]]:
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    jobs, done = _watch_frame(client, job_id)
+
+    def render() -> Any:
+        title = f"jobq {client.host}:{client.port}  {datetime.now(UTC):%H:%M:%S} UTC"
+        if not jobs:
+            return "no running, pending or paused jobs"
+        return _rich_jobs_table(jobs, title=title)
+
+    with Live(render(), console=console, refresh_per_second=4, transient=False) as live:
+        while not done:
+            time.sleep(interval)
+            jobs, done = _watch_frame(client, job_id)
+            live.update(render())
+    return jobs

@@ -1,0 +1,126 @@
+"""``jobq worker``: import handler modules and run their jobs until SIGTERM/SIGINT.
+
+Exit codes: 0 after a graceful stop; 1 a module failed to import; 2 bad input (a name
+without a handler, a bad option value).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import traceback
+
+import click
+
+from jobq.jobs_cli import EXIT_FAILURE, EXIT_USAGE, fail, server_option
+
+
+def _duration_s(text: str, what: str) -> float:
+    from jobq.config import ConfigError, parse_duration_ms
+
+    try:
+        return parse_duration_ms(text) / 1000
+    except ConfigError as exc:
+        fail(f"--{what}: {exc}", EXIT_USAGE)
+
+
+@click.command("worker")
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="A module whose import registers handlers (@jobq.handler); repeatable.",
+)
+@click.option(
+    "--names",
+    default=None,
+    metavar="A,B",
+    help="Job names to serve, comma-separated [default: every registered handler].",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Handlers running at once.",
+)
+@click.option("--worker-id", default=None, help="Lease holder id [default: HOSTNAME-PID].")
+@click.option(
+    "--grace",
+    default="30s",
+    show_default=True,
+    help="On SIGTERM/SIGINT, how long running handlers may take before their jobs are "
+    "released.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+@server_option
+def worker_command(
+    imports: tuple[str, ...],
+    names: str | None,
+    concurrency: int,
+    worker_id: str | None,
+    grace: str,
+    log_level: str,
+    server: str,
+) -> None:
+    """Lease jobs and run their handlers until SIGTERM/SIGINT."""
+    from jobq.client import parse_address
+    from jobq.worker.registry import REGISTRY
+    from jobq.worker.runtime import Runtime
+
+    grace_s = _duration_s(grace, "grace")
+    try:
+        parse_address(server)
+    except ValueError as exc:
+        fail(f"--server: {exc}", EXIT_USAGE)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m`: modules next to you import
+    for module in imports:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            last = traceback.format_exception_only(exc)[-1].strip()
+            fail(f"cannot import {module}: {last}", EXIT_FAILURE)
+    if not imports and not len(REGISTRY):
+        fail("no handlers: give --import MODULE", EXIT_USAGE)
+    chosen = None
+    if names is not None:
+        chosen = [n.strip() for n in names.split(",") if n.strip()]
+        if not chosen:
+            fail("--names: no job names given", EXIT_USAGE)
+        missing = [n for n in chosen if n not in REGISTRY]
+        if missing:
+            known = ", ".join(REGISTRY.names()) or "none"
+            fail(f"no handler for {', '.join(missing)} (registered: {known})", EXIT_USAGE)
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        runtime = Runtime(
+            server,
+            REGISTRY,
+            names=chosen,
+            concurrency=concurrency,
+            worker_id=worker_id,
+            grace_s=grace_s,
+        )
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    status = runtime.run()
+    if runtime.running_jobs():
+        # handlers that ignored the stop still run in their (daemon) threads; their jobs
+        # were released: leave without waiting for them
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

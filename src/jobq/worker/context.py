@@ -1,0 +1,278 @@
+"""What a handler gets: the job's context, with ``progress()`` and the stop requests.
+
+A :class:`JobContext` is shared by the handler's thread and the worker's heartbeat
+thread: the handler records progress, the heartbeat thread sends it (and keeps the lease)
+and relays pause/cancel requests, which ``progress()`` raises as :class:`Paused` or
+:class:`Canceled`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from jobq.client import (
+    ClientError,
+    ConnectionLost,
+    Data,
+    JobqError,
+    LeaseLost,
+    ServerError,
+    WorkerLease,
+)
+
+if TYPE_CHECKING:
+    from jobq.client import Client
+
+__all__ = ["MIN_HEARTBEAT_INTERVAL_S", "Canceled", "JobContext", "JobInterrupt", "Paused"]
+
+log = logging.getLogger("jobq.worker")
+
+#: heartbeats go at least every TTR/3, but never more often than this
+MIN_HEARTBEAT_INTERVAL_S = 0.2
+#: after a heartbeat could not be sent, the next try comes this soon (at most)
+_RETRY_S = 0.25
+
+
+class JobInterrupt(BaseException):
+    """Base of :class:`Paused` and :class:`Canceled`.
+
+    A ``BaseException`` (like ``asyncio.CancelledError``) so a handler's
+    ``except Exception`` does not swallow it; ``finally`` blocks run as usual.
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Paused(JobInterrupt):
+    """The job was paused: ``progress()`` raises it; the worker releases the job, which
+    stays paused until resumed, then resumes from its last checkpoint."""
+
+
+class Canceled(JobInterrupt):
+    """The job was canceled: ``progress()`` raises it; the worker runs the handler's
+    ``on_cancel`` hook, then releases the job, which is then canceled for good."""
+
+
+class JobContext:
+    """One leased job, as its handler sees it.
+
+    :ivar id: the job id
+    :ivar name: the job name (queue)
+    :ivar payload: the job's payload bytes (:meth:`json` decodes JSON payloads)
+    :ivar attempt: this attempt's number, 1 on the first lease
+    :ivar checkpoint: the last checkpoint an earlier attempt saved (None on the first
+        attempt, or if none was saved): resume from it
+    :ivar worker_id: the worker holding the lease
+    :ivar ttr_ms: the lease's time to run; heartbeats go at least every ttr/3
+    """
+
+    def __init__(
+        self,
+        lease: WorkerLease,
+        worker_id: str,
+        client: Client,
+        *,
+        stall_timeout_s: float,
+    ) -> None:
+        self.id = lease.id
+        self.name = lease.name
+        self.payload = lease.payload
+        self.attempt = lease.attempt
+        self.checkpoint = lease.checkpoint
+        self.worker_id = worker_id
+        self.ttr_ms = lease.ttr_ms
+        #: seconds between heartbeats: ttr/3, at least MIN_HEARTBEAT_INTERVAL_S
+        self.heartbeat_interval_s = max(lease.ttr_ms / 3000, MIN_HEARTBEAT_INTERVAL_S)
+        #: background heartbeats stop once progress() has not been called for this long
+        self.stall_timeout_s = stall_timeout_s
+        self._client = client
+        self._lock = threading.Lock()
+        # one heartbeat at a time per job, so checkpoints reach the server in order
+        self._send_lock = threading.Lock()
+        now = time.monotonic()
+        self._fraction: float | None = None
+        self._status: str | None = None
+        self._pending_checkpoint: bytes | None = None
+        self._last_progress = now
+        self._next_heartbeat = now + self.heartbeat_interval_s
+        self._request: tuple[str, str] | None = None
+        self._lost: str | None = None
+        #: "" while running; "finishing" once the worker reports the outcome; "released"
+        #: once a shutting-down worker gave the job back
+        self._end = ""
+        self._stall_logged = False
+
+    def __repr__(self) -> str:
+        return f"JobContext(id={self.id!r}, name={self.name!r}, attempt={self.attempt})"
+
+    # -- for handlers
+
+    def json(self) -> Any:
+        """The payload decoded as JSON (None for an empty payload)."""
+        if not self.payload:
+            return None
+        import msgspec
+
+        return msgspec.json.decode(self.payload)
+
+    @property
+    def fraction_completed(self) -> float | None:
+        return self._fraction
+
+    @property
+    def running_status(self) -> str | None:
+        return self._status
+
+    @property
+    def pause_requested(self) -> bool:
+        """True once the server asked this job to pause (the next progress() raises)."""
+        request = self._request
+        return request is not None and request[0] == "pause"
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the server asked this job to stop for good."""
+        request = self._request
+        return request is not None and request[0] == "cancel"
+
+    def progress(
+        self,
+        fraction: float | None = None,
+        status: str | None = None,
+        checkpoint: Data | None = None,
+    ) -> None:
+        """Record progress: ``fraction`` done (0.0-1.0), a short ``status`` text, and a
+        ``checkpoint`` (bytes or text) that a later attempt receives to resume from.
+
+        With a checkpoint, or when the last heartbeat is ttr/3 old, this sends a heartbeat
+        before it returns (so a returned ``progress(checkpoint=...)`` means the server has
+        it, unless the server was unreachable: then the heartbeat thread sends it). Raises
+        :class:`Paused` or :class:`Canceled` when the job was asked to stop, and
+        :class:`~jobq.client.LeaseLost` when this worker no longer holds the job.
+        """
+        if fraction is not None:
+            fraction = float(fraction)
+            if not 0.0 <= fraction <= 1.0:
+                raise ValueError(f"fraction must be within 0.0-1.0, not {fraction}")
+        if checkpoint is not None:
+            checkpoint = checkpoint.encode() if isinstance(checkpoint, str) else bytes(checkpoint)
+        with self._lock:
+            now = time.monotonic()
+            self._last_progress = now
+            self._stall_logged = False
+            if fraction is not None:
+                self._fraction = fraction
+            if status is not None:
+                self._status = status
+            if checkpoint is not None:
+                self._pending_checkpoint = checkpoint
+            send = checkpoint is not None or now >= self._next_heartbeat
+        if send:
+            self._heartbeat(self._client)
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`Paused`, :class:`Canceled` or LeaseLost if the job must stop
+        (what ``progress()`` does after recording), without recording anything."""
+        with self._lock:
+            if self._lost is not None:
+                raise LeaseLost(self._lost)
+            request = self._request
+        if request is not None:
+            action, reason = request
+            raise (Paused if action == "pause" else Canceled)(reason)
+
+    # -- for the runtime
+
+    @property
+    def stalled(self) -> bool:
+        return time.monotonic() - self._last_progress > self.stall_timeout_s
+
+    def _due(self, now: float) -> float:
+        """When the next background heartbeat is due (inf if none should be sent)."""
+        with self._lock:
+            if self._end or self._lost is not None:
+                return float("inf")
+            if now - self._last_progress > self.stall_timeout_s:
+                if not self._stall_logged:
+                    self._stall_logged = True
+                    log.warning(
+                        "job %s: no progress() for %.0f s; heartbeats stop, the lease will "
+                        "run out",
+                        self.id,
+                        self.stall_timeout_s,
+                    )
+                return float("inf")
+            return self._next_heartbeat
+
+    def _heartbeat(self, client: Client) -> None:
+        """Send one heartbeat with the recorded progress; never raises for server or
+        connection trouble (it is logged and retried soon)."""
+        with self._send_lock:
+            with self._lock:
+                if self._end or self._lost is not None:
+                    return
+                fraction, status = self._fraction, self._status
+                checkpoint = self._pending_checkpoint
+            started = time.monotonic()
+            try:
+                reply = client.heartbeat(
+                    self.id,
+                    self.worker_id,
+                    fraction_completed=fraction,
+                    running_status=status,
+                    checkpoint=checkpoint,
+                )
+            except LeaseLost as exc:
+                with self._lock:
+                    self._lost = exc.text or "Lease not held"
+                log.warning("job %s: lease lost (%s)", self.id, exc.text)
+                return
+            except (ConnectionLost, ServerError) as exc:
+                with self._lock:
+                    self._next_heartbeat = time.monotonic() + min(
+                        self.heartbeat_interval_s, _RETRY_S
+                    )
+                log.warning("job %s: heartbeat failed: %s", self.id, exc)
+                return
+            except (ClientError, JobqError) as exc:
+                with self._lock:
+                    self._next_heartbeat = started + self.heartbeat_interval_s
+                log.error("job %s: heartbeat refused: %s", self.id, exc)
+                return
+            with self._lock:
+                self._next_heartbeat = started + self.heartbeat_interval_s
+                if self._pending_checkpoint is checkpoint:
+                    self._pending_checkpoint = None
+                if reply.action in ("pause", "cancel"):
+                    if self._request is None:
+                        log.info("job %s: %s requested (%s)", self.id, reply.action, reply.reason)
+                    self._request = (reply.action, reply.reason)
+                elif reply.action == "continue":
+                    self._request = None  # a pause request withdrawn by resume
+
+    def _claim(self, end: str) -> bool:
+        """Mark the job as ending (``finishing`` or ``released``); False if it already is."""
+        with self._lock:
+            if self._end:
+                return False
+            self._end = end
+            return True
+
+    def _take_pending_checkpoint(self) -> bytes | None:
+        with self._lock:
+            checkpoint, self._pending_checkpoint = self._pending_checkpoint, None
+            return checkpoint
+
+    def _mark_released(self) -> None:
+        with self._lock:
+            self._lost = "Lease released: the worker is shutting down"
+
+    @property
+    def _request_action(self) -> tuple[str, str] | None:
+        return self._request

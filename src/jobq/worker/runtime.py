@@ -1,0 +1,472 @@
+"""The worker runtime: lease loops, one heartbeat thread, and graceful shutdown.
+
+::
+
+    from jobq.worker import Runtime
+
+    runtime = Runtime("127.0.0.1:9922", concurrency=4)   # handlers: the default registry
+    runtime.run()                                        # until SIGTERM/SIGINT; returns 0
+
+``Runtime`` starts ``concurrency`` threads, each with its own :class:`~jobq.client.Client`,
+that lease jobs of the names the runtime serves (``xlease``, waiting about a second at a
+time so a stop is noticed) and run their handlers. One heartbeat thread, with its own
+client, keeps every running job's lease: at least every ttr/3 (and at least 200 ms apart)
+it sends the job's recorded progress and relays pause/cancel requests to its context.
+A job whose handler has not called ``progress()`` for its stall timeout gets no more
+background heartbeats, so a hung handler loses its lease and the job is adopted elsewhere.
+
+Stopping (SIGTERM, SIGINT, or :meth:`Runtime.stop`): no more leases; running handlers get
+up to ``grace_s`` to finish; the jobs of handlers still running are then released (pending
+again at once, with any checkpoint not yet sent) and ``run()`` returns 0. A second signal
+cuts the grace period short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from types import FrameType
+from typing import Any
+
+from jobq.client import (
+    DEFAULT_PORT,
+    Client,
+    ConnectionLost,
+    JobqError,
+    JobTimeout,
+    LeaseLost,
+    ServerError,
+    WorkerLease,
+    parse_address,
+)
+from jobq.worker.context import Canceled, JobContext, Paused
+from jobq.worker.registry import REGISTRY, Handler, Registry
+
+__all__ = ["DEFAULT_GRACE_S", "DEFAULT_SERVER", "Runtime", "default_worker_id", "error_text"]
+
+log = logging.getLogger("jobq.worker")
+
+DEFAULT_SERVER = f"127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_GRACE_S = 30.0
+#: how long one xlease waits for a job before the loop checks for a stop
+DEFAULT_LEASE_WAIT_MS = 1000
+#: longest error text sent with xfail
+MAX_ERROR_CHARS = 4096
+#: tries of a finishing call (xcomplete, xfail, release) when the connection fails
+_FINISH_TRIES = 3
+
+
+def default_worker_id() -> str:
+    """``<hostname>-<pid>``."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def error_text(exc: BaseException) -> str:
+    """``type: message`` on one line, as sent with ``xfail``."""
+    message = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text[:MAX_ERROR_CHARS]
+
+
+def _result_bytes(value: object) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"a handler returns bytes, str or None, not {type(value).__name__}")
+
+
+class _Heartbeats:
+    """The worker's heartbeat thread: one client, every running job."""
+
+    def __init__(self, make_client: Callable[[], Client]) -> None:
+        self._make_client = make_client
+        self._jobs: dict[str, JobContext] = {}
+        self._wake = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="jobq-heartbeats", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, ctx: JobContext) -> None:
+        with self._wake:
+            self._jobs[ctx.id] = ctx
+            self._wake.notify()
+
+    def discard(self, ctx: JobContext) -> None:
+        with self._wake:
+            if self._jobs.get(ctx.id) is ctx:
+                del self._jobs[ctx.id]
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopped = True
+            self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        client = self._make_client()
+        try:
+            while True:
+                with self._wake:
+                    if self._stopped:
+                        return
+                    jobs = list(self._jobs.values())
+                now = time.monotonic()
+                wake_at = now + 1.0
+                for ctx in jobs:
+                    due = ctx._due(now)
+                    if due <= now:
+                        ctx._heartbeat(client)
+                        due = ctx._due(time.monotonic())
+                    wake_at = min(wake_at, due)
+                with self._wake:
+                    if self._stopped:
+                        return
+                    self._wake.wait(max(0.005, wake_at - time.monotonic()))
+        except Exception:  # a bug: log it rather than die silently
+            log.exception("heartbeat thread failed")
+        finally:
+            client.close()
+
+
+class Runtime:
+    """Runs handlers for leased jobs (see the module doc).
+
+    :param server: ``HOST:PORT`` of the jobq server
+    :param handlers: a :class:`Registry` or handlers (default: the default registry)
+    :param names: the job names to lease (default: every handler's name); each needs a
+        handler (ValueError otherwise)
+    :param concurrency: handlers running at once (one thread and one connection each)
+    :param worker_id: the id leases are held under (default ``<hostname>-<pid>``)
+    :param grace_s: on stop, how long running handlers may take to finish before their
+        jobs are released
+    :param lease_wait_ms: how long one ``xlease`` waits for a job
+    :param timeout_s: the clients' connect and reply timeout
+    """
+
+    def __init__(
+        self,
+        server: str = DEFAULT_SERVER,
+        handlers: Registry | Iterable[Handler] | None = None,
+        names: Sequence[str] | None = None,
+        concurrency: int = 1,
+        worker_id: str | None = None,
+        grace_s: float = DEFAULT_GRACE_S,
+        *,
+        lease_wait_ms: int = DEFAULT_LEASE_WAIT_MS,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.host, self.port = parse_address(server)
+        registry = REGISTRY if handlers is None else handlers
+        self._handlers: dict[str, Handler] = {h.name: h for h in registry}
+        self.names = list(names) if names is not None else sorted(self._handlers)
+        if not self.names:
+            raise ValueError("no handlers registered: nothing to lease")
+        missing = [n for n in self.names if n not in self._handlers]
+        if missing:
+            raise ValueError(f"no handler for job name(s): {', '.join(missing)}")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if grace_s < 0:
+            raise ValueError("grace_s must not be negative")
+        self.concurrency = concurrency
+        self.worker_id = worker_id or default_worker_id()
+        self.grace_s = grace_s
+        self.lease_wait_ms = lease_wait_ms
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._stop_requested = threading.Event()
+        self._hurry = threading.Event()
+        self._running: dict[str, JobContext] = {}
+        self._threads: list[threading.Thread] = []
+        self._heartbeats = _Heartbeats(self._client)
+        self._started = False
+        self._stopped = False
+        #: counts of outcomes, for logs and tests
+        self.stats: dict[str, int] = {
+            "completed": 0,
+            "failed": 0,
+            "paused": 0,
+            "canceled": 0,
+            "released": 0,
+            "lost": 0,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"Runtime({self.host}:{self.port}, names={self.names}, "
+            f"concurrency={self.concurrency}, worker_id={self.worker_id!r})"
+        )
+
+    def _count(self, outcome: str) -> None:
+        with self._lock:
+            self.stats[outcome] += 1
+
+    def _client(self) -> Client:
+        return Client(self.host, self.port, timeout_s=self.timeout_s)
+
+    # -- lifecycle
+
+    def __enter__(self) -> Runtime:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the heartbeat thread and the lease loops; returns at once."""
+        if self._started:
+            raise RuntimeError("a Runtime starts once")
+        self._started = True
+        self._heartbeats.start()
+        for index in range(self.concurrency):
+            thread = threading.Thread(
+                target=self._work, name=f"jobq-worker-{index}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+        log.info(
+            "worker %s: serving %s with %d thread(s) from %s:%d",
+            self.worker_id,
+            ", ".join(self.names),
+            self.concurrency,
+            self.host,
+            self.port,
+        )
+
+    def request_stop(self, hurry: bool = False) -> None:
+        """Ask :meth:`run` to stop (safe from signal handlers and other threads);
+        ``hurry`` cuts the grace period short."""
+        if hurry or self._stop_requested.is_set():
+            self._hurry.set()
+        self._stop_requested.set()
+
+    def running_jobs(self) -> list[JobContext]:
+        """The contexts of the handlers running now."""
+        with self._lock:
+            return list(self._running.values())
+
+    def stop(self, grace_s: float | None = None) -> list[str]:
+        """Stop leasing, give running handlers up to ``grace_s`` (default: the runtime's)
+        to finish, then release the jobs of those still running. Returns their ids."""
+        if not self._started or self._stopped:
+            return []
+        self._stopped = True
+        grace = self.grace_s if grace_s is None else grace_s
+        with self._lock:
+            self._stopping.set()
+        self._stop_requested.set()
+        deadline = time.monotonic() + grace
+        for thread in self._threads:
+            while thread.is_alive() and not self._hurry.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                thread.join(min(remaining, 0.1))
+        released = self._release_running()
+        self._heartbeats.stop()
+        for thread in self._threads:  # threads that were between calls end quickly
+            thread.join(0.5 if released else 2.0)
+        log.info("worker %s: stopped", self.worker_id)
+        return released
+
+    def run(self, *, install_signals: bool = True) -> int:
+        """Start, wait for SIGTERM/SIGINT (or :meth:`request_stop`), stop gracefully;
+        returns the exit status, 0."""
+        previous: dict[int, Any] = {}
+        if install_signals and threading.current_thread() is threading.main_thread():
+
+            def on_signal(signum: int, frame: FrameType | None) -> None:
+                if self._stop_requested.is_set():
+                    log.warning("worker %s: second signal, releasing jobs now", self.worker_id)
+                else:
+                    log.info(
+                        "worker %s: %s, stopping (grace %.0f s)",
+                        self.worker_id,
+                        signal.Signals(signum).name,
+                        self.grace_s,
+                    )
+                self.request_stop()
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, on_signal)
+        try:
+            self.start()
+            while not self._stop_requested.wait(0.5):
+                pass
+            self.stop()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        return 0
+
+    def _release_running(self) -> list[str]:
+        released: list[str] = []
+        with self._lock:
+            still = list(self._running.values())
+        if not still:
+            return released
+        client = self._client()
+        try:
+            for ctx in still:
+                if not ctx._claim("released"):
+                    continue  # it finished meanwhile
+                ctx._mark_released()
+                self._heartbeats.discard(ctx)
+                checkpoint = ctx._take_pending_checkpoint()
+                status = self._finish_call(
+                    ctx,
+                    "release",
+                    partial(client.release, ctx.id, self.worker_id, checkpoint=checkpoint),
+                )
+                log.info("job %s: released on shutdown (%s)", ctx.id, status)
+                self._count("released")
+                released.append(ctx.id)
+        finally:
+            client.close()
+        return released
+
+    # -- the lease loop
+
+    def _work(self) -> None:
+        client = self._client()
+        backoff = 0.1
+        try:
+            while not self._stopping.is_set():
+                try:
+                    lease = client.xlease(
+                        *self.names, worker_id=self.worker_id, wait_timeout_ms=self.lease_wait_ms
+                    )
+                except JobTimeout:
+                    continue
+                except (ConnectionLost, ServerError) as exc:
+                    log.warning("worker %s: lease failed: %s", self.worker_id, exc)
+                    self._stopping.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                except JobqError as exc:
+                    log.error("worker %s: lease refused: %s", self.worker_id, exc)
+                    self._stopping.wait(5.0)
+                    continue
+                backoff = 0.1
+                self._run_job(client, lease)
+        except Exception:
+            log.exception("worker thread failed")
+        finally:
+            client.close()
+
+    def _run_job(self, client: Client, lease: WorkerLease) -> None:
+        entry = self._handlers.get(lease.name)
+        if entry is None:  # the server gave a name not asked for: give it back
+            log.error("job %s: no handler for %r; releasing it", lease.id, lease.name)
+            with contextlib.suppress(JobqError):
+                client.release(lease.id, self.worker_id)
+            return
+        ctx = JobContext(
+            lease,
+            self.worker_id,
+            client,
+            stall_timeout_s=entry.stall_timeout_for(lease.ttr_ms),
+        )
+        with self._lock:
+            if self._stopping.is_set():
+                stopping = True
+            else:
+                stopping = False
+                self._running[ctx.id] = ctx
+        if stopping:  # leased while the worker began to stop: pending again at once
+            with contextlib.suppress(JobqError):
+                client.release(lease.id, self.worker_id)
+            return
+        self._heartbeats.add(ctx)
+        log.info("job %s (%s): attempt %d started", ctx.id, ctx.name, ctx.attempt)
+        try:
+            outcome, value = self._call_handler(entry, ctx)
+            if not ctx._claim("finishing"):
+                log.info("job %s: handler ended after the job was released", ctx.id)
+                return
+            self._heartbeats.discard(ctx)
+            self._report(client, entry, ctx, outcome, value)
+        finally:
+            self._heartbeats.discard(ctx)
+            with self._lock:
+                self._running.pop(ctx.id, None)
+
+    def _call_handler(self, entry: Handler, ctx: JobContext) -> tuple[str, Any]:
+        try:
+            result = entry.fn(ctx)
+            return "complete", _result_bytes(result)
+        except Paused as exc:
+            return "pause", exc
+        except Canceled as exc:
+            return "cancel", exc
+        except LeaseLost as exc:
+            return "lost", exc
+        except BaseException as exc:
+            request = ctx._request_action
+            if request is not None:  # stopped by a pause/cancel request, in its own way
+                log.info("job %s: handler raised %s after a %s request", ctx.id, exc, request[0])
+                return request[0], exc
+            log.warning("job %s: handler failed", ctx.id, exc_info=True)
+            return "fail", exc
+
+    def _report(
+        self, client: Client, entry: Handler, ctx: JobContext, outcome: str, value: Any
+    ) -> None:
+        worker = self.worker_id
+        if outcome == "complete":
+            self._finish_call(ctx, "xcomplete", lambda: client.xcomplete(ctx.id, worker, value))
+            self._count("completed")
+            log.info("job %s: completed", ctx.id)
+        elif outcome == "fail":
+            text = error_text(value)
+            self._finish_call(ctx, "xfail", lambda: client.xfail(ctx.id, worker, text))
+            self._count("failed")
+            log.info("job %s: failed: %s", ctx.id, text)
+        elif outcome in ("pause", "cancel"):
+            if outcome == "cancel" and entry.on_cancel is not None:
+                try:
+                    entry.on_cancel(ctx)
+                except Exception:
+                    log.exception("job %s: on_cancel hook failed", ctx.id)
+            checkpoint = ctx._take_pending_checkpoint()
+            status = self._finish_call(
+                ctx, "release", lambda: client.release(ctx.id, worker, checkpoint=checkpoint)
+            )
+            self._count("paused" if outcome == "pause" else "canceled")
+            log.info("job %s: released after a %s request (%s)", ctx.id, outcome, status)
+        else:
+            self._count("lost")
+            log.warning("job %s: lease lost; the outcome is dropped", ctx.id)
+
+    def _finish_call(self, ctx: JobContext, what: str, call: Callable[[], Any]) -> Any:
+        for attempt in range(_FINISH_TRIES):
+            try:
+                return call()
+            except LeaseLost:
+                self._count("lost")
+                log.warning("job %s: %s: lease lost; the outcome is dropped", ctx.id, what)
+                return None
+            except (ConnectionLost, ServerError) as exc:
+                if attempt + 1 == _FINISH_TRIES:
+                    log.error("job %s: %s failed: %s", ctx.id, what, exc)
+                    return None
+                time.sleep(0.2 * 2**attempt)
+            except JobqError as exc:
+                log.error("job %s: %s refused: %s", ctx.id, what, exc)
+                return None
+        return None
