@@ -25,8 +25,6 @@ OUT = ROOT / "bench" / "out"
 BENCHMARKS = [
     ("Command log: append and read (issue 2)", "bench.bench_cmdlog", ["--runs", "5"],
      ["--runs", "1"], "cmdlog.md"),
-    ("Protocol parser (issue 3)", "bench.bench_protocol", ["--runs", "5"], ["--runs", "1"],
-     "protocol.md"),
     ("End to end: add, lease, complete against beanstalkd (issue 3)", "bench.bench_e2e",
      ["--rounds", "5", "--jobs", "50000"], ["--rounds", "1", "--jobs", "5000"], "e2e.md"),
     ("Server start-up, restart and memory (issue 3)", "bench.bench_server",
