@@ -13,8 +13,11 @@ import logging
 from collections import deque
 from typing import cast
 
+from jobq.http.auth import Auth, check_auth, register_auth_command
 from jobq.server import protocol as p
 from jobq.server.core import Core, Slot
+
+register_auth_command()
 
 logger = logging.getLogger("jobq.server")
 
@@ -26,11 +29,17 @@ READ_AHEAD_BYTES = 2 * 1024 * 1024
 
 
 class Connection(asyncio.Protocol):
-    """A workq protocol connection."""
+    """A workq protocol connection; with a server token it must ``auth`` first."""
 
-    def __init__(self, core: Core, *, max_connections: int) -> None:
+    #: set once the connection sent the server's token (see ``jobq.http.auth``)
+    authenticated = False
+
+    def __init__(
+        self, core: Core, *, max_connections: int, auth_token: bytes | None = None
+    ) -> None:
         self.core = core
         self.max_connections = max_connections
+        self.auth_token = auth_token
         self.parser = p.RequestParser()
         self.transport: asyncio.Transport | None = None
         self.slots: deque[Slot] = deque()
@@ -122,6 +131,12 @@ class Connection(asyncio.Protocol):
                     self.closing = True
                 self.slot_ready()
                 continue
+            if self.auth_token is not None or isinstance(event, Auth):
+                refusal = check_auth(self, event)
+                if refusal is not None:
+                    slot.data = refusal
+                    self.slot_ready()
+                    continue
             self.core.execute(self, event, slot)
             if slot.waiting:
                 self.blocked = True

@@ -1,0 +1,290 @@
+"""Authentication: one shared token, for TCP and HTTP.
+
+TCP: a connection of a server with a token must send ``auth <token>`` before any other
+command; until then every command is refused with ``-CLIENT-ERROR Authentication required``
+and a wrong token with ``-CLIENT-ERROR Invalid token``. Without a token ``auth`` is accepted
+and ignored, so clients that always send it work, and workq clients work unchanged.
+
+HTTP: every route but the web UI's shell (the page that asks for the token) needs
+``Authorization: Bearer <token>``; otherwise 401 with a JSON error.
+
+Tokens are compared in constant time (``hmac.compare_digest``) and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from jobq.server import protocol as p
+
+AUTH_REQUIRED = "Authentication required"
+INVALID_TOKEN = "Invalid token"
+#: longest token accepted, in bytes
+MAX_TOKEN_BYTES = 4096
+
+
+def token_matches(expected: bytes, given: bytes) -> bool:
+    """Constant-time comparison (for equal lengths; the length itself is not secret)."""
+    return hmac.compare_digest(expected, given)
+
+
+def encode_token(token: str | None) -> bytes | None:
+    """The configured token as bytes; None or empty means no authentication."""
+    if not token:
+        return None
+    data = token.encode("utf-8")
+    if len(data) > MAX_TOKEN_BYTES or any(c in token for c in " \r\n\t"):
+        raise ValueError("an auth token is 1-4096 bytes without spaces or line breaks")
+    return data
+
+
+# ---------------------------------------------------------------------------------- TCP
+
+
+@dataclass(frozen=True, slots=True)
+class Auth(p.Request):
+    """``auth <token>``"""
+
+    command: ClassVar[str] = "auth"
+    token: str
+
+    def to_bytes(self) -> bytes:
+        return b"auth " + self.token.encode("utf-8") + p.CRLF
+
+    def __repr__(self) -> str:  # never show the token
+        return "Auth(token=***)"
+
+
+def _parse_auth(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> p.Request:
+    if flags or len(args) != 1:
+        raise p.ClientError(p.INVALID_COMMAND_ARGS)
+    return Auth(args[0])
+
+
+def register_auth_command(registry: p.CommandRegistry | None = None) -> None:
+    """Add ``auth <token>`` to ``registry`` (default: the protocol's default registry).
+    Idempotent."""
+    target = registry if registry is not None else p.DEFAULT_REGISTRY
+    spec = target.get("auth")
+    if spec is not None and spec.parse is _parse_auth:
+        return
+    target.register("auth", _parse_auth, replace=True)
+
+
+class AuthState(Protocol):
+    """What :func:`check_auth` needs of a connection."""
+
+    #: the server's token (None: no authentication)
+    auth_token: bytes | None
+    #: whether this connection sent the right token
+    authenticated: bool
+
+
+def check_auth(conn: AuthState, request: p.Request) -> bytes | None:
+    """The reply to send instead of running ``request``, or None to run it.
+
+    ``auth`` itself is always answered here: ``+OK`` when the token matches (or the server
+    has none), else ``-CLIENT-ERROR Invalid token``. Other commands of a connection that has
+    not authenticated get ``-CLIENT-ERROR Authentication required``.
+    """
+    expected = conn.auth_token
+    if isinstance(request, Auth):
+        if expected is None:
+            return p.ok()
+        if token_matches(expected, request.token.encode("utf-8", "surrogateescape")):
+            conn.authenticated = True
+            return p.ok()
+        conn.authenticated = False
+        return p.client_error(INVALID_TOKEN)
+    if expected is None or conn.authenticated:
+        return None
+    return p.client_error(AUTH_REQUIRED)
+
+
+# ---------------------------------------------------------------------------------- HTTP
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: what the browser may load without a token: the UI's shell, which asks for it
+PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico"})
+PUBLIC_PREFIXES = ("/static/",)
+
+
+def is_public(method: str, path: str) -> bool:
+    if method not in ("GET", "HEAD"):
+        return False
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+async def send_json(send: Send, status: int, body: dict[str, Any],
+                    headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = json.dumps(body).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+            *(headers or []),
+        ],
+    })
+    await send({"type": "http.response.body", "body": data})
+
+
+class BearerAuth:
+    """ASGI middleware: ``Authorization: Bearer <token>`` on every non-public route."""
+
+    def __init__(self, app: ASGIApp, token: bytes) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or is_public(scope["method"], scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        given = None
+        for key, value in scope["headers"]:
+            if key == b"authorization":
+                scheme, _, rest = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    given = rest.strip()
+                break
+        if given is None:
+            error = AUTH_REQUIRED
+        elif token_matches(self.token, given):
+            await self.app(scope, receive, send)
+            return
+        else:
+            error = INVALID_TOKEN
+        await send_json(send, 401, {"error": error}, [(b"www-authenticate", b"Bearer")])
+
+
+class BodyLimit:
+    """ASGI middleware: request bodies larger than ``limit`` bytes get 413, whether
+    announced by Content-Length or streamed."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await send_json(send, 413, {"error": "Request body too large"})
+                    return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await send_json(send, 413, {"error": "Request body too large"})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------- clients
+
+
+def authenticating_client_class(token: str) -> type[Any]:
+    """A :class:`jobq.client.Client` subclass that sends ``auth <token>`` on each new
+    connection (for ``jobq up``'s worker and ``jobq status`` until the client library takes
+    a token itself)."""
+    from jobq.client import Client, ClientError, ConnectionLost
+
+    line = b"auth " + token.encode("utf-8") + p.CRLF
+
+    class AuthClient(Client):
+        def _connect(self) -> Any:
+            conn = super()._connect()
+            try:
+                conn.sock.sendall(line)
+                reply = b""
+                while not reply.endswith(b"\r\n") and len(reply) < 4096:
+                    chunk = conn.sock.recv(4096 - len(reply))
+                    if not chunk:
+                        break
+                    reply += chunk
+            except OSError as exc:
+                self._drop(conn)
+                raise ConnectionLost(f"authentication failed: {exc}") from exc
+            if not reply.startswith(b"+OK"):
+                self._drop(conn)
+                text = reply.decode("utf-8", "replace").strip().lstrip("-")
+                if not text:
+                    raise ConnectionLost("authentication failed: no reply")
+                raise ClientError(text.removeprefix("CLIENT-ERROR ").strip())
+            return conn
+
+    return AuthClient
+
+
+def guard_core(core: Any, token: str | None) -> None:
+    """Enforce the TCP token by wrapping ``core.execute`` with :func:`check_auth`, for
+    servers whose TCP connections do not check it themselves (tcp.py calling
+    ``check_auth``). Requests that are not from a TCP connection (the HTTP bridge, which
+    has its own check) pass. Idempotent."""
+    expected = encode_token(token)
+    if expected is None:
+        # ``auth`` without a configured token: accepted and ignored
+        handlers = getattr(core.dispatcher, "_handlers", None)
+        if isinstance(handlers, dict):
+            handlers.setdefault(Auth, lambda request, token, now_ns: p.ok())
+        return
+    if getattr(core, "_jobq_auth_guarded", False):
+        return
+    from jobq.server.tcp import Connection
+
+    if hasattr(Connection, "authenticated"):
+        return  # the TCP connections check the token themselves
+    execute = core.execute
+
+    def guarded(conn: Any, request: p.Request, slot: Any) -> None:
+        if isinstance(conn, Connection):
+            if not hasattr(conn, "authenticated"):
+                conn.auth_token = expected  # type: ignore[attr-defined]
+                conn.authenticated = False  # type: ignore[attr-defined]
+            reply = check_auth(conn, request)  # type: ignore[arg-type]
+            if reply is not None:
+                slot.request = request
+                slot.data = reply
+                conn.slot_ready()
+                return
+        execute(conn, request, slot)
+
+    core.execute = guarded
+    core._jobq_auth_guarded = True

@@ -1,0 +1,246 @@
+"""``/metrics`` in Prometheus' text format.
+
+Gauges are read from the engine, the core and the command log when Prometheus scrapes (a
+custom collector, on the event loop, so the reads see a consistent state); nothing is added
+to the engine's hot paths. Counters of leases, adoptions, heartbeats and lease timeouts are
+counted from the commands each batch drains (one pass over a batch's commands); the fsync
+latency histogram times the log's fsync calls in the log's own thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from jobq import __version__
+from jobq.engine.commands import StartAttempt, TimeoutAttempt
+from jobq.engine.extensions import Heartbeat, LeaseBy
+from jobq.engine.job import Status
+from jobq.server.core import Core
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: most jobs the per-name breakdown walks per scrape; above this only per-queue counts
+#: (pending and running) are given by name
+MAX_JOBS_BY_NAME = 200_000
+#: most timed-out jobs remembered for counting adoptions
+_MAX_TIMED_OUT = 100_000
+
+FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class CommandCounts:
+    """Counts of lease, heartbeat and timeout commands the core drains from the engine.
+
+    Installed by wrapping the engine's ``drain``: the core calls it after each request and
+    each tick, and this counts the batch's commands by type. An adoption is a lease of a
+    job whose previous attempt timed out (its worker died or stalled).
+    """
+
+    def __init__(self) -> None:
+        self.leases = 0
+        self.heartbeats = 0
+        self.checkpoints = 0
+        self.timeouts = 0
+        self.adoptions = 0
+        self._timed_out: dict[bytes, None] = {}
+
+    def observe(self, commands: Iterable[object]) -> None:
+        for command in commands:
+            kind = type(command)
+            if kind is Heartbeat:
+                self.heartbeats += 1
+                if command.checkpoint is not None:  # type: ignore[attr-defined]
+                    self.checkpoints += 1
+            elif kind is LeaseBy or kind is StartAttempt:
+                self.leases += 1
+                job_id = command.id  # type: ignore[attr-defined]
+                if job_id in self._timed_out:
+                    del self._timed_out[job_id]
+                    self.adoptions += 1
+            elif kind is TimeoutAttempt:
+                self.timeouts += 1
+                self._timed_out[command.id] = None  # type: ignore[attr-defined]
+                if len(self._timed_out) > _MAX_TIMED_OUT:
+                    self._timed_out.pop(next(iter(self._timed_out)))
+
+
+def install_command_counts(core: Core) -> CommandCounts:
+    """Count the commands ``core``'s engine produces (idempotent per core)."""
+    existing = getattr(core, "_jobq_command_counts", None)
+    if isinstance(existing, CommandCounts):
+        return existing
+    counts = CommandCounts()
+    engine = core.engine
+    drain = engine.drain
+
+    def counted_drain() -> Any:
+        commands, wakeups = drain()
+        if commands:
+            counts.observe(commands)
+        return commands, wakeups
+
+    engine.drain = counted_drain  # type: ignore[method-assign]
+    core._jobq_command_counts = counts  # type: ignore[attr-defined]
+    return counts
+
+
+def instrument_fsync(core: Core, histogram: Histogram) -> bool:
+    """Time every fsync of the core's command log into ``histogram``; False without a log."""
+    log = core.log
+    appender = getattr(log, "appender", None)
+    fsync = getattr(appender, "_fsync", None)
+    if appender is None or fsync is None or getattr(fsync, "_jobq_timed", False):
+        return False
+
+    def timed_fsync(fd: int) -> None:
+        start = time.perf_counter()
+        try:
+            fsync(fd)
+        finally:
+            histogram.observe(time.perf_counter() - start)
+
+    timed_fsync._jobq_timed = True  # type: ignore[attr-defined]
+    appender._fsync = timed_fsync
+    return True
+
+
+class JobqCollector(Collector):
+    """Reads the server's state at scrape time."""
+
+    def __init__(self, core: Core, counts: CommandCounts) -> None:
+        self.core = core
+        self.counts = counts
+
+    def collect(self) -> Iterable[Metric]:
+        core = self.core
+        engine = core.engine
+        info = GaugeMetricFamily("jobq_info", "The jobq server", labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info
+        yield GaugeMetricFamily(
+            "jobq_start_time_seconds", "When the server started (Unix time)",
+            value=core.started_ns / 1e9,
+        )
+        yield GaugeMetricFamily(
+            "jobq_connections", "Open TCP client connections", value=len(core.connections)
+        )
+
+        by_status = GaugeMetricFamily("jobq_jobs", "Jobs by status", labels=["status"])
+        for status in Status:
+            by_status.add_metric([status.value], engine.by_status.count(status))
+        yield by_status
+        yield from self._jobs_by_name()
+
+        yield GaugeMetricFamily(
+            "jobq_leases_active", "Jobs leased to a worker now",
+            value=engine.by_status.count(Status.RUNNING),
+        )
+        counts = self.counts
+        yield CounterMetricFamily("jobq_leases_granted", "Leases granted", value=counts.leases)
+        yield CounterMetricFamily(
+            "jobq_adoptions", "Leases of jobs whose previous attempt timed out",
+            value=counts.adoptions,
+        )
+        yield CounterMetricFamily(
+            "jobq_lease_timeouts", "Attempts whose lease ran out", value=counts.timeouts
+        )
+        yield CounterMetricFamily("jobq_heartbeats", "Heartbeats", value=counts.heartbeats)
+        yield CounterMetricFamily(
+            "jobq_checkpoints", "Heartbeats carrying a checkpoint", value=counts.checkpoints
+        )
+        yield CounterMetricFamily(
+            "jobq_evicted_jobs", "Incomplete jobs evicted by TTL", value=engine.evicted_jobs
+        )
+        yield from self._schedules()
+        yield from self._log()
+
+    def _jobs_by_name(self) -> Iterable[Metric]:
+        engine = self.core.engine
+        family = GaugeMetricFamily(
+            "jobq_jobs_by_name", "Jobs by name and status", labels=["name", "status"]
+        )
+        if len(engine.jobs) <= MAX_JOBS_BY_NAME:
+            tally: Counter[tuple[str, str]] = Counter(
+                (job.name, job.status.value) for job in engine.jobs.values()
+            )
+            for (name, status), n in sorted(tally.items()):
+                family.add_metric([name, status], n)
+        else:
+            for name, queue in sorted(engine.queues.items()):
+                family.add_metric([name, "pending"], queue.ready_len + len(queue.scheduled))
+                family.add_metric([name, "running"], len(queue.running))
+        yield family
+
+    def _schedules(self) -> Iterable[Metric]:
+        engine = self.core.engine
+        schedules = getattr(engine, "schedules", None)
+        if schedules is None:
+            return
+        paused = sum(1 for s in schedules.values() if getattr(s, "paused", False))
+        family = GaugeMetricFamily("jobq_schedules", "Schedules by state", labels=["state"])
+        family.add_metric(["active"], len(schedules) - paused)
+        family.add_metric(["paused"], paused)
+        yield family
+        for attribute, name, text in (
+            ("schedule_jobs_started", "jobq_schedule_jobs_started", "Jobs started by schedules"),
+            ("schedule_runs_skipped", "jobq_schedule_runs_skipped",
+             "Schedule runs skipped by the wait policy"),
+            ("schedule_runs_missed", "jobq_schedule_runs_missed",
+             "Schedule runs missed while the server was down"),
+        ):
+            value = getattr(engine, attribute, None)
+            if isinstance(value, int):
+                yield CounterMetricFamily(name, text, value=value)
+
+    def _log(self) -> Iterable[Metric]:
+        core = self.core
+        log = core.log
+        yield GaugeMetricFamily(
+            "jobq_cmdlog_writable", "1 if the command log accepts writes",
+            value=0 if core.log_error else 1,
+        )
+        replay = getattr(core, "replay_seconds", None)
+        if isinstance(replay, int | float):
+            yield GaugeMetricFamily(
+                "jobq_replay_seconds", "How long replaying the command log took at start-up",
+                value=float(replay),
+            )
+        if log is None:
+            return
+        try:
+            size = log.size_bytes
+            segments = log.segment_count
+        except OSError:
+            return
+        yield GaugeMetricFamily("jobq_cmdlog_bytes", "Size of the command log", value=size)
+        yield GaugeMetricFamily(
+            "jobq_cmdlog_segments", "Segment files of the command log", value=segments
+        )
+        yield CounterMetricFamily(
+            "jobq_cmdlog_fsyncs", "Fsyncs of the command log", value=log.fsync_count
+        )
+
+
+class Metrics:
+    """A registry for one core: ``render()`` gives the text for ``/metrics``."""
+
+    def __init__(self, core: Core) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.counts = install_command_counts(core)
+        self.fsync_seconds = Histogram(
+            "jobq_cmdlog_fsync_seconds",
+            "Latency of command log fsyncs",
+            buckets=FSYNC_BUCKETS,
+            registry=self.registry,
+        )
+        instrument_fsync(core, self.fsync_seconds)
+        self.registry.register(JobqCollector(core, self.counts))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

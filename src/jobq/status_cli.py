@@ -1,0 +1,203 @@
+"""``jobq status``: one screen about a running server: uptime, jobs by status, what runs
+now with its progress, recent failures and the schedules.
+
+Rich on a terminal, plain text otherwise, JSON with ``--json``. Exit codes: 0 ok, 1 the
+server cannot be reached or fails, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from jobq.jobs_cli import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    STATUSES,
+    _is_tty,
+    _print_json,
+    fail,
+    json_option,
+    server_option,
+)
+
+#: jobs counted per status before "N+" is shown
+COUNT_LIMIT = 1000
+#: running jobs and failures shown
+SHOWN = 8
+
+
+def _client(server: str, token: str | None) -> Any:
+    from jobq.client import Client, parse_address
+
+    try:
+        host, port = parse_address(server)
+    except ValueError as exc:
+        fail(f"--server: {exc}", EXIT_USAGE)
+    if token:
+        from jobq.http.auth import authenticating_client_class
+
+        return authenticating_client_class(token)(host, port, timeout_s=10.0)
+    return Client(host, port, timeout_s=10.0)
+
+
+def gather(client: Any) -> dict[str, Any]:
+    """Everything ``jobq status`` shows, as JSON-ready values."""
+    info = client.inspect_server()
+    counts: dict[str, int | str] = {}
+    pages: dict[str, list[dict[str, Any]]] = {}
+    for status in STATUSES:
+        limit = SHOWN if status in ("running", "failed") else 1
+        page = client.jobs(status=status, limit=COUNT_LIMIT if status == "pending" else limit)
+        if status == "pending":
+            n = len(page.jobs)
+            counts[status] = f"{n}+" if page.next_cursor else n
+            continue
+        pages[status] = page.jobs
+        if page.next_cursor is None:
+            counts[status] = len(page.jobs)
+        else:
+            full = client.jobs(status=status, limit=COUNT_LIMIT)
+            n = len(full.jobs)
+            counts[status] = f"{n}+" if full.next_cursor else n
+    schedules: list[dict[str, Any]] | None = None
+    if hasattr(client, "schedules"):
+        try:
+            schedules = client.schedules()
+        except Exception:
+            schedules = None
+    started = info.started
+    now = datetime.now(UTC)
+    return {
+        "server": f"{client.host}:{client.port}",
+        "started": started.isoformat().replace("+00:00", "Z"),
+        "uptime_s": round((now - started).total_seconds(), 1),
+        "connections": info.active_clients,
+        "jobs": counts,
+        "running": pages.get("running", []),
+        "recent_failures": pages.get("failed", []),
+        "schedules": schedules,
+    }
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"
+
+
+def _percent(job: dict[str, Any]) -> str:
+    fraction = job.get("fraction_completed")
+    return "" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def _plain(data: dict[str, Any]) -> None:
+    echo = click.echo
+    echo(f"server      {data['server']}  up {_age(data['uptime_s'])}, "
+         f"{data['connections']} connections")
+    echo("jobs        " + ", ".join(f"{v} {k}" for k, v in data["jobs"].items()))
+    if data["running"]:
+        echo("running")
+        for job in data["running"]:
+            echo(f"  {job['id'][:8]}  {job['name']:<24} {_percent(job):>5}  "
+                 f"{job.get('running_status') or ''}")
+    if data["recent_failures"]:
+        echo("failed")
+        for job in data["recent_failures"]:
+            echo(f"  {job['id'][:8]}  {job['name']:<24} {job.get('error') or ''}")
+    if data["schedules"] is not None:
+        echo(f"schedules   {len(data['schedules'])}")
+        for s in data["schedules"]:
+            state = "paused" if s.get("paused") else s.get("state", "active")
+            echo(f"  {s['name']:<24} {state:<8} next {s.get('next_run') or '-'}  "
+                 f"last {s.get('last_outcome') or '-'}")
+
+
+def _rich(data: dict[str, Any]) -> None:
+    from rich.console import Console, Group
+    from rich.panel import Panel
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    colors = {"running": "blue", "pending": "white", "paused": "yellow", "failed": "red",
+              "canceled": "magenta", "succeeded": "green"}
+    head = Text.assemble(
+        ("jobq ", "bold"), (data["server"], "cyan"),
+        f"  up {_age(data['uptime_s'])}  ·  {data['connections']} connections",
+    )
+    counts = Text("  ·  ").join(
+        Text(f"{v} {k}", style=colors.get(k, "")) for k, v in data["jobs"].items()
+    )
+    parts: list[Any] = [head, counts]
+    if data["running"]:
+        table = Table(title="running", title_justify="left", expand=True, box=None)
+        table.add_column("id", style="dim", no_wrap=True)
+        table.add_column("name", no_wrap=True)
+        table.add_column("progress", width=24)
+        table.add_column("", justify="right", width=5)
+        table.add_column("status", overflow="ellipsis", no_wrap=True)
+        for job in data["running"]:
+            fraction = job.get("fraction_completed")
+            bar = ProgressBar(total=1.0, completed=fraction or 0.0, width=22)
+            table.add_row(job["id"][:8], Text(job["name"]), bar, _percent(job),
+                          Text(job.get("running_status") or ""))
+        parts.append(table)
+    if data["recent_failures"]:
+        table = Table(title="recently failed", title_justify="left", expand=True, box=None)
+        table.add_column("id", style="dim", no_wrap=True)
+        table.add_column("name", no_wrap=True)
+        table.add_column("error", style="red", overflow="ellipsis", no_wrap=True)
+        for job in data["recent_failures"]:
+            table.add_row(job["id"][:8], Text(job["name"]), Text(job.get("error") or ""))
+        parts.append(table)
+    if data["schedules"]:
+        table = Table(title="schedules", title_justify="left", expand=True, box=None)
+        for column in ("name", "when", "state", "next run", "last result"):
+            table.add_column(column, no_wrap=True)
+        for s in data["schedules"]:
+            state = "paused" if s.get("paused") else str(s.get("state", "active"))
+            table.add_row(Text(s["name"]), Text(str(s.get("spec") or "")), state,
+                          s.get("next_run") or "-", Text(str(s.get("last_outcome") or "-")))
+        parts.append(table)
+    console.print(Panel(Group(*parts), title="status", title_align="left"))
+
+
+@click.command("status")
+@server_option
+@click.option("--auth-token", envvar="JOBQ_AUTH_TOKEN", default=None, metavar="TOKEN",
+              help="The server's token, if it has one.")
+@json_option
+def status_command(server: str, auth_token: str | None, as_json: bool) -> None:
+    """A one-screen summary of the server: jobs by status, what runs now, failures and
+    schedules."""
+    from jobq.client import ClientError, JobqError
+
+    client = _client(server, auth_token)
+    try:
+        data = gather(client)
+    except ClientError as exc:
+        fail(exc.text or str(exc), EXIT_FAILURE)
+    except JobqError as exc:
+        fail(f"cannot reach the server at {server}: {exc}", EXIT_FAILURE)
+    finally:
+        client.close()
+    if as_json:
+        _print_json(data)
+    elif _is_tty():
+        _rich(data)
+    else:
+        _plain(data)
+    sys.stdout.flush()

@@ -1,0 +1,73 @@
+"""A headless Debian chromium driven by Playwright (never ``playwright install``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.http.live import LiveServer
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _chromium() -> str | None:
+    path = os.environ.get("JOBQ_CHROMIUM", "/usr/bin/chromium")
+    if not os.access(path, os.X_OK):
+        script = ROOT / "scripts" / "ensure-chromium.sh"
+        if script.exists():
+            subprocess.run(["sh", str(script)], check=False, timeout=900)
+    if os.access(path, os.X_OK):
+        return path
+    return shutil.which("chromium")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    executable = _chromium()
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed and scripts/ensure-chromium.sh "
+                    "could not install it")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS, timeout=60_000
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture()
+def page(browser: Any) -> Iterator[Any]:
+    # CSP off: the test helpers evaluate expressions, and escaping must hold without it
+    context = browser.new_context(bypass_csp=True)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+@pytest.fixture()
+def live() -> Iterator[LiveServer]:
+    server = LiveServer()
+    yield server
+    server.stop()

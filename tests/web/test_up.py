@@ -1,0 +1,114 @@
+"""``jobq up`` and ``make run`` on a fresh directory bring the UI up with the demo running."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _up_argv() -> list[str]:
+    from jobq.cli import SUBCOMMANDS
+
+    if "up" in SUBCOMMANDS:
+        return [PYTHON, "-m", "jobq", "up"]
+    return [PYTHON, "-c", "import sys; from jobq.up import up_command; "
+            "sys.argv[0] = 'jobq up'; up_command()"]
+
+
+def wait_for_demo(url: str, proc: subprocess.Popen[bytes]) -> dict[str, object]:
+    """The UI answers and a demo job runs with progress; returns that job."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"jobq up exited with {proc.returncode}")
+        try:
+            page = httpx.get(f"{url}/", timeout=2)
+            jobs = httpx.get(f"{url}/api/jobs", timeout=2).json()["jobs"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            time.sleep(0.2)
+            continue
+        assert page.status_code == 200 and "<title>jobq</title>" in page.text
+        moving = [j for j in jobs if j["name"].startswith("demo.")
+                  and j["status"] in ("running", "succeeded") and j["fraction_completed"]]
+        if moving:
+            return moving[0]
+        time.sleep(0.2)
+    raise AssertionError("no demo job ran within a minute")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> str:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    return out.decode(errors="replace")
+
+
+def test_jobq_up_runs_the_demo(tmp_path: Path) -> None:
+    http, tcp = free_port(), free_port()
+    proc = subprocess.Popen(
+        [*_up_argv(), "--data-dir", str(tmp_path / "state"), "--http", f"127.0.0.1:{http}",
+         "--listen", f"127.0.0.1:{tcp}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        job = wait_for_demo(f"http://127.0.0.1:{http}", proc)
+        assert job["name"] in ("demo.import", "demo.report", "demo.backup")
+        schedules = httpx.get(f"http://127.0.0.1:{http}/api/schedules").json()["schedules"]
+        assert [s["name"] for s in schedules] == ["demo-backup"]
+    finally:
+        output = stop(proc)
+    assert proc.returncode == 0, output
+    assert f"web UI    http://127.0.0.1:{http}/" in output
+    assert output.count("  jobq ") >= 3  # three commands to try
+    assert (tmp_path / "state" / "demo" / "sales.csv").exists()
+
+
+@pytest.mark.slow
+def test_make_run_on_a_fresh_clone(tmp_path: Path) -> None:
+    if shutil.which("git") is None or shutil.which("make") is None:
+        pytest.skip("needs git and make")
+    clone = tmp_path / "clone"
+    result = subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{ROOT}", str(clone)],
+                            capture_output=True, timeout=120)
+    if result.returncode != 0:
+        pytest.skip(f"cannot clone the repository: {result.stderr.decode()[:200]}")
+    makefile = (clone / "Makefile").read_text()
+    if "jobq up" not in makefile:
+        pytest.skip("the committed Makefile's run target does not run `jobq up` yet")
+    # reuse this environment's venv instead of installing a new one
+    (clone / ".venv").symlink_to(Path(sys.prefix))
+    http, tcp = free_port(), free_port()
+    env = {**os.environ, "JOBQ_UP_ARGS": f"--http 127.0.0.1:{http} --listen 127.0.0.1:{tcp}"}
+    (clone / ".venv-ready").touch()  # newer than pyproject.toml: make installs nothing
+    proc = subprocess.Popen(
+        ["make", "-C", str(clone), "run", f"STAMP={clone / '.venv-ready'}",
+         f"UP_ARGS=--http 127.0.0.1:{http} --listen 127.0.0.1:{tcp}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )
+    try:
+        wait_for_demo(f"http://127.0.0.1:{http}", proc)
+    finally:
+        stop(proc)
+    assert (clone / ".jobq" / "demo" / "sales.csv").exists()
