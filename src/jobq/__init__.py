@@ -1,8 +1,9 @@
 """jobq: a durable job server and scheduler for Spark data pipelines, compatible with workq.
 
 ``jobq.handler``, ``jobq.JobContext``, ``jobq.Paused``, ``jobq.Canceled`` and
-``jobq.Runtime`` come from :mod:`jobq.worker`, imported on first use so ``import jobq``
-stays cheap.
+``jobq.Runtime`` come from :mod:`jobq.worker`, and ``jobq.pipeline`` from
+:mod:`jobq.spark.registry`, imported on first use so ``import jobq`` stays cheap (and never
+imports pyspark).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ TYPE_CHECKING = False  # not typing's: importing typing would make `import jobq`
 if TYPE_CHECKING:
     from typing import Any
 
+    from jobq.spark.registry import pipeline
     from jobq.worker import Canceled, JobContext, Paused, Runtime, handler
 
-__all__ = ["Canceled", "JobContext", "Paused", "Runtime", "__version__", "handler"]
+__all__ = ["Canceled", "JobContext", "Paused", "Runtime", "__version__", "handler", "pipeline"]
 
 #: lazily exported name -> the module it lives in
 _LAZY = {
@@ -24,6 +26,7 @@ _LAZY = {
     "Paused": "jobq.worker",
     "Canceled": "jobq.worker",
     "Runtime": "jobq.worker",
+    "pipeline": "jobq.spark.registry",
 }
 
 

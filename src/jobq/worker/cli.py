@@ -52,14 +52,46 @@ def _duration_s(text: str, what: str) -> float:
     "--grace",
     default="30s",
     show_default=True,
-    help="On SIGTERM/SIGINT, how long running handlers may take before their jobs are "
-    "released.",
+    help="On SIGTERM/SIGINT, how long running handlers may take before their jobs are released.",
 )
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
     show_default=True,
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Data directory (Spark's embedded warehouse and metastore) [default: $JOBQ_HOME "
+    "or ./.jobq].",
+)
+@click.option(
+    "--spark-master",
+    default=None,
+    metavar="URL",
+    help="Spark master: local[*] (default), spark://, yarn, k8s://...",
+)
+@click.option(
+    "--spark-remote",
+    default=None,
+    metavar="sc://HOST:PORT",
+    help="A Spark Connect server instead of a master.",
+)
+@click.option(
+    "--spark-conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting passed through; repeatable.",
+)
+@click.option(
+    "--spark-root",
+    "spark_roots",
+    multiple=True,
+    metavar="PATH",
+    help="A directory Spark jobs may read and write; repeatable [default: the data directory].",
 )
 @server_option
 def worker_command(
@@ -69,9 +101,17 @@ def worker_command(
     worker_id: str | None,
     grace: str,
     log_level: str,
+    data_dir: str | None,
+    spark_master: str | None,
+    spark_remote: str | None,
+    spark_conf: tuple[str, ...],
+    spark_roots: tuple[str, ...],
     server: str,
 ) -> None:
-    """Lease jobs and run their handlers until SIGTERM/SIGINT."""
+    """Lease jobs and run their handlers until SIGTERM/SIGINT.
+
+    Serving a spark.* job name (or giving a --spark-* option) registers the built-in Spark
+    job types; one Spark session is built when the first Spark job runs."""
     from jobq.client import parse_address
     from jobq.worker.registry import REGISTRY
     from jobq.worker.runtime import Runtime
@@ -89,13 +129,18 @@ def worker_command(
         except Exception as exc:
             last = traceback.format_exception_only(exc)[-1].strip()
             fail(f"cannot import {module}: {last}", EXIT_FAILURE)
-    if not imports and not len(REGISTRY):
-        fail("no handlers: give --import MODULE", EXIT_USAGE)
     chosen = None
     if names is not None:
         chosen = [n.strip() for n in names.split(",") if n.strip()]
         if not chosen:
             fail("--names: no job names given", EXIT_USAGE)
+    spark_options = bool(spark_master or spark_remote or spark_conf or spark_roots)
+    if spark_options or any(n.startswith("spark.") for n in chosen or ()):
+        importlib.import_module("jobq.spark.pipelines")  # the built-in job types
+    if "jobq.spark.registry" in sys.modules:
+        _configure_spark(data_dir, spark_master, spark_remote, spark_conf, spark_roots)
+    if not imports and not len(REGISTRY):
+        fail("no handlers: give --import MODULE", EXIT_USAGE)
         missing = [n for n in chosen if n not in REGISTRY]
         if missing:
             known = ", ".join(REGISTRY.names()) or "none"
@@ -117,6 +162,10 @@ def worker_command(
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     status = runtime.run()
+    if "jobq.spark.session" in sys.modules and not runtime.running_jobs():
+        from jobq.spark.session import holder
+
+        holder().stop()
     if runtime.running_jobs():
         # handlers that ignored the stop still run in their (daemon) threads; their jobs
         # were released: leave without waiting for them
@@ -124,3 +173,29 @@ def worker_command(
         sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
+
+
+def _configure_spark(
+    data_dir: str | None,
+    master: str | None,
+    remote: str | None,
+    conf: tuple[str, ...],
+    roots: tuple[str, ...],
+) -> None:
+    """Set up the (lazily built) Spark session of this worker from its options."""
+    from pathlib import Path
+
+    from jobq.config import default_data_dir
+    from jobq.spark.session import SparkOptions, configure, parse_conf
+
+    try:
+        options = SparkOptions(
+            master=master,
+            remote=remote,
+            conf=parse_conf(conf),
+            data_dir=Path(data_dir) if data_dir else default_data_dir(),
+            roots=list(roots),
+        )
+        configure(options)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)

@@ -1,0 +1,83 @@
+"""Spark's failures as one line of text: the error's own message (condition and first line),
+never a Java stack trace, with credentials masked."""
+
+from __future__ import annotations
+
+import re
+
+from jobq.spark.redact import redact_text
+
+__all__ = ["SparkJobError", "one_line"]
+
+#: longest error text, in characters
+MAX_ERROR_CHARS = 500
+
+_CONDITION = re.compile(r"^\s*\[(?P<condition>[A-Z0-9_.]+)\]\s*")
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+.*$")
+_JAVA_CLASS = re.compile(r"^(?:[a-z][\w$]*\.)+(?P<name>[A-Z][\w$]*(?:Exception|Error))\s*:?\s*")
+
+
+class SparkJobError(Exception):
+    """A Spark job failed; its message is one line (the worker sends it with ``xfail``)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line, without stack traces or query plans."""
+    if isinstance(exc, SparkJobError):
+        return str(exc)
+    text = _message(exc)
+    text = redact_text(" ".join(text.split()))
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return text or type(exc).__name__
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        from pyspark.errors import PySparkException
+    except ImportError:  # pragma: no cover - pyspark is there when Spark jobs run
+        PySparkException = ()  # type: ignore[assignment,misc]
+    if isinstance(exc, PySparkException):
+        raw = exc.getMessage() if hasattr(exc, "getMessage") else str(exc)
+        if not raw:
+            raw = str(exc)
+        return _first_line(raw)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:  # a Py4JJavaError that pyspark did not convert
+        try:
+            raw = str(java.toString())
+        except Exception:
+            raw = str(exc)
+        return _first_line(raw)
+    return _first_line(str(exc)) if "\n\tat " in str(exc) else str(exc)
+
+
+def _first_line(raw: str) -> str:
+    lines = [line.strip() for line in raw.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0]
+    if first.startswith("An error occurred while calling") and len(lines) > 1:
+        first = lines[1].lstrip(": ")
+    first = _JAVA_CLASS.sub("", first)
+    condition = ""
+    match = _CONDITION.match(first)
+    if match:
+        condition = match["condition"]
+        first = first[match.end() :]
+    first = _SQLSTATE.sub("", first).strip()
+    if condition == "PARSE_SYNTAX_ERROR" or (not first and len(lines) > 1):
+        # the parser's message is on the next line; the position follows
+        rest = _CONDITION.sub("", first if first else lines[1])
+        first = _SQLSTATE.sub("", rest).strip() + _position(lines)
+    first = first.split(" Search path:")[0].strip()
+    first = re.sub(r";\s*line \d+ pos \d+.*$", "", first)
+    return f"{first} [{condition}]" if condition else first
+
+
+def _position(lines: list[str]) -> str:
+    for line in lines:
+        m = re.search(r"\(line \d+, pos \d+\)", line)
+        if m:
+            return f" {m.group(0)}"
+    return ""

@@ -1,0 +1,152 @@
+"""What the built-in pipelines share: a table's storage, row checksums, local files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from jobq.spark.errors import SparkJobError
+
+__all__ = [
+    "TableInfo",
+    "atomic_write_json",
+    "checksum_of",
+    "local_path",
+    "read_json",
+    "sha256_file",
+    "table_info",
+]
+
+#: checksums are sums of 64-bit row hashes, kept modulo this
+_MOD = 2**64
+
+
+@dataclass
+class TableInfo:
+    """A table's storage: its provider (``parquet``, ``hive`` ...), data location (a URI),
+    partition columns and schema."""
+
+    name: str
+    provider: str
+    location: str | None
+    partition_by: list[str]
+    schema: Any  # a pyspark StructType
+
+    @property
+    def local_location(self) -> str | None:
+        """The location as a local path, when it is one."""
+        return local_path(self.location) if self.location else None
+
+
+def local_path(uri: str) -> str | None:
+    if uri.startswith("file://"):
+        return uri[len("file://") :]
+    if uri.startswith("file:"):
+        return uri[len("file:") :]
+    if uri.startswith("/"):
+        return uri
+    return None
+
+
+def table_exists(spark: Any, name: str) -> bool:
+    try:
+        return bool(spark.catalog.tableExists(name))
+    except Exception:
+        return False
+
+
+def table_info(spark: Any, name: str) -> TableInfo:
+    """The storage of table ``name``; SparkJobError if there is no such table."""
+    if not table_exists(spark, name):
+        raise SparkJobError(f"table not found: {name}")
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+    details: dict[str, str] = {}
+    partition_by: list[str] = []
+    section = ""
+    for row in rows:
+        key = (row[0] or "").strip()
+        value = (row[1] or "").strip()
+        if key.startswith("#"):
+            if key != "# col_name":
+                section = key
+            continue
+        if not key:
+            continue
+        if section == "# Partition Information":
+            partition_by.append(key)
+        elif section == "# Detailed Table Information":
+            details[key] = value
+    provider = details.get("Provider", "").lower()
+    if details.get("Type", "").upper() == "VIEW":
+        provider = "view"
+    return TableInfo(
+        name=name,
+        provider=provider,
+        location=details.get("Location") or None,
+        partition_by=partition_by,
+        schema=spark.table(name).schema,
+    )
+
+
+def checksum_of(df: Any, columns: list[str] | None = None) -> tuple[int, str]:
+    """(rows, checksum) of a DataFrame: the checksum is the sum of the rows' 64-bit hashes
+    over ``columns`` (default: all, in order) modulo 2**64, so the order of rows does not
+    matter."""
+    from pyspark.sql import functions as F
+
+    cols = columns or df.columns
+    if not cols:
+        return (df.count(), "0")
+    row = df.select(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.xxhash64(*[F.col(f"`{c}`") for c in cols]).cast("decimal(38,0)")).alias("sum"),
+    ).collect()[0]
+    total = int(row["sum"] or 0) % _MOD
+    return (int(row["rows"]), str(total))
+
+
+def add_checksums(values: list[str]) -> str:
+    return str(sum(int(v) for v in values) % _MOD)
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def data_files(directory: str) -> list[str]:
+    """The data files under ``directory`` (relative paths, sorted): no hidden files, no
+    ``_SUCCESS``, no ``.crc``."""
+    found: list[str] = []
+    for parent, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        for name in names:
+            if name.startswith(("_", ".")) or name.endswith(".crc"):
+                continue
+            found.append(os.path.relpath(os.path.join(parent, name), directory))
+    return sorted(found)
+
+
+def atomic_write_json(path: str, value: Any) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def remove_tree(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,70 @@
+"""``spark.export``: a table or a query to CSV, JSON or Parquet files at a path.
+
+One unit of work, written in overwrite mode, so an adopted export writes the whole output
+again and replaces what a killed attempt left (``mode: error`` only refuses an output that
+existed before the job's first attempt).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jobq.spark.args import ExportArgs, parse
+from jobq.spark.errors import SparkJobError
+from jobq.spark.pipelines._tables import local_path, table_exists
+from jobq.spark.registry import PipelineJob, pipeline
+
+
+def source_frame(spark: Any, table: str | None, query: str | None) -> Any:
+    """The DataFrame of a table or a query (a query must be a SELECT or WITH query)."""
+    if table is not None:
+        if not table_exists(spark, table):
+            raise SparkJobError(f"table not found: {table}")
+        return spark.table(table)
+    assert query is not None
+    first = query.lstrip().split(None, 1)[0].upper() if query.strip() else ""
+    if first not in ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "("):
+        raise SparkJobError("query: only a query (SELECT, WITH, ...) can be exported")
+    return spark.sql(query)
+
+
+def write_files(
+    df: Any,
+    path: str,
+    fmt: str,
+    mode: str,
+    partition_by: list[str],
+    options: dict[str, str],
+    files: int | None = None,
+) -> None:
+    if files is not None:
+        df = df.coalesce(files) if files == 1 else df.repartition(files)
+    writer = df.write.mode(mode).format(fmt).options(**options)
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(path)
+
+
+@pipeline("spark.export", parse=lambda payload: parse("spark.export", payload))
+def export(spark: Any, args: ExportArgs, job: PipelineJob) -> dict[str, Any]:
+    path = job.roots.resolve(args.path, "path")
+    state = job.checkpoint if isinstance(job.checkpoint, dict) else {}
+    if not state.get("started"):
+        local = local_path(path) or ""
+        if args.mode == "error" and local and os.path.exists(local):
+            raise SparkJobError(f"path: {args.path} exists (mode error)")
+        state = {"started": True}
+        job.progress(0.0, "started", checkpoint=state)
+    df = source_frame(spark, args.table, args.query)
+    missing = [c for c in args.partition_by if c not in df.columns]
+    if missing:
+        raise SparkJobError(f"partition_by: no column {', '.join(missing)}")
+    with job.units(1) as units:
+        job.log_unit("export")
+        with units.unit(f"export to {args.format}"):
+            write_files(
+                df, path, args.format, "overwrite", args.partition_by, args.options, args.files
+            )
+        units.unit_done({"started": True, "done": True}, "exported")
+    return {"path": path, "format": args.format}

@@ -1,0 +1,47 @@
+"""``spark.sql``: SQL statements run in order, one unit each; the last statement's result
+goes to a table or to files (reports) when ``output`` is given.
+
+The checkpoint counts the statements done; an adopted job starts at the first statement not
+done. A statement that was running when a worker died runs again, so statements that are not
+idempotent (``INSERT INTO``) may apply twice; ``INSERT OVERWRITE`` and ``CREATE OR REPLACE``
+do not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobq.spark.args import SqlArgs, parse
+from jobq.spark.pipelines.export import write_files
+from jobq.spark.registry import PipelineJob, pipeline
+
+
+@pipeline("spark.sql", parse=lambda payload: parse("spark.sql", payload))
+def run_sql(spark: Any, args: SqlArgs, job: PipelineJob) -> dict[str, Any]:
+    statements = args.statement_list()
+    output = args.output
+    out_path = job.roots.resolve(output.path, "output.path") if output and output.path else None
+    done = int(job.checkpoint or 0) if not isinstance(job.checkpoint, dict) else 0
+    result: dict[str, Any] = {"statements": len(statements)}
+    with job.units(len(statements), done) as units:
+        for index in range(done, len(statements)):
+            last = index == len(statements) - 1
+            job.log_unit(f"sql statement {index}")
+            with units.unit(f"statement {index + 1}/{len(statements)}"):
+                df = spark.sql(statements[index])  # commands (DDL, INSERT) run here
+                if last and output is not None:
+                    if output.table is not None:
+                        mode = "errorifexists" if output.mode == "error" else output.mode
+                        df.write.mode(mode).saveAsTable(output.table)
+                        result["table"] = output.table
+                    else:
+                        assert out_path is not None
+                        mode = "errorifexists" if output.mode == "error" else output.mode
+                        write_files(df, out_path, output.format, mode, [], output.options)
+                        result["path"] = out_path
+                elif last:
+                    rows = df.limit(101).collect() if df.columns else []
+                    result["rows"] = [r.asDict() for r in rows[:100]]
+                    result["truncated"] = len(rows) > 100
+            units.unit_done(index + 1, f"statement {index + 1}/{len(statements)} done")
+    return result

@@ -1,0 +1,248 @@
+"""The progress bridge: a job's fraction and status from Spark's own progress, combined with
+the pipeline's units of work, sent as heartbeats.
+
+``fraction = (units done + the running unit's fraction) / units``, where the running unit's
+fraction is the share of finished tasks over the stages of its Spark jobs: from the status
+tracker (by job group) for a classic session, from the progress handler for Spark Connect.
+A thread polls and records it with ``job.progress()`` (no checkpoint) when it changed; a
+unit's end is recorded with its checkpoint by :meth:`ProgressBridge.unit_done`. When the job
+is paused or canceled the running unit's Spark jobs are canceled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobq.worker.context import JobContext
+
+__all__ = ["DEFAULT_POLL_INTERVAL_S", "ProgressBridge"]
+
+log = logging.getLogger("jobq.spark")
+
+#: how often Spark's progress is polled, in seconds
+DEFAULT_POLL_INTERVAL_S = 0.5
+#: the running unit's fraction stays below this until the unit is done
+_UNIT_CAP = 0.99
+
+_current = threading.local()
+
+
+class _ConnectProgress:
+    """A Spark Connect progress handler that hands stage counts to the bridge of the thread
+    that runs the query (handlers are called in that thread)."""
+
+    def __call__(
+        self, stages: Iterable[Any] | None, inflight_tasks: int, operation_id: Any, done: bool
+    ) -> None:
+        bridge = getattr(_current, "bridge", None)
+        if bridge is None or stages is None:
+            return
+        total = completed = 0
+        for stage in stages:
+            total += int(stage.num_tasks)
+            completed += int(stage.num_completed_tasks)
+        bridge._observe(completed, total)
+
+
+class ProgressBridge:
+    """Spark progress -> ``job.progress()`` for one job.
+
+    :param spark: the session (classic or Spark Connect)
+    :param job: the job's context
+    :param units_total: the units of work of the whole job (at least 1)
+    :param units_done: units done before (from the checkpoint)
+    :param poll_interval_s: how often Spark's progress is polled
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        job: JobContext,
+        units_total: int,
+        units_done: int = 0,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    ) -> None:
+        self.spark = spark
+        self.job = job
+        self.units_total = max(1, units_total)
+        self.units_done = units_done
+        self.poll_interval_s = poll_interval_s
+        self.remote = not hasattr(spark, "sparkContext") or _is_connect(spark)
+        self._label = ""
+        self._group: str | None = None
+        self._unit_fraction = 0.0
+        self._tasks = (0, 0)
+        self._sent: tuple[float, str] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._interrupted: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def __enter__(self) -> ProgressBridge:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self.remote:
+            _register_connect_handler(self.spark)
+        _current.bridge = self
+        self._thread = threading.Thread(
+            target=self._poll, name=f"jobq-spark-progress-{self.job.id[:8]}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if getattr(_current, "bridge", None) is self:
+            _current.bridge = None
+        if self._thread is not None:
+            self._thread.join(5)
+
+    # -- units ----------------------------------------------------------------------------
+    @property
+    def fraction(self) -> float:
+        with self._lock:
+            return min(1.0, (self.units_done + self._unit_fraction) / self.units_total)
+
+    @contextlib.contextmanager
+    def unit(self, label: str) -> Iterator[None]:
+        """Run one unit of work: Spark jobs started inside count towards it."""
+        self.job.check()
+        group = f"jobq-{self.job.id}-{uuid.uuid4().hex[:8]}"
+        with self._lock:
+            self._label = label
+            self._unit_fraction = 0.0
+            self._tasks = (0, 0)
+            self._group = group
+        self._set_group(group, label)
+        try:
+            yield
+        finally:
+            self._clear_group(group)
+            with self._lock:
+                self._group = None
+        if self._interrupted is not None:
+            self.job.check()  # raises Paused / Canceled / LeaseLost
+
+    def unit_done(self, checkpoint: Any, status: str | None = None) -> None:
+        """A unit finished: record it with the checkpoint (sent before this returns); a
+        checkpoint that is not bytes or text is saved as JSON."""
+        if checkpoint is not None and not isinstance(checkpoint, bytes | str):
+            checkpoint = json.dumps(checkpoint, separators=(",", ":"))
+        with self._lock:
+            self.units_done += 1
+            self._unit_fraction = 0.0
+            fraction = min(1.0, self.units_done / self.units_total)
+            text = status or f"{self.units_done}/{self.units_total} done"
+            self._sent = (fraction, text)
+        self.job.progress(fraction, text[:255], checkpoint=checkpoint)
+
+    def status(self, text: str) -> None:
+        """Record a status text for the running unit (no checkpoint)."""
+        with self._lock:
+            self._label = text
+        self._send()
+
+    # -- Spark's side -----------------------------------------------------------------------
+    def _set_group(self, group: str, label: str) -> None:
+        try:
+            if self.remote:
+                self.spark.addTag(group)
+            else:
+                self.spark.sparkContext.setJobGroup(group, label[:200], interruptOnCancel=True)
+        except Exception:  # progress is best effort
+            log.debug("cannot set the Spark job group", exc_info=True)
+
+    def _clear_group(self, group: str) -> None:
+        try:
+            if self.remote:
+                self.spark.removeTag(group)
+            else:
+                self.spark.sparkContext.clearJobGroup()
+        except Exception:
+            log.debug("cannot clear the Spark job group", exc_info=True)
+
+    def _cancel_group(self, group: str) -> None:
+        try:
+            if self.remote:
+                self.spark.interruptTag(group)
+            else:
+                self.spark.sparkContext.cancelJobGroup(group)
+        except Exception:
+            log.debug("cannot cancel the Spark jobs of %s", group, exc_info=True)
+
+    def _observe(self, completed: int, total: int) -> None:
+        with self._lock:
+            self._tasks = (completed, total)
+            if total > 0:
+                self._unit_fraction = max(self._unit_fraction, min(_UNIT_CAP, completed / total))
+
+    def _poll_tracker(self, group: str) -> None:
+        tracker = self.spark.sparkContext.statusTracker()
+        total = completed = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job_id)
+            if info is None:
+                continue
+            for stage_id in info.stageIds:
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None:
+                    total += stage.numTasks
+                    completed += stage.numCompletedTasks
+        self._observe(completed, total)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.poll_interval_s):
+            group = self._group
+            if group is None:
+                continue
+            try:
+                if not self.remote:
+                    self._poll_tracker(group)
+            except Exception:
+                log.debug("polling Spark's status failed", exc_info=True)
+            try:
+                self._send()
+            except BaseException as exc:  # Paused, Canceled, LeaseLost: stop the unit's jobs
+                self._interrupted = exc
+                self._cancel_group(group)
+                return
+
+    def _send(self) -> None:
+        with self._lock:
+            fraction = min(1.0, (self.units_done + self._unit_fraction) / self.units_total)
+            completed, total = self._tasks
+            text = self._label
+            if total:
+                text = f"{text} (tasks {completed}/{total})"
+            value = (round(fraction, 4), text[:255])
+            if value == self._sent:
+                return
+            self._sent = value
+        self.job.progress(value[0], value[1])
+
+
+def _is_connect(spark: Any) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _register_connect_handler(spark: Any) -> None:
+    if getattr(spark, "_jobq_progress_handler", None) is not None:
+        return
+    handler = _ConnectProgress()
+    try:
+        spark.registerProgressHandler(handler)
+        spark._jobq_progress_handler = handler
+    except Exception:
+        log.debug("cannot register a Spark Connect progress handler", exc_info=True)
