@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "worker": "jobq.worker.cli:worker_command",
     "submit": "jobq.jobs_cli:submit_command",
     "jobs": "jobq.jobs_cli:jobs_group",
+    "schedules": "jobq.schedules_cli:schedules_group",
 }
 
 

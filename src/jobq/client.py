@@ -905,6 +905,78 @@ class _ExtCalls:
     def history(job_id: JobId) -> _Call[list[dict[str, Any]]]:
         return _ext("history", {"id": _ext_id(job_id)}, 0.0, _to_events)
 
+    # -- schedules (docs/schedules.md)
+
+    @staticmethod
+    def create_schedule(
+        name: str,
+        cron: str | None,
+        tz: str | None,
+        every_ms: int | None,
+        at: ExtTime | None,
+        executor: str,
+        args: Mapping[str, Any],
+        wait: str,
+        on_error: str,
+        catchup_ms: int | None,
+        owner: str,
+        paused: bool,
+        reason: str,
+    ) -> _Call[dict[str, Any]]:
+        body: dict[str, Any] = {
+            "name": name,
+            "executor": executor,
+            "args": dict(args),
+            "wait": wait,
+            "on_error": on_error,
+            "owner": owner,
+            "paused": paused,
+            "reason": reason,
+        }
+        if cron:
+            body["cron"] = cron
+        if tz:
+            body["tz"] = tz
+        if every_ms:
+            body["every_ms"] = _int(every_ms, "every_ms")
+        if at is not None:
+            body["at"] = rfc3339(at)
+        if catchup_ms is not None:
+            body["catchup_ms"] = _int(catchup_ms, "catchup_ms")
+        return _ext("screate", body, 0.0, _same)
+
+    @staticmethod
+    def schedule_word(
+        word: str, name: str, reason: str = "", actor: str | None = None
+    ) -> _Call[dict[str, Any]]:
+        body: dict[str, Any] = {"name": str(name)}
+        if reason:
+            body["reason"] = reason
+        if actor is not None:
+            body["actor"] = actor
+        return _ext(word, body, 0.0, _same)
+
+    @staticmethod
+    def alter_schedule(
+        name: str,
+        wait: str | None,
+        on_error: str | None,
+        catchup_ms: int | None,
+        reason: str,
+        actor: str | None,
+    ) -> _Call[dict[str, Any]]:
+        body: dict[str, Any] = {"name": str(name), "reason": reason}
+        for key, value in (("wait", wait), ("on_error", on_error), ("catchup_ms", catchup_ms),
+                           ("actor", actor)):
+            if value is not None:
+                body[key] = value
+        return _ext("salter", body, 0.0, _same)
+
+    @staticmethod
+    def backfill_schedule(name: str, start: ExtTime, end: ExtTime) -> _Call[list[str]]:
+        body = {"name": str(name), "from": rfc3339(start), "to": rfc3339(end)}
+        return _ext("sbackfill", body, 0.0, lambda b: [str(i) for i in b.get("ids") or []])
+
 
 def _reply_shape(request: p.Request) -> p.Request | p.ReplyShape:
     """What ``ReplyParser.expect`` needs for ``request``: extension requests carry their
@@ -1311,6 +1383,89 @@ class Client:
         """The job's state changes from the command log: ``{time, event, actor, detail}``."""
         return self._call(_ExtCalls.history(id))
 
+    # -- schedules (docs/schedules.md)
+
+    def create_schedule(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        tz: str | None = None,
+        every_ms: int | None = None,
+        at: ExtTime | None = None,
+        executor: str = "job",
+        args: Mapping[str, Any] | None = None,
+        wait: str = "wait",
+        on_error: str = "retry_sched",
+        catchup_ms: int | None = None,
+        owner: str = "",
+        paused: bool = False,
+        reason: str = "",
+    ) -> dict[str, Any]:
+        """Create a schedule: ``cron`` (5 fields, 6 with seconds first, or @daily...) with an
+        optional IANA ``tz``, or ``every_ms`` (from ``at`` if given), or a one-off ``at``.
+        The ``job`` executor's ``args``: name (required), payload, priority, ttr_ms,
+        ttl_ms, max_attempts, max_fails, description. Returns the schedule."""
+        return self._call(
+            _ExtCalls.create_schedule(
+                name, cron, tz, every_ms, at, executor, args or {}, wait, on_error,
+                catchup_ms, owner, paused, reason,
+            )
+        )
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule (SHOW SCHEDULES), by name."""
+        body = self._call(_ext("slist", {}, 0.0, _same))
+        return list(body.get("schedules") or [])
+
+    def get_schedule(self, name: str) -> dict[str, Any]:
+        """One schedule by name or id, with its change history (``changes``)."""
+        return self._call(_ExtCalls.schedule_word("sshow", name))
+
+    def pause_schedule(
+        self, name: str, *, reason: str = "", actor: str | None = None
+    ) -> dict[str, Any]:
+        """Pause a schedule (its running jobs go on); the reason goes to its history."""
+        return self._call(_ExtCalls.schedule_word("spause", name, reason, actor))
+
+    def resume_schedule(
+        self, name: str, *, reason: str = "", actor: str | None = None
+    ) -> dict[str, Any]:
+        """Resume a paused schedule; its next run is computed from now."""
+        return self._call(_ExtCalls.schedule_word("sresume", name, reason, actor))
+
+    def alter_schedule(
+        self,
+        name: str,
+        *,
+        wait: str | None = None,
+        on_error: str | None = None,
+        catchup_ms: int | None = None,
+        reason: str = "",
+        actor: str | None = None,
+    ) -> dict[str, Any]:
+        """Change a schedule's policies."""
+        return self._call(
+            _ExtCalls.alter_schedule(name, wait, on_error, catchup_ms, reason, actor)
+        )
+
+    def trigger_schedule(self, name: str) -> str:
+        """One run now; returns the job id."""
+        return self._call(_ext("strigger", {"name": str(name)}, 0.0, _key("id")))
+
+    def backfill_schedule(self, name: str, start: ExtTime, end: ExtTime) -> list[str]:
+        """One run per scheduled time in [start, end]; returns the job ids."""
+        return self._call(_ExtCalls.backfill_schedule(name, start, end))
+
+    def schedule_history(self, name: str) -> list[dict[str, Any]]:
+        """The schedule's changes with their reasons: ``{time, reason}``."""
+        body = self._call(_ExtCalls.schedule_word("shistory", name))
+        return list(body.get("changes") or [])
+
+    def drop_schedule(self, name: str, *, reason: str = "") -> None:
+        """Remove a schedule; the jobs it made stay."""
+        self._call(_ExtCalls.schedule_word("sdrop", name, reason))
+
 
 # ---------------------------------------------------------------------------------------
 # AsyncClient: asyncio streams
@@ -1684,3 +1839,86 @@ class AsyncClient:
     async def history(self, id: JobId) -> list[dict[str, Any]]:
         """The job's state changes from the command log: ``{time, event, actor, detail}``."""
         return await self._call(_ExtCalls.history(id))
+
+    # -- schedules (docs/schedules.md)
+
+    async def create_schedule(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        tz: str | None = None,
+        every_ms: int | None = None,
+        at: ExtTime | None = None,
+        executor: str = "job",
+        args: Mapping[str, Any] | None = None,
+        wait: str = "wait",
+        on_error: str = "retry_sched",
+        catchup_ms: int | None = None,
+        owner: str = "",
+        paused: bool = False,
+        reason: str = "",
+    ) -> dict[str, Any]:
+        """Create a schedule: ``cron`` (5 fields, 6 with seconds first, or @daily...) with an
+        optional IANA ``tz``, or ``every_ms`` (from ``at`` if given), or a one-off ``at``.
+        The ``job`` executor's ``args``: name (required), payload, priority, ttr_ms,
+        ttl_ms, max_attempts, max_fails, description. Returns the schedule."""
+        return await self._call(
+            _ExtCalls.create_schedule(
+                name, cron, tz, every_ms, at, executor, args or {}, wait, on_error,
+                catchup_ms, owner, paused, reason,
+            )
+        )
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule (SHOW SCHEDULES), by name."""
+        body = await self._call(_ext("slist", {}, 0.0, _same))
+        return list(body.get("schedules") or [])
+
+    async def get_schedule(self, name: str) -> dict[str, Any]:
+        """One schedule by name or id, with its change history (``changes``)."""
+        return await self._call(_ExtCalls.schedule_word("sshow", name))
+
+    async def pause_schedule(
+        self, name: str, *, reason: str = "", actor: str | None = None
+    ) -> dict[str, Any]:
+        """Pause a schedule (its running jobs go on); the reason goes to its history."""
+        return await self._call(_ExtCalls.schedule_word("spause", name, reason, actor))
+
+    async def resume_schedule(
+        self, name: str, *, reason: str = "", actor: str | None = None
+    ) -> dict[str, Any]:
+        """Resume a paused schedule; its next run is computed from now."""
+        return await self._call(_ExtCalls.schedule_word("sresume", name, reason, actor))
+
+    async def alter_schedule(
+        self,
+        name: str,
+        *,
+        wait: str | None = None,
+        on_error: str | None = None,
+        catchup_ms: int | None = None,
+        reason: str = "",
+        actor: str | None = None,
+    ) -> dict[str, Any]:
+        """Change a schedule's policies."""
+        return await self._call(
+            _ExtCalls.alter_schedule(name, wait, on_error, catchup_ms, reason, actor)
+        )
+
+    async def trigger_schedule(self, name: str) -> str:
+        """One run now; returns the job id."""
+        return await self._call(_ext("strigger", {"name": str(name)}, 0.0, _key("id")))
+
+    async def backfill_schedule(self, name: str, start: ExtTime, end: ExtTime) -> list[str]:
+        """One run per scheduled time in [start, end]; returns the job ids."""
+        return await self._call(_ExtCalls.backfill_schedule(name, start, end))
+
+    async def schedule_history(self, name: str) -> list[dict[str, Any]]:
+        """The schedule's changes with their reasons: ``{time, reason}``."""
+        body = await self._call(_ExtCalls.schedule_word("shistory", name))
+        return list(body.get("changes") or [])
+
+    async def drop_schedule(self, name: str, *, reason: str = "") -> None:
+        """Remove a schedule; the jobs it made stay."""
+        await self._call(_ExtCalls.schedule_word("sdrop", name, reason))

@@ -40,6 +40,11 @@ class ServerConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     #: how long finished jobs submitted without a TTL are kept, ms (14 days)
     retention_ms: int = 14 * 24 * 3600 * 1000
+    #: the scheduler daemon (docs/schedules.md)
+    scheduler: bool = True
+    scheduler_pace_ms: int = 60_000
+    scheduler_initial_delay_ms: int = 0
+    scheduler_max_per_pass: int = 10
 
     @property
     def log_dir(self) -> Path:

@@ -532,12 +532,22 @@ def _detail(value: object) -> str:
 
 def _operate(verb: str, past: str) -> click.Command:
     @click.command(verb)
-    @click.argument("job_id", metavar="ID")
+    @click.argument("job_id", metavar="ID", required=False)
+    @click.option("--schedule", default=None, metavar="NAME",
+                  help="Every job of this schedule instead (PAUSE JOBS FOR SCHEDULE).")
     @click.option("--reason", default="", help="Why; kept in the job's history.")
     @server_option
-    def command(job_id: str, reason: str, server: str) -> None:
+    def command(job_id: str | None, schedule: str | None, reason: str, server: str) -> None:
+        if (job_id is None) == (schedule is None):
+            fail("give a job ID or --schedule NAME", EXIT_USAGE)
         with connected(server) as client:
-            count = getattr(client, verb)(job_id, reason=reason, actor=_actor())
+            if schedule is not None:
+                schedule_id = client.get_schedule(schedule)["id"]
+                count = getattr(client, verb)(
+                    created_by=("schedule", str(schedule_id)), reason=reason, actor=_actor()
+                )
+            else:
+                count = getattr(client, verb)(job_id, reason=reason, actor=_actor())
         click.echo(f"{past} {count} job{'s' if count != 1 else ''}")
 
     command.help = {

@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 from jobq.engine.errors import EngineError
 from jobq.engine.job import Job, JobMeta, Status
-from jobq.engine.machine import Engine
+from jobq.engine.machine import Engine, SchedulerOptions
 
 from .helpers import T0, jid
 
 N_IDS = 6
+#: a short pace and a small cap, so waits and passes happen within a test's time
+OPTIONS = SchedulerOptions(pace_ms=150, max_per_pass=2)
 NAMES = ("a", "b")
 
 op = st.one_of(
@@ -54,6 +56,18 @@ op = st.one_of(
     st.tuples(st.just("release"), st.integers(0, N_IDS - 1), st.sampled_from(["w1", "w2"])),
     st.tuples(st.sampled_from(["pause", "resume", "cancel"]), st.integers(0, N_IDS - 1)),
     st.tuples(st.just("by_creator"), st.sampled_from(["pause", "resume", "cancel"])),
+    # schedules: created, paused, resumed, triggered, dropped; their jobs end
+    st.tuples(
+        st.just("screate"),
+        st.sampled_from(["s1", "s2"]),
+        st.sampled_from([("every", 200), ("every", 700), ("cron", "* * * * * *"), ("at", 300)]),
+        st.sampled_from(["wait", "no_wait", "skip", "buffer_one"]),
+        st.sampled_from(["retry_sched", "retry_soon", "pause_sched"]),
+    ),
+    st.tuples(
+        st.sampled_from(["spause", "sresume", "strigger", "sdrop"]), st.sampled_from(["s1", "s2"])
+    ),
+    st.tuples(st.just("sjob"), st.booleans()),
 )
 
 batch = st.tuples(st.lists(op, max_size=5), st.booleans())
@@ -94,6 +108,32 @@ def snapshot(engine: Engine) -> dict[str, Any]:
         "jobs": jobs,
         "order": {k: v for k, v in order.items() if v},
         "counts": {k: v for k, v in counts.items() if v != (0, 0, 0)},
+        "schedules": {
+            sid: (
+                sc.name,
+                sc.next_run_ns,
+                sc.paused,
+                sc.wait,
+                sc.on_error,
+                sc.fire_seq,
+                sc.jobs_started,
+                sc.skipped,
+                sc.missed,
+                sc.last_run_ns,
+                sc.last_job_id,
+                sc.last_outcome,
+                sc.consecutive_failures,
+                sorted(sc.running),
+                sc.pending_buffered,
+                list(sc.changes),
+            )
+            for sid, sc in engine.schedules.items()
+        },
+        "schedule_counters": (
+            engine.schedule_jobs_started,
+            engine.schedule_runs_skipped,
+            engine.schedule_runs_missed,
+        ),
     }
 
 
@@ -166,6 +206,38 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
             engine.release(jid(operation[1]), worker=operation[2], now_ns=now_ns)
         elif kind in ("pause", "resume", "cancel"):
             getattr(engine, kind)(jid(operation[1]), reason="r", now_ns=now_ns)
+        elif kind == "screate":
+            _, name, (spec_kind, value), wait, on_error = operation
+            spec: dict[str, Any] = {
+                "every": {"every_ms": value},
+                "cron": {"cron": value},
+                "at": {"at_ns": now_ns + value * 1_000_000 if spec_kind == "at" else 0},
+            }[spec_kind]
+            engine.create_schedule(
+                name=name, args=b'{"name":"a","ttr_ms":100}', wait=wait, on_error=on_error,
+                now_ns=now_ns, **spec,
+            )
+        elif kind == "spause":
+            engine.pause_schedule(operation[1], reason="r", now_ns=now_ns)
+        elif kind == "sresume":
+            engine.resume_schedule(operation[1], reason="r", now_ns=now_ns)
+        elif kind == "strigger":
+            engine.trigger_schedule(operation[1], now_ns=now_ns)
+        elif kind == "sdrop":
+            engine.drop_schedule(operation[1], now_ns=now_ns)
+        elif kind == "sjob":
+            made = sorted(
+                job_id
+                for key, ids in engine.by_created_by.items()
+                if key[0] == "schedule"
+                for job_id in ids
+                if not engine.jobs[job_id].status.finished
+            )
+            if made:
+                if operation[1]:
+                    engine.complete(made[0], b"ok", now_ns=now_ns)
+                else:
+                    engine.fail(made[0], b"no", now_ns=now_ns)
         elif kind == "by_creator":
             engine.apply_to_created_by(
                 operation[1], ("schedule", "1"), reason="", actor="", now_ns=now_ns
@@ -179,7 +251,7 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(batch, max_size=12), st.data())
 def test_replay_after_crash_equals_acknowledged_state(batches, data) -> None:
-    engine = Engine()
+    engine = Engine(scheduler=OPTIONS, started_ns=T0)
     now_ns = T0
     log: list[tuple[Any, int]] = []
     snapshots = [(0, now_ns, snapshot(engine))]
@@ -204,7 +276,7 @@ def test_replay_after_crash_equals_acknowledged_state(batches, data) -> None:
 
     crash_at = data.draw(st.integers(0, len(snapshots) - 1))
     n_logged, crash_ns, expected = snapshots[crash_at]
-    replayed = Engine()
+    replayed = Engine(scheduler=OPTIONS, started_ns=T0)
     replayed.begin_replay()
     for command, logged_ns in log[:n_logged]:
         replayed.replay(command, logged_ns=logged_ns, now_ns=crash_ns)

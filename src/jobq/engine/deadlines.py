@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Iterator
 
 from jobq.engine.job import Job
+from jobq.engine.schedules import Schedule
 from jobq.engine.waiters import Waiter
 
 
@@ -28,9 +29,12 @@ class DeadlineKind(enum.IntEnum):
     TTR = 4
     #: a waiting request's wait-timeout passed
     WAIT = 5
+    #: a schedule's next run (or a re-check of a waiting one) came
+    SCHEDULE = 6
 
 
-Entry = tuple[int, DeadlineKind, Job | Waiter]
+Subject = Job | Waiter | Schedule
+Entry = tuple[int, DeadlineKind, Subject]
 
 
 class Deadlines:
@@ -47,7 +51,7 @@ class Deadlines:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, deadline_ns: int, kind: DeadlineKind, subject: Job | Waiter) -> None:
+    def push(self, deadline_ns: int, kind: DeadlineKind, subject: Subject) -> None:
         # no sequence number: ties between subjects order by identity (Job/Waiter.__lt__),
         # which keeps the entry small (one per job for its TTL)
         entry = (deadline_ns, kind, subject)
@@ -63,6 +67,12 @@ class Deadlines:
     def next_ns(self) -> int | None:
         """The earliest deadline, possibly stale (waking early is harmless)."""
         return self._heap[0][0] if self._heap else None
+
+    def peek(self) -> Entry | None:
+        return self._heap[0] if self._heap else None
+
+    def pop(self) -> Entry:
+        return heapq.heappop(self._heap)
 
     def pop_due(self, now_ns: int) -> Iterator[Entry]:
         """Pop entries whose deadline is at or before ``now_ns``, earliest first."""

@@ -13,6 +13,14 @@ can be added later without a new type.
 | 20 | :class:`ResumeJob` | resume a paused job, or withdraw a pause request |
 | 21 | :class:`CancelJob` | cancel (a pending or paused job) or a cancel request (a running one) |
 | 22 | :class:`ReleaseJob` | a worker gives its lease back (pause, cancel, or shutdown) |
+| 23 | :class:`CreateSchedule` | a new schedule: spec, executor and arguments, policies, first run |
+| 24 | :class:`AlterSchedule` | pause, resume or new policies of a schedule, with the reason |
+| 25 | :class:`DropSchedule` | a schedule is removed (its jobs stay) |
+| 26 | :class:`FireSchedule` | one run: the job it creates AND the next run, skips, misses |
+| 27 | :class:`ScheduleRunEnded` | a run's job ended: how, and what the error policy decided |
+
+Schedule commands carry the schedule's small integer id in ``schedule``; their ``id`` is the
+job a firing created (16 bytes) or empty.
 """
 
 from __future__ import annotations
@@ -86,13 +94,115 @@ class ReleaseJob(_Ext, kw_only=True, omit_defaults=True):
     checkpoint: bytes | None = None
 
 
+class _SchedExt(_Ext, kw_only=True, omit_defaults=True):
+    id: bytes = b""
+    schedule: int
+
+
+class CreateSchedule(_SchedExt, kw_only=True, omit_defaults=True):
+    TYPE: ClassVar[int] = 23
+    name: str
+    owner: str = ""
+    created_ns: int
+    cron: str = ""
+    tz: str = ""
+    every_ms: int = 0
+    at_ns: int | None = None
+    executor: str = "job"
+    #: the executor's arguments, JSON text
+    args: bytes = b"{}"
+    wait: str = "wait"
+    on_error: str = "retry_sched"
+    catchup_ms: int = 0
+    next_run_ns: int | None = None
+    reason: str = ""
+
+
+class AlterSchedule(_SchedExt, kw_only=True, omit_defaults=True):
+    TYPE: ClassVar[int] = 24
+    at_ns: int
+    #: pause, resume, or alter (policies)
+    action: str
+    next_run_ns: int | None = None
+    wait: str = ""
+    on_error: str = ""
+    catchup_ms: int | None = None
+    reason: str = ""
+    actor: str = ""
+
+
+class DropSchedule(_SchedExt, kw_only=True, omit_defaults=True):
+    TYPE: ClassVar[int] = 25
+    reason: str = ""
+
+
+class FireSchedule(_SchedExt, kw_only=True, omit_defaults=True):
+    TYPE: ClassVar[int] = 26
+    #: the schedule's run count after this firing (replay applies each once)
+    seq: int
+    #: scheduled (the daemon), trigger (run now), backfill, or skip (no job: skipped/missed)
+    kind: str = "scheduled"
+    #: the scheduled time this run stands for
+    scheduled_ns: int
+    fired_ns: int
+    #: the schedule's next run after this firing; None: none (paused or one-off done)
+    next_run_ns: int | None = None
+    #: whether ``next_run_ns`` applies (trigger and backfill leave it alone)
+    advance: bool = True
+    skipped: int = 0
+    missed: int = 0
+    #: the job the run created; None for a skip
+    job: SubmitJob | None = None
+
+
+class ScheduleRunEnded(_SchedExt, kw_only=True, omit_defaults=True):
+    TYPE: ClassVar[int] = 27
+    at_ns: int
+    outcome: str
+    consecutive_failures: int = 0
+    #: what the error or wait policy set the next run to; ``set_next`` says if it applies
+    next_run_ns: int | None = None
+    set_next: bool = False
+    pending_buffered: bool = False
+    #: pause_sched paused the schedule (the reason is kept in its change history)
+    paused: bool = False
+    reason: str = ""
+
+
+ScheduleCommand: TypeAlias = (
+    CreateSchedule | AlterSchedule | DropSchedule | FireSchedule | ScheduleRunEnded
+)
+SCHEDULE_COMMANDS: tuple[type[ScheduleCommand], ...] = (
+    CreateSchedule,
+    AlterSchedule,
+    DropSchedule,
+    FireSchedule,
+    ScheduleRunEnded,
+)
+
 ExtensionCommand: TypeAlias = (
-    SubmitJob | Heartbeat | LeaseBy | PauseJob | ResumeJob | CancelJob | ReleaseJob
+    SubmitJob
+    | Heartbeat
+    | LeaseBy
+    | PauseJob
+    | ResumeJob
+    | CancelJob
+    | ReleaseJob
+    | ScheduleCommand
 )
 
 EXTENSION_TYPES: dict[int, type[ExtensionCommand]] = {
     cls.TYPE: cls
-    for cls in (SubmitJob, Heartbeat, LeaseBy, PauseJob, ResumeJob, CancelJob, ReleaseJob)
+    for cls in (
+        SubmitJob,
+        Heartbeat,
+        LeaseBy,
+        PauseJob,
+        ResumeJob,
+        CancelJob,
+        ReleaseJob,
+        *SCHEDULE_COMMANDS,
+    )
 }
 
 #: names for ``jobq log dump`` and histories
@@ -104,6 +214,11 @@ EXTENSION_NAMES: dict[int, str] = {
     20: "resume",
     21: "cancel",
     22: "release",
+    23: "schedule-create",
+    24: "schedule-alter",
+    25: "schedule-drop",
+    26: "schedule-fire",
+    27: "schedule-run-ended",
 }
 
 _encoder = msgspec.msgpack.Encoder()
@@ -126,6 +241,6 @@ def decode_extension(payload: bytes | memoryview) -> ExtensionCommand:
         command: ExtensionCommand = decoder.decode(payload[1:])
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ExtensionDecodeError(str(exc)) from exc
-    if len(command.id) != 16:
+    if len(command.id) != 16 and not (isinstance(command, _SchedExt) and not command.id):
         raise ExtensionDecodeError("job id is not 16 bytes")
     return command

@@ -20,7 +20,10 @@ Theory of operation
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TypeAlias
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import msgspec
 
 from jobq.engine.commands import (
     AddJob,
@@ -44,18 +47,43 @@ from jobq.engine.errors import (
     LeaseNotHeld,
 )
 from jobq.engine.extensions import (
+    AlterSchedule,
     CancelJob,
+    CreateSchedule,
+    DropSchedule,
     ExtensionCommand,
+    FireSchedule,
     Heartbeat,
     LeaseBy,
     PauseJob,
     ReleaseJob,
     ResumeJob,
+    ScheduleCommand,
+    ScheduleRunEnded,
     SubmitJob,
 )
 from jobq.engine.job import TRANSITIONS, Job, JobMeta, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
 from jobq.engine.queues import Queue
+from jobq.engine.schedules import (
+    DEFAULT_CATCHUP_MS,
+    ErrorPolicy,
+    MissingExecutor,
+    RunInfo,
+    Schedule,
+    ScheduledJobExecutor,
+    ScheduleError,
+    ScheduleNotFound,
+    Spec,
+    WaitPolicy,
+    jitter_ns,
+    make_executor,
+    next_after,
+    retry_soon_delay_ms,
+    run_job_id,
+    runs_between,
+    validate_spec,
+)
 from jobq.engine.waiters import JobResult, Outcome, Waiter, WaitKind, Wakeup, WakeValue
 
 Command: TypeAlias = WorkqCommand | ExtensionCommand
@@ -73,11 +101,52 @@ class Action:
     CANCEL = "cancel"
 
 
-class Engine:
-    """All jobs and queues of one server, in memory."""
+@dataclass(frozen=True, slots=True)
+class SchedulerOptions:
+    """The scheduler daemon's knobs (the seed's server.job_scheduler settings)."""
 
-    def __init__(self, *, retention_ms: int = DEFAULT_RETENTION_MS) -> None:
+    enabled: bool = True
+    #: how often a schedule waiting for its previous run is looked at again (plus 10-20 %)
+    pace_ms: int = 60_000
+    #: no schedule fires until this long after the start
+    initial_delay_ms: int = 0
+    #: most jobs started per pass; the rest fire in the next pass, right after
+    max_per_pass: int = 10
+
+
+#: most runs one backfill may create
+MAX_BACKFILL_RUNS = 1000
+#: most change-history entries a schedule keeps (the oldest go first)
+MAX_SCHEDULE_CHANGES = 100
+
+
+class Engine:
+    """All jobs, queues and schedules of one server, in memory."""
+
+    def __init__(
+        self,
+        *,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        scheduler: SchedulerOptions | None = None,
+        started_ns: int = 0,
+    ) -> None:
         self.retention_ms = retention_ms
+        self.scheduler = scheduler or SchedulerOptions()
+        #: no schedule fires before this time (the initial delay)
+        self.scheduler_not_before_ns = started_ns + self.scheduler.initial_delay_ms * _NS_PER_MS
+        self.schedules: dict[int, Schedule] = {}
+        self.schedule_names: dict[str, int] = {}
+        self.next_schedule_id = 1
+        #: counters for the metrics endpoint (replayed: counted where commands are applied)
+        self.schedule_jobs_started = 0
+        self.schedule_runs_skipped = 0
+        self.schedule_runs_missed = 0
+        #: job id -> schedule id, for each schedule's newest run: the cleaner keeps its records
+        self._last_fire_jobs: dict[bytes, int] = {}
+        self._sched_journal: dict[int, Schedule | None] | None = None
+        self._sched_saved: tuple[int, int, int, int] = (0, 0, 0, 0)
+        #: (schedule id, job id, outcome, result) of runs that ended in the current operation
+        self._ended_runs: list[tuple[int, bytes, str, bytes]] = []
         self.jobs: dict[bytes, Job] = {}
         self.queues: dict[str, Queue] = {}
         #: jobs by status, each sorted by creation (the job list)
@@ -105,18 +174,28 @@ class Engine:
         """Start recording what changes, so that :meth:`rollback` can undo it."""
         self._journal = {}
         self._journal_evicted = self.evicted_jobs
+        self._sched_journal = {}
+        self._sched_saved = (
+            self.next_schedule_id,
+            self.schedule_jobs_started,
+            self.schedule_runs_skipped,
+            self.schedule_runs_missed,
+        )
 
     def commit(self) -> None:
         """Keep every change since :meth:`begin`."""
         self._journal = None
+        self._sched_journal = None
 
     def rollback(self) -> list[Wakeup]:
         """Undo every change since :meth:`begin`; return the wakeups that must not be
         delivered as they are (the caller answers them with an error)."""
         journal = self._journal
         self._commands.clear()
+        self._ended_runs.clear()
         dropped = self._wakeups
         self._wakeups = []
+        self._rollback_schedules()
         if journal is None:
             return dropped
         self.evicted_jobs = self._journal_evicted
@@ -133,6 +212,37 @@ class Engine:
         # only now: a cleaner thread reading the journal must still see the removed jobs
         self._journal = None
         return dropped
+
+    def _rollback_schedules(self) -> None:
+        journal = self._sched_journal
+        self._sched_journal = None
+        if journal is None:
+            return
+        (
+            self.next_schedule_id,
+            self.schedule_jobs_started,
+            self.schedule_runs_skipped,
+            self.schedule_runs_missed,
+        ) = self._sched_saved
+        for schedule_id, saved in journal.items():
+            current = self.schedules.pop(schedule_id, None)
+            if current is not None and self.schedule_names.get(current.name) == schedule_id:
+                del self.schedule_names[current.name]
+            if saved is not None:
+                saved.heap_ns = None
+                self.schedules[schedule_id] = saved
+                self.schedule_names[saved.name] = schedule_id
+                self._push_schedule(saved)
+        self._last_fire_jobs = {
+            s.last_job_id: s.id for s in self.schedules.values() if s.last_job_id is not None
+        }
+
+    def _touch_schedule(self, schedule_id: int) -> None:
+        """Save a schedule before its first change in the open transaction."""
+        journal = self._sched_journal
+        if journal is not None and schedule_id not in journal:
+            schedule = self.schedules.get(schedule_id)
+            journal[schedule_id] = schedule.clone() if schedule is not None else None
 
     def _touch(self, job_id: bytes) -> None:
         """Save a job's state before its first change in the open transaction."""
@@ -570,8 +680,26 @@ class Engine:
     # ------------------------------------------------------------------ time
 
     def tick(self, now_ns: int) -> None:
-        """Handle every deadline at or before ``now_ns``."""
-        for deadline_ns, kind, subject in self._deadlines.pop_due(now_ns):
+        """Handle every deadline at or before ``now_ns``: one pass of the scheduler.
+
+        A pass starts at most ``max_per_pass`` scheduled jobs; if more are due it stops
+        there, and :meth:`next_deadline_ns` (then at or before ``now_ns``) asks for the
+        next pass right away.
+        """
+        self._flush_ended_runs(now_ns)
+        deadlines = self._deadlines
+        budget = self.scheduler.max_per_pass
+        while True:
+            top = deadlines.peek()
+            if top is None or top[0] > now_ns:
+                break
+            if top[1] is DeadlineKind.SCHEDULE and budget <= 0:
+                break
+            deadline_ns, kind, subject = deadlines.pop()
+            if kind is DeadlineKind.SCHEDULE:
+                assert isinstance(subject, Schedule)
+                budget -= self._schedule_due(subject, deadline_ns, now_ns)
+                continue
             if kind is DeadlineKind.WAIT:
                 assert isinstance(subject, Waiter)
                 self._wait_timed_out(subject, now_ns)
@@ -602,6 +730,7 @@ class Engine:
                     and finished_ns + self.retention_ms * _NS_PER_MS == deadline_ns
                 ):
                     self._emit(ExpireJob(id=job.id), now_ns)
+        self._flush_ended_runs(now_ns)
         self._flush_offers(now_ns)
 
     # ------------------------------------------------------------------ replay
@@ -614,6 +743,15 @@ class Engine:
     def end_replay(self) -> None:
         """Order what replay filled in; the engine is then ready for live operation."""
         self._replaying = False
+        for schedule in self.schedules.values():
+            # a run whose end was not logged (its records were cleaned) is not running
+            schedule.running = {
+                job_id
+                for job_id in schedule.running
+                if (job := self.jobs.get(job_id)) is not None and not job.status.finished
+            }
+            schedule.heap_ns = None
+            self._push_schedule(schedule)
         self._deadlines.end_bulk()
         for queue in self.queues.values():
             queue.order()
@@ -627,6 +765,12 @@ class Engine:
         that do not exist are ignored (their job was skipped, or its records were cleaned),
         and so are commands that do not fit the job's state (a duplicate record).
         """
+        if isinstance(command, _SCHEDULE_COMMAND_TYPES):
+            self._replay_schedule(command, logged_ns, now_ns)
+            self._commands.clear()
+            self._wakeups.clear()
+            self._ended_runs.clear()
+            return
         if isinstance(command, AddJob | ScheduleJob | SubmitJob):
             if command.id in self.jobs:
                 return
@@ -661,6 +805,8 @@ class Engine:
         job = self.jobs.get(job_id)
         if job is not None and logged_ns >= job.created_ns:
             return True
+        if job is None and job_id in self._last_fire_jobs:
+            return True  # a schedule's newest run: replay must see it created and removed
         journal = self._journal
         entry = journal.get(job_id) if journal is not None else None
         return entry is not None and logged_ns >= entry[0].created_ns
@@ -668,6 +814,8 @@ class Engine:
     def command_is_live(self, command: Command, logged_ns: int) -> bool:
         """Whether replay still needs this logged command (see :meth:`record_is_live`); of a
         job's heartbeats only the newest, and the newest carrying a checkpoint, are."""
+        if isinstance(command, _SCHEDULE_COMMAND_TYPES):
+            return self._schedule_command_is_live(command, logged_ns)
         if not self.record_is_live(command.id, logged_ns):
             return False
         if isinstance(command, Heartbeat):
@@ -683,6 +831,586 @@ class Engine:
         average-expiry heuristic)."""
         job = self.jobs.get(job_id)
         return job.expires_ns if job is not None else None
+
+    # ------------------------------------------------------------------ schedules
+
+    def create_schedule(
+        self,
+        *,
+        name: str,
+        cron: str = "",
+        tz: str = "",
+        every_ms: int = 0,
+        at_ns: int | None = None,
+        executor: str = "job",
+        args: bytes = b"{}",
+        wait: str = WaitPolicy.WAIT.value,
+        on_error: str = ErrorPolicy.RETRY_SCHED.value,
+        catchup_ms: int = DEFAULT_CATCHUP_MS,
+        owner: str = "",
+        paused: bool = False,
+        reason: str = "",
+        now_ns: int,
+    ) -> Schedule:
+        """A new schedule; :class:`ScheduleError` (nothing created) for a duplicate name, a
+        bad spec or time zone, an unknown executor or arguments it refuses, a bad policy.
+
+        ``every_ms`` runs every so long from ``at_ns`` (default: from now, first run one
+        interval later); ``at_ns`` alone is a one-off."""
+        if not name or len(name) > 200 or any(c.isspace() for c in name):
+            raise ScheduleError("Invalid schedule name")
+        if name.isdigit():
+            raise ScheduleError("Invalid schedule name: not all digits (ids are)")
+        if name in self.schedule_names:
+            raise ScheduleError(f"Duplicate schedule name {name!r}")
+        spec = validate_spec(Spec(cron=cron, tz=tz, every_ms=every_ms, at_ns=at_ns))
+        _wait_policy(wait)
+        _error_policy(on_error)
+        if catchup_ms < 0:
+            raise ScheduleError("Invalid catch-up window")
+        make_executor(executor, _decode_args(args))
+        if spec.every_ms and spec.at_ns is None:
+            spec = Spec(every_ms=spec.every_ms, at_ns=now_ns + spec.every_ms * _NS_PER_MS)
+        if spec.kind == "at":
+            assert spec.at_ns is not None
+            if spec.at_ns < now_ns - catchup_ms * _NS_PER_MS:
+                raise ScheduleError("Invalid time: it passed longer ago than the catch-up window")
+            next_run: int | None = spec.at_ns
+        elif spec.kind == "every":
+            assert spec.at_ns is not None
+            next_run = spec.at_ns if spec.at_ns > now_ns else next_after(spec, now_ns)
+        else:
+            next_run = next_after(spec, now_ns)
+        command = CreateSchedule(
+            schedule=self.next_schedule_id,
+            name=name,
+            owner=owner,
+            created_ns=now_ns,
+            cron=spec.cron,
+            tz=spec.tz,
+            every_ms=spec.every_ms,
+            at_ns=spec.at_ns,
+            executor=executor,
+            args=args,
+            wait=wait,
+            on_error=on_error,
+            catchup_ms=catchup_ms,
+            next_run_ns=None if paused else next_run,
+            reason=reason or ("created paused" if paused else "created"),
+        )
+        self._emit(command, now_ns)
+        schedule = self.schedules[command.schedule]
+        if paused:
+            schedule.paused = True
+        return schedule
+
+    def get_schedule(self, ref: str | int) -> Schedule:
+        """A schedule by name or id; :class:`ScheduleNotFound`."""
+        if isinstance(ref, int) or ref.isdigit():
+            found = self.schedules.get(int(ref))
+        else:
+            schedule_id = self.schedule_names.get(ref)
+            found = self.schedules.get(schedule_id) if schedule_id is not None else None
+        if found is None:
+            raise ScheduleNotFound()
+        return found
+
+    def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by name (SHOW SCHEDULES)."""
+        return sorted(self.schedules.values(), key=lambda s: s.name)
+
+    @property
+    def schedules_paused(self) -> int:
+        return sum(1 for s in self.schedules.values() if s.paused)
+
+    def pause_schedule(
+        self, ref: str | int, *, reason: str = "", actor: str = "", now_ns: int
+    ) -> Schedule:
+        """Pause a schedule: no next run until resumed (its running jobs go on)."""
+        schedule = self.get_schedule(ref)
+        if schedule.paused:
+            raise InvalidStatus("Schedule is paused")
+        self._emit(
+            AlterSchedule(
+                schedule=schedule.id, at_ns=now_ns, action="pause", reason=reason, actor=actor
+            ),
+            now_ns,
+        )
+        return schedule
+
+    def resume_schedule(
+        self, ref: str | int, *, reason: str = "", actor: str = "", now_ns: int
+    ) -> Schedule:
+        """Resume a paused schedule: its next run is computed from now."""
+        schedule = self.get_schedule(ref)
+        if not schedule.paused:
+            raise InvalidStatus("Schedule is not paused")
+        spec = schedule.spec
+        if spec.kind == "at":
+            next_run = spec.at_ns if schedule.fire_seq == 0 else None
+        else:
+            next_run = next_after(spec, now_ns)
+        self._emit(
+            AlterSchedule(
+                schedule=schedule.id,
+                at_ns=now_ns,
+                action="resume",
+                next_run_ns=next_run,
+                reason=reason,
+                actor=actor,
+            ),
+            now_ns,
+        )
+        return schedule
+
+    def alter_schedule(
+        self,
+        ref: str | int,
+        *,
+        wait: str | None = None,
+        on_error: str | None = None,
+        catchup_ms: int | None = None,
+        reason: str = "",
+        actor: str = "",
+        now_ns: int,
+    ) -> Schedule:
+        """Change a schedule's policies."""
+        schedule = self.get_schedule(ref)
+        if wait is not None:
+            _wait_policy(wait)
+        if on_error is not None:
+            _error_policy(on_error)
+        if catchup_ms is not None and catchup_ms < 0:
+            raise ScheduleError("Invalid catch-up window")
+        self._emit(
+            AlterSchedule(
+                schedule=schedule.id,
+                at_ns=now_ns,
+                action="alter",
+                wait=wait or "",
+                on_error=on_error or "",
+                catchup_ms=catchup_ms,
+                reason=reason,
+                actor=actor,
+            ),
+            now_ns,
+        )
+        return schedule
+
+    def drop_schedule(self, ref: str | int, *, reason: str = "", now_ns: int) -> None:
+        """Remove a schedule; the jobs it made stay."""
+        schedule = self.get_schedule(ref)
+        self._emit(DropSchedule(schedule=schedule.id, reason=reason), now_ns)
+
+    def trigger_schedule(self, ref: str | int, *, now_ns: int) -> Job:
+        """One run now, whatever the policies and the pause; the next run stays."""
+        schedule = self.get_schedule(ref)
+        job = self._fire(schedule, kind="trigger", scheduled_ns=now_ns, now_ns=now_ns)
+        self._flush_offers(now_ns)
+        return job
+
+    def backfill_schedule(
+        self, ref: str | int, *, from_ns: int, to_ns: int, now_ns: int
+    ) -> list[Job]:
+        """One run for each scheduled time in [from_ns, to_ns] (at most
+        :data:`MAX_BACKFILL_RUNS`), queued at once; the next run stays."""
+        schedule = self.get_schedule(ref)
+        spec = schedule.spec
+        if to_ns < from_ns:
+            raise ScheduleError("Invalid range: --to is before --from")
+        if spec.kind == "at":
+            raise ScheduleError("A one-off schedule has nothing to backfill")
+        times: list[int] = []
+        at = next_after(spec, from_ns - 1)
+        while at is not None and at <= to_ns:
+            times.append(at)
+            if len(times) > MAX_BACKFILL_RUNS:
+                raise ScheduleError(f"Too many runs to backfill (most {MAX_BACKFILL_RUNS})")
+            at = next_after(spec, at)
+        jobs = [
+            self._fire(schedule, kind="backfill", scheduled_ns=t, now_ns=now_ns) for t in times
+        ]
+        self._flush_offers(now_ns)
+        return jobs
+
+    # -- the daemon
+
+    def _push_schedule(self, schedule: Schedule) -> None:
+        """Enter the schedule's next look in the deadline heap (unless one is there)."""
+        if self._replaying or not self.scheduler.enabled:
+            return
+        wake = schedule.wake_ns
+        if wake is None or wake == schedule.heap_ns:
+            return
+        schedule.heap_ns = wake
+        self._deadlines.push(wake, DeadlineKind.SCHEDULE, schedule)
+
+    def _schedule_due(self, schedule: Schedule, deadline_ns: int, now_ns: int) -> int:
+        """A schedule's heap entry came due: fire it, or skip, or wait, as its policies say.
+        Returns the number of jobs started."""
+        if self.schedules.get(schedule.id) is not schedule or schedule.heap_ns != deadline_ns:
+            return 0  # a stale entry
+        schedule.heap_ns = None
+        wake = schedule.wake_ns
+        if wake is None:
+            return 0
+        if wake > now_ns:
+            self._push_schedule(schedule)
+            return 0
+        if now_ns < self.scheduler_not_before_ns:
+            schedule.heap_ns = self.scheduler_not_before_ns
+            self._deadlines.push(schedule.heap_ns, DeadlineKind.SCHEDULE, schedule)
+            return 0
+        due_ns = schedule.next_run_ns
+        assert due_ns is not None
+        spec = schedule.spec
+        count, latest = runs_between(spec, due_ns, now_ns)
+        following = next_after(spec, now_ns) if spec.kind != "at" else None
+        window_ns = max(schedule.catchup_ms, self.scheduler.pace_ms) * _NS_PER_MS
+        if now_ns - latest > window_ns:
+            # every run since due_ns was missed, the latest too long ago to make up
+            self._emit_skip(schedule, latest, following, now_ns, missed=count)
+            return 0
+        was_waiting = schedule.recheck_ns is not None
+        extra = count - 1  # runs before the latest: not made up
+        if schedule.running:
+            if schedule.wait is WaitPolicy.WAIT:
+                self._touch_schedule(schedule.id)
+                schedule.recheck_ns = now_ns + jitter_ns(
+                    schedule.id, now_ns, self.scheduler.pace_ms
+                )
+                self._push_schedule(schedule)
+                return 0
+            if schedule.wait is WaitPolicy.SKIP:
+                self._emit_skip(schedule, latest, following, now_ns, skipped=count)
+                return 0
+            if schedule.wait is WaitPolicy.BUFFER_ONE:
+                skipped = count if schedule.pending_buffered else extra
+                self._emit_skip(
+                    schedule, latest, following, now_ns, skipped=skipped, kind="buffer"
+                )
+                return 0
+        try:
+            self._fire(
+                schedule,
+                kind="scheduled",
+                scheduled_ns=latest,
+                now_ns=now_ns,
+                next_run_ns=following,
+                skipped=extra if was_waiting else 0,
+                missed=0 if was_waiting else extra,
+            )
+        except ScheduleError as exc:
+            self._emit(
+                AlterSchedule(
+                    schedule=schedule.id, at_ns=now_ns, action="pause", reason=exc.text,
+                    actor="scheduler",
+                ),
+                now_ns,
+            )
+            return 0
+        return 1
+
+    def _emit_skip(
+        self,
+        schedule: Schedule,
+        scheduled_ns: int,
+        following: int | None,
+        now_ns: int,
+        *,
+        skipped: int = 0,
+        missed: int = 0,
+        kind: str = "skip",
+    ) -> None:
+        self._emit(
+            FireSchedule(
+                schedule=schedule.id,
+                seq=schedule.fire_seq,
+                kind=kind,
+                scheduled_ns=scheduled_ns,
+                fired_ns=now_ns,
+                next_run_ns=following,
+                skipped=skipped,
+                missed=missed,
+            ),
+            now_ns,
+        )
+
+    def _fire(
+        self,
+        schedule: Schedule,
+        *,
+        kind: str,
+        scheduled_ns: int,
+        now_ns: int,
+        next_run_ns: int | None = None,
+        skipped: int = 0,
+        missed: int = 0,
+    ) -> Job:
+        """One run: the job the executor makes and the schedule's advance, in one command."""
+        work = schedule.executor.execute(schedule, scheduled_ns, now_ns)
+        seq = schedule.fire_seq + 1
+        job_id = run_job_id(schedule.id, schedule.created_ns, seq)
+        if job_id in self.jobs:
+            raise ScheduleError("Run id in use")  # not seen in practice: 128-bit hashes
+        job = SubmitJob(
+            id=job_id,
+            name=work.name,
+            payload=work.payload,
+            priority=work.priority,
+            ttr_ms=work.ttr_ms,
+            ttl_ms=work.ttl_ms,
+            max_attempts=work.max_attempts,
+            max_fails=work.max_fails,
+            created_ns=now_ns,
+            description=work.description or f"schedule {schedule.name} run {seq}",
+            creator=schedule.owner,
+            created_by_type="schedule",
+            created_by_id=str(schedule.id),
+        )
+        self._emit(
+            FireSchedule(
+                id=job_id,
+                schedule=schedule.id,
+                seq=seq,
+                kind=kind,
+                scheduled_ns=scheduled_ns,
+                fired_ns=now_ns,
+                next_run_ns=next_run_ns,
+                advance=kind == "scheduled",
+                skipped=skipped,
+                missed=missed,
+                job=job,
+            ),
+            now_ns,
+        )
+        return self.jobs[job_id]
+
+    # -- runs that end
+
+    def _run_ended(self, job: Job, outcome: str) -> None:
+        """A job ended (or was removed unfinished): if a schedule ran it, the schedule
+        forgets it now, and — live, not in replay — learns of it after the operation."""
+        meta = job.meta
+        if meta is None or meta.created_by is None or meta.created_by[0] != "schedule":
+            return
+        try:
+            schedule = self.schedules.get(int(meta.created_by[1]))
+        except ValueError:
+            return
+        if schedule is None or job.id not in schedule.running:
+            return
+        self._touch_schedule(schedule.id)
+        schedule.running.discard(job.id)
+        if not self._replaying:
+            self._ended_runs.append((schedule.id, job.id, outcome, job.result or b""))
+
+    def _flush_ended_runs(self, now_ns: int) -> None:
+        if self._ended_runs:
+            self._notify_ended_runs(now_ns)
+
+    def _notify_ended_runs(self, now_ns: int) -> None:
+        """Tell each ended run's executor, and log what the policies decide."""
+        while self._ended_runs:
+            schedule_id, job_id, outcome, result = self._ended_runs.pop(0)
+            schedule = self.schedules.get(schedule_id)
+            if schedule is None:
+                continue
+            job = self.jobs.get(job_id)
+            run = RunInfo(job_id, job.name if job is not None else "", outcome, result)
+            schedule.executor.notify_job_termination(schedule, run, now_ns)
+            failures = schedule.consecutive_failures
+            if outcome == "failed":
+                failures += 1
+            elif outcome == "succeeded":
+                failures = 0
+            command = ScheduleRunEnded(
+                id=job_id,
+                schedule=schedule_id,
+                at_ns=now_ns,
+                outcome=outcome,
+                consecutive_failures=failures,
+                pending_buffered=schedule.pending_buffered,
+            )
+            active = not schedule.paused and schedule.next_run_ns is not None
+            if outcome == "failed" and active:
+                if schedule.on_error is ErrorPolicy.RETRY_SOON:
+                    retry_ns = now_ns + retry_soon_delay_ms(failures) * _NS_PER_MS
+                    assert schedule.next_run_ns is not None
+                    if retry_ns < schedule.next_run_ns:
+                        command.next_run_ns, command.set_next = retry_ns, True
+                elif schedule.on_error is ErrorPolicy.PAUSE_SCHED:
+                    text = result.decode("utf-8", "replace")[:200]
+                    command.paused = True
+                    command.reason = f"paused: run {_uuid_text(job_id)} failed" + (
+                        f": {text}" if text else ""
+                    )
+                    active = False
+            if schedule.pending_buffered and active and not schedule.running:
+                # buffer_one: the owed run starts now
+                command.next_run_ns, command.set_next = now_ns, True
+                command.pending_buffered = False
+            self._emit(command, now_ns)
+
+    # -- apply, replay, liveness
+
+    def _apply_schedule(self, command: ScheduleCommand, at_ns: int) -> None:
+        if isinstance(command, CreateSchedule):
+            self._touch_schedule(command.schedule)
+            try:
+                executor: ScheduledJobExecutor = make_executor(
+                    command.executor, _decode_args(command.args)
+                )
+            except ScheduleError:
+                executor = MissingExecutor(command.executor)
+            schedule = Schedule(
+                id=command.schedule,
+                name=command.name,
+                owner=command.owner,
+                created_ns=command.created_ns,
+                spec=Spec(
+                    cron=command.cron, tz=command.tz, every_ms=command.every_ms,
+                    at_ns=command.at_ns,
+                ),
+                executor_type=command.executor,
+                args=command.args,
+                executor=executor,
+                wait=_wait_policy(command.wait),
+                on_error=_error_policy(command.on_error),
+                catchup_ms=command.catchup_ms,
+                next_run_ns=command.next_run_ns,
+            )
+            schedule.paused = command.next_run_ns is None
+            schedule.changes.append((command.created_ns, command.reason))
+            self.schedules[schedule.id] = schedule
+            self.schedule_names[schedule.name] = schedule.id
+            self.next_schedule_id = max(self.next_schedule_id, schedule.id + 1)
+            self._push_schedule(schedule)
+            return
+        if isinstance(command, FireSchedule) and command.job is not None:
+            self._touch(command.job.id)
+            self._register(_new_job(command.job))
+        found = self.schedules.get(command.schedule)
+        if found is None:
+            return
+        schedule = found
+        self._touch_schedule(schedule.id)
+        if isinstance(command, DropSchedule):
+            del self.schedules[schedule.id]
+            if self.schedule_names.get(schedule.name) == schedule.id:
+                del self.schedule_names[schedule.name]
+            if schedule.last_job_id is not None:
+                self._last_fire_jobs.pop(schedule.last_job_id, None)
+            return
+        if isinstance(command, FireSchedule):
+            schedule.fire_seq = command.seq
+            if command.advance:
+                schedule.next_run_ns = command.next_run_ns
+                schedule.recheck_ns = None
+                if command.next_run_ns is None and schedule.spec.kind == "at":
+                    _change(schedule, command.fired_ns, "one-off run fired; no next run")
+            if command.kind == "buffer":
+                schedule.pending_buffered = True
+            schedule.skipped += command.skipped
+            schedule.missed += command.missed
+            self.schedule_runs_skipped += command.skipped
+            if command.kind == "skip" and command.missed:
+                self.schedule_runs_missed += command.missed
+            if command.job is not None:
+                job_id = command.job.id
+                schedule.running.add(job_id)
+                schedule.last_run_ns = command.scheduled_ns
+                if schedule.last_job_id is not None:
+                    self._last_fire_jobs.pop(schedule.last_job_id, None)
+                schedule.last_job_id = job_id
+                self._last_fire_jobs[job_id] = schedule.id
+                schedule.last_outcome = "running"
+                schedule.jobs_started += 1
+                self.schedule_jobs_started += 1
+        elif isinstance(command, ScheduleRunEnded):
+            if schedule.last_job_id == command.id:
+                schedule.last_outcome = command.outcome
+            schedule.last_ended_job = command.id
+            schedule.consecutive_failures = command.consecutive_failures
+            schedule.pending_buffered = command.pending_buffered
+            if command.set_next and not schedule.paused:
+                schedule.next_run_ns = command.next_run_ns
+                schedule.recheck_ns = None
+            if command.paused:
+                schedule.paused = True
+                schedule.next_run_ns = None
+                schedule.recheck_ns = None
+                _change(schedule, command.at_ns, command.reason)
+        elif isinstance(command, AlterSchedule):
+            who = f" by {command.actor}" if command.actor else ""
+            why = f": {command.reason}" if command.reason else ""
+            if command.action == "pause":
+                schedule.paused = True
+                schedule.next_run_ns = None
+                schedule.recheck_ns = None
+                schedule.pending_buffered = False
+                _change(schedule, command.at_ns, f"paused{who}{why}")
+            elif command.action == "resume":
+                schedule.paused = False
+                schedule.next_run_ns = command.next_run_ns
+                _change(schedule, command.at_ns, f"resumed{who}{why}")
+            else:
+                changed = []
+                if command.wait:
+                    schedule.wait = _wait_policy(command.wait)
+                    changed.append(f"wait={command.wait}")
+                if command.on_error:
+                    schedule.on_error = _error_policy(command.on_error)
+                    changed.append(f"on_error={command.on_error}")
+                if command.catchup_ms is not None:
+                    schedule.catchup_ms = command.catchup_ms
+                    changed.append(f"catchup={command.catchup_ms}ms")
+                _change(schedule, command.at_ns, f"altered {' '.join(changed)}{who}{why}")
+        self._push_schedule(schedule)
+
+    def _replay_schedule(self, command: ScheduleCommand, logged_ns: int, now_ns: int) -> None:
+        """Replay a schedule command once; duplicates and commands for schedules that are
+        gone are skipped (a firing's job is still created)."""
+        if isinstance(command, CreateSchedule):
+            if command.schedule in self.schedules:
+                return
+            self._apply_schedule(command, logged_ns)
+            return
+        schedule = self.schedules.get(command.schedule)
+        if isinstance(command, FireSchedule):
+            job = command.job
+            if job is not None and (
+                job.id in self.jobs
+                or (job.ttl_ms and job.created_ns + job.ttl_ms * _NS_PER_MS <= now_ns)
+            ):
+                command = msgspec.structs.replace(command, job=None)
+            if schedule is None or command.seq < schedule.fire_seq or (
+                command.seq == schedule.fire_seq and command.job is not None
+            ):
+                if command.job is not None:
+                    self._register(_new_job(command.job))
+                return
+        if schedule is None:
+            return
+        self._apply_schedule(command, logged_ns)
+
+    def _schedule_command_is_live(self, command: ScheduleCommand, logged_ns: int) -> bool:
+        """Whether replay still needs a schedule command: those of an existing schedule,
+        except firings superseded by a newer one whose job is gone, and run ends superseded
+        by a newer one that did not pause."""
+        schedule = self.schedules.get(command.schedule)
+        current = schedule is not None and logged_ns >= schedule.created_ns
+        if isinstance(command, FireSchedule):
+            if command.job is not None and self.record_is_live(command.job.id, logged_ns):
+                return True
+            return current and schedule is not None and command.seq >= schedule.fire_seq
+        if isinstance(command, ScheduleRunEnded):
+            return current and schedule is not None and (
+                command.paused or command.id == schedule.last_ended_job
+            )
+        if isinstance(command, DropSchedule):
+            return False
+        return current
 
     # ------------------------------------------------------------------ reads
 
@@ -718,6 +1446,8 @@ class Engine:
         self._apply(command, at_ns)
         if job is None or not job.run:
             self._commands.append(command)
+        if self._ended_runs:
+            self._notify_ended_runs(at_ns)
 
     def _transition(self, job: Job, event: str) -> None:
         old_status = job.status
@@ -733,6 +1463,9 @@ class Engine:
 
     def _apply(self, command: Command, at_ns: int) -> None:
         """Change state as ``command`` says; shared by live operation and replay."""
+        if isinstance(command, _SCHEDULE_COMMAND_TYPES):
+            self._apply_schedule(command, at_ns)
+            return
         self._touch(command.id)
         if isinstance(command, AddJob | ScheduleJob | SubmitJob):
             self._register(_new_job(command))
@@ -824,6 +1557,8 @@ class Engine:
                 meta.pause_requested = True
             else:
                 self._unindex(job)
+                if job.waiting_for_time and job.time_ns is not None and job.time_ns <= at_ns:
+                    job.waiting_for_time = False  # its time came (replay: before its tick)
                 self._transition(job, "pause")
         elif isinstance(command, ResumeJob):
             meta = self._meta(job)
@@ -845,11 +1580,14 @@ class Engine:
                 self._transition(job, "cancel")
                 self._finish(job, b"", at_ns)
         elif isinstance(command, DeleteJob):
+            if not job.status.finished:
+                self._run_ended(job, "deleted")
             self._remove(job)
             self._wake_result_waiters(job.id, Outcome.NOT_FOUND)
         elif isinstance(command, ExpireJob):
             if not job.status.finished:
                 self.evicted_jobs += 1
+                self._run_ended(job, "deleted")
             self._remove(job)
             self._wake_result_waiters(job.id, Outcome.NOT_FOUND)
 
@@ -870,6 +1608,8 @@ class Engine:
             job.meta.worker = None
         if job.ttl_ms == 0:
             self._push_expiry(job)
+        if job.meta is not None and job.meta.created_by is not None:
+            self._run_ended(job, job.status.value)
         outcome = _job_result(job)
         if job.run:
             self._finish_run(job, outcome)
@@ -1029,6 +1769,54 @@ class Engine:
                 if not waiters:
                     del self._result_waiters[waiter.job_id]
         self._wakeups.append(Wakeup(waiter.token, Outcome.TIMEOUT))
+
+
+_SCHEDULE_COMMAND_TYPES = (
+    CreateSchedule,
+    AlterSchedule,
+    DropSchedule,
+    FireSchedule,
+    ScheduleRunEnded,
+)
+
+
+def _decode_args(args: bytes) -> dict[str, Any]:
+    try:
+        value = msgspec.json.decode(args)
+    except msgspec.DecodeError as exc:
+        raise ScheduleError("Invalid executor arguments: not JSON") from exc
+    if not isinstance(value, dict):
+        raise ScheduleError("Invalid executor arguments: not a JSON object")
+    return value
+
+
+def _wait_policy(text: str) -> WaitPolicy:
+    try:
+        return WaitPolicy(text)
+    except ValueError:
+        raise ScheduleError(
+            f"Invalid wait policy {text!r} (wait, no_wait, skip, buffer_one)"
+        ) from None
+
+
+def _error_policy(text: str) -> ErrorPolicy:
+    try:
+        return ErrorPolicy(text)
+    except ValueError:
+        raise ScheduleError(
+            f"Invalid error policy {text!r} (retry_sched, retry_soon, pause_sched)"
+        ) from None
+
+
+def _change(schedule: Schedule, at_ns: int, reason: str) -> None:
+    schedule.changes.append((at_ns, reason))
+    if len(schedule.changes) > MAX_SCHEDULE_CHANGES:
+        del schedule.changes[: len(schedule.changes) - MAX_SCHEDULE_CHANGES]
+
+
+def _uuid_text(job_id: bytes) -> str:
+    h = job_id.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 _UNFINISHED = frozenset({Status.PENDING, Status.RUNNING, Status.PAUSED})

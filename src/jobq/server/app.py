@@ -12,7 +12,7 @@ from jobq.cmdlog.log import CommandLog
 from jobq.cmdlog.record import Record
 from jobq.config import ServerConfig
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
-from jobq.engine.machine import Engine
+from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.server.core import Core, WallClock
 from jobq.server.history import read_history
 from jobq.server.replay import replay
@@ -90,7 +90,16 @@ async def serve(
     """
     loop = asyncio.get_running_loop()
     clock = WallClock()
-    engine = Engine(retention_ms=config.retention_ms)
+    engine = Engine(
+        retention_ms=config.retention_ms,
+        scheduler=SchedulerOptions(
+            enabled=config.scheduler,
+            pace_ms=config.scheduler_pace_ms,
+            initial_delay_ms=config.scheduler_initial_delay_ms,
+            max_per_pass=config.scheduler_max_per_pass,
+        ),
+        started_ns=clock(),
+    )
     log: CommandLog | None = None
     if not config.in_memory:
         log = CommandLog.open(

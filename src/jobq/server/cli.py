@@ -99,6 +99,16 @@ def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
     show_default=True,
     help="Most client connections served at once.",
 )
+@click.option("--scheduler/--no-scheduler", default=True, show_default=True,
+              help="Run the scheduler daemon (schedules fire only with it).")
+@click.option("--scheduler-pace", default="60s", show_default=True,
+              help="How often a schedule waiting for its previous run is looked at again "
+              "(plus 10-20% jitter).")
+@click.option("--scheduler-initial-delay", default="0s", show_default=True,
+              help="No schedule fires until this long after start.")
+@click.option("--scheduler-max-per-pass", type=click.IntRange(min=1), default=10,
+              show_default=True,
+              help="Most jobs the scheduler starts per pass; the rest start in the next pass.")
 def server_command(
     listen: str,
     data_dir: Path | None,
@@ -110,12 +120,20 @@ def server_command(
     in_memory: bool,
     retention: str,
     max_connections: int,
+    scheduler: bool,
+    scheduler_pace: str,
+    scheduler_initial_delay: str,
+    scheduler_max_per_pass: int,
 ) -> None:
     """Run the job server (a drop-in for workq-server)."""
     try:
         host, port = parse_listen(listen)
         segment_size_bytes = parse_size_bytes(cmdlog_seg_size)
         retention_ms = parse_duration_ms(retention)
+        pace_ms = parse_duration_ms(scheduler_pace)
+        initial_delay_ms = parse_duration_ms(scheduler_initial_delay)
+        if pace_ms < 1:
+            raise ConfigError("the scheduler pace must be positive")
         if segment_size_bytes < 1:
             raise ConfigError("the segment size must be at least 1 byte")
     except ConfigError as exc:
@@ -132,6 +150,10 @@ def server_command(
         in_memory=in_memory,
         max_connections=max_connections,
         retention_ms=retention_ms,
+        scheduler=scheduler,
+        scheduler_pace_ms=pace_ms,
+        scheduler_initial_delay_ms=initial_delay_ms,
+        scheduler_max_per_pass=scheduler_max_per_pass,
     )
     from jobq.cmdlog.errors import CmdlogError
     from jobq.server.app import configure_logging, serve

@@ -19,6 +19,7 @@ from jobq.engine.errors import InvalidArgument
 from jobq.engine.job import Job, Status
 from jobq.engine.joblist import JobFilter
 from jobq.engine.machine import Engine
+from jobq.engine.schedules import DEFAULT_CATCHUP_MS, Schedule
 from jobq.server import protocol as p
 
 #: largest JSON body of an extension command, in bytes
@@ -117,6 +118,47 @@ class ListJobs(msgspec.Struct, forbid_unknown_fields=True):
 
 class JobRef(msgspec.Struct, forbid_unknown_fields=True):
     id: str
+
+
+class ScheduleCreate(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    cron: str = ""
+    tz: str = ""
+    every_ms: int = 0
+    at: str | None = None
+    executor: str = "job"
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
+    wait: str = "wait"
+    on_error: str = "retry_sched"
+    catchup_ms: int | None = None
+    owner: str = ""
+    paused: bool = False
+    reason: str = ""
+
+
+class ScheduleRef(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    reason: str = ""
+    actor: str | None = None
+
+
+class ScheduleAlterBody(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    wait: str | None = None
+    on_error: str | None = None
+    catchup_ms: int | None = None
+    reason: str = ""
+    actor: str | None = None
+
+
+class ScheduleBackfill(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    start: str = msgspec.field(name="from")
+    end: str = msgspec.field(name="to")
+
+
+class NoBody(msgspec.Struct, forbid_unknown_fields=True):
+    pass
 
 
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
@@ -274,6 +316,16 @@ class Extensions:
             "jobs": self.jobs,
             "job": self.job,
             "history": self.history,
+            "screate": self.screate,
+            "slist": self.slist,
+            "sshow": self.sshow,
+            "spause": self.spause,
+            "sresume": self.sresume,
+            "salter": self.salter,
+            "strigger": self.strigger,
+            "sbackfill": self.sbackfill,
+            "shistory": self.shistory,
+            "sdrop": self.sdrop,
         }
 
     def _id(self, text: str) -> bytes:
@@ -427,6 +479,139 @@ class Extensions:
         job_id = self._id(r.id)
         created_ns = self.engine.jobs[job_id].created_ns
         return Deferred(lambda: data_reply({"events": self._history(job_id, created_ns)}))
+
+
+    # -- schedules (docs/schedules.md)
+
+    def screate(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleCreate = _body(ScheduleCreate, data)
+        if r.executor == "job" and "name" in r.args:
+            _name(str(r.args["name"]))
+        schedule = self.engine.create_schedule(
+            name=_text(r.name, MAX_SHORT_TEXT, "name"),
+            cron=r.cron,
+            tz=r.tz,
+            every_ms=r.every_ms,
+            at_ns=parse_time(r.at) if r.at is not None else None,
+            executor=r.executor,
+            args=_encoder.encode(r.args),
+            wait=r.wait,
+            on_error=r.on_error,
+            catchup_ms=DEFAULT_CATCHUP_MS if r.catchup_ms is None else r.catchup_ms,
+            owner=_text(r.owner, MAX_SHORT_TEXT, "owner"),
+            paused=r.paused,
+            reason=_text(r.reason, MAX_SHORT_TEXT, "reason"),
+            now_ns=now_ns,
+        )
+        return data_reply(schedule_summary(schedule))
+
+    def slist(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        _body(NoBody, data or b"{}")
+        return data_reply(
+            {"schedules": [schedule_summary(s) for s in self.engine.list_schedules()]}
+        )
+
+    def sshow(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleRef = _body(ScheduleRef, data)
+        schedule = self.engine.get_schedule(r.name)
+        detail = schedule_summary(schedule)
+        detail["changes"] = _changes(schedule)
+        return data_reply(detail)
+
+    def spause(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleRef = _body(ScheduleRef, data)
+        schedule = self.engine.pause_schedule(
+            r.name, reason=_text(r.reason, MAX_SHORT_TEXT, "reason"),
+            actor=_text(r.actor or "client", MAX_SHORT_TEXT, "actor"), now_ns=now_ns,
+        )
+        return data_reply(schedule_summary(schedule))
+
+    def sresume(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleRef = _body(ScheduleRef, data)
+        schedule = self.engine.resume_schedule(
+            r.name, reason=_text(r.reason, MAX_SHORT_TEXT, "reason"),
+            actor=_text(r.actor or "client", MAX_SHORT_TEXT, "actor"), now_ns=now_ns,
+        )
+        return data_reply(schedule_summary(schedule))
+
+    def salter(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleAlterBody = _body(ScheduleAlterBody, data)
+        schedule = self.engine.alter_schedule(
+            r.name, wait=r.wait, on_error=r.on_error, catchup_ms=r.catchup_ms,
+            reason=_text(r.reason, MAX_SHORT_TEXT, "reason"),
+            actor=_text(r.actor or "client", MAX_SHORT_TEXT, "actor"), now_ns=now_ns,
+        )
+        return data_reply(schedule_summary(schedule))
+
+    def strigger(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleRef = _body(ScheduleRef, data)
+        job = self.engine.trigger_schedule(r.name, now_ns=now_ns)
+        return data_reply({"id": str(uuid.UUID(bytes=job.id))})
+
+    def sbackfill(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleBackfill = _body(ScheduleBackfill, data)
+        jobs = self.engine.backfill_schedule(
+            r.name, from_ns=parse_time(r.start), to_ns=parse_time(r.end), now_ns=now_ns
+        )
+        return data_reply({"ids": [str(uuid.UUID(bytes=j.id)) for j in jobs]})
+
+    def shistory(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleRef = _body(ScheduleRef, data)
+        return data_reply({"changes": _changes(self.engine.get_schedule(r.name))})
+
+    def sdrop(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleRef = _body(ScheduleRef, data)
+        self.engine.drop_schedule(r.name, reason=r.reason, now_ns=now_ns)
+        return data_reply({})
+
+
+def _changes(schedule: Schedule) -> list[dict[str, object]]:
+    return [{"time": format_time(t), "reason": reason} for t, reason in schedule.changes]
+
+
+def schedule_summary(schedule: Schedule) -> dict[str, object]:
+    """A schedule as SHOW SCHEDULES gives it."""
+    spec = schedule.spec
+    if schedule.paused:
+        state = "paused"
+    elif schedule.next_run_ns is None:
+        state = "done"
+    elif schedule.recheck_ns is not None:
+        state = "waiting"
+    else:
+        state = "active"
+    return {
+        "id": schedule.id,
+        "name": schedule.name,
+        "owner": schedule.owner,
+        "created": format_time(schedule.created_ns),
+        "spec": spec.text(),
+        "kind": spec.kind,
+        "cron": spec.cron or None,
+        "tz": spec.tz or ("UTC" if spec.cron else None),
+        "every_ms": spec.every_ms or None,
+        "at": format_time(spec.at_ns) if spec.kind == "at" else None,
+        "executor": schedule.executor_type,
+        "args": msgspec.json.decode(schedule.args),
+        "wait": schedule.wait.value,
+        "on_error": schedule.on_error.value,
+        "catchup_ms": schedule.catchup_ms,
+        "state": state,
+        "paused": schedule.paused,
+        "next_run": format_time(schedule.next_run_ns),
+        "last_run": format_time(schedule.last_run_ns),
+        "last_job_id": (
+            str(uuid.UUID(bytes=schedule.last_job_id)) if schedule.last_job_id else None
+        ),
+        "last_outcome": schedule.last_outcome or None,
+        "running": len(schedule.running),
+        "jobs_started": schedule.jobs_started,
+        "skipped": schedule.skipped,
+        "missed": schedule.missed,
+        "consecutive_failures": schedule.consecutive_failures,
+        "buffered": schedule.pending_buffered,
+        "reason": schedule.changes[-1][1] if schedule.changes else "",
+    }
 
 
 def lease_reply(job: Job) -> bytes:

@@ -1033,6 +1033,16 @@ EXTENSION_COMMANDS = (
     "jobs",
     "job",
     "history",
+    "screate",
+    "slist",
+    "sshow",
+    "spause",
+    "sresume",
+    "salter",
+    "strigger",
+    "sbackfill",
+    "shistory",
+    "sdrop",
 )
 #: largest JSON body of an extension command (a 1 MiB checkpoint in base64 fits), in bytes
 MAX_EXTENSION_BODY_BYTES = 3 * 1024 * 1024

@@ -1,0 +1,296 @@
+"""``jobq schedules ...``: create, list, show, pause, resume, trigger, backfill and drop
+schedules (docs/schedules.md). Exit codes as ``jobq jobs``: 0 ok, 1 failure, 2 bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from jobq.jobs_cli import (
+    EXIT_USAGE,
+    _actor,
+    _duration_ms,
+    _is_tty,
+    _plain_rows,
+    _print_json,
+    _short_time,
+    _user,
+    connected,
+    fail,
+    json_option,
+    parse_when,
+    server_option,
+)
+
+WAIT_POLICIES = ("wait", "no_wait", "skip", "buffer_one")
+ERROR_POLICIES = ("retry_sched", "retry_soon", "pause_sched")
+
+
+@click.group("schedules", context_settings={"help_option_names": ["-h", "--help"]})
+def schedules_group() -> None:
+    """Schedules: cron, interval and one-off runs the server starts on time."""
+
+
+def _job_args(
+    job: str, payload: str | None, priority: int, ttr: str, ttl: str | None,
+    max_attempts: int, max_fails: int, description: str,
+) -> dict[str, Any]:
+    args: dict[str, Any] = {"name": job}
+    if payload is not None:
+        if payload.startswith("@"):
+            try:
+                with open(payload[1:], "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                fail(f"--payload: {payload[1:]}: {exc.strerror or exc}", EXIT_USAGE)
+            try:
+                args["payload"] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                args["payload_hex"] = data.hex()
+        else:
+            args["payload"] = payload
+    if priority:
+        args["priority"] = priority
+    args["ttr_ms"] = _duration_ms(ttr, "--ttr")
+    if ttl is not None:
+        args["ttl_ms"] = _duration_ms(ttl, "--ttl")
+    if max_attempts:
+        args["max_attempts"] = max_attempts
+    if max_fails:
+        args["max_fails"] = max_fails
+    if description:
+        args["description"] = description
+    return args
+
+
+@schedules_group.command("create")
+@click.argument("name")
+@click.option("--cron", default=None, metavar="EXPR",
+              help="5 fields, 6 with seconds first, or @hourly/@daily/@weekly/@monthly/@yearly.")
+@click.option("--tz", default=None, metavar="ZONE", help="IANA time zone of --cron [UTC].")
+@click.option("--every", default=None, metavar="DURATION", help="Run every so long (10m, 1h).")
+@click.option("--at", "at", default=None, metavar="TIME",
+              help="One run at TIME (RFC 3339 or +DURATION); with --every, the first run.")
+@click.option("--job", "job", required=True, metavar="JOBNAME", help="The job to submit.")
+@click.option("--payload", default=None, metavar="TEXT|@FILE", help="The job's payload.")
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--ttr", default="60s", show_default=True, help="Time to run per attempt.")
+@click.option("--ttl", default=None, help="The job's TTL [default: retention].")
+@click.option("--max-attempts", type=click.IntRange(0, 255), default=0, show_default=True)
+@click.option("--max-fails", type=click.IntRange(0, 255), default=0, show_default=True)
+@click.option("--description", default="", help="The jobs' description.")
+@click.option("--wait", "wait", type=click.Choice(WAIT_POLICIES), default="wait",
+              show_default=True, help="When the previous run is unfinished.")
+@click.option("--on-error", type=click.Choice(ERROR_POLICIES), default="retry_sched",
+              show_default=True, help="When a run fails.")
+@click.option("--catchup", default=None, metavar="DURATION",
+              help="Make up a run missed while down if it is at most this old [1d]; 0: never.")
+@click.option("--paused", is_flag=True, help="Create it paused.")
+@json_option
+@server_option
+def create_command(
+    name: str, cron: str | None, tz: str | None, every: str | None, at: str | None,
+    job: str, payload: str | None, priority: int, ttr: str, ttl: str | None,
+    max_attempts: int, max_fails: int, description: str, wait: str, on_error: str,
+    catchup: str | None, paused: bool, as_json: bool, server: str,
+) -> None:
+    """Create schedule NAME: --cron EXPR [--tz ZONE] | --every DURATION | --at TIME."""
+    if sum(x is not None for x in (cron, every)) + (at is not None and every is None) != 1:
+        fail("give one of --cron, --every or --at", EXIT_USAGE)
+    if tz and not cron:
+        fail("--tz goes with --cron", EXIT_USAGE)
+    catchup_ms = None
+    if catchup is not None:
+        from jobq.config import ConfigError, parse_duration_ms
+
+        try:
+            catchup_ms = parse_duration_ms(catchup)
+        except ConfigError as exc:
+            fail(f"--catchup: {exc}", EXIT_USAGE)
+    args = _job_args(job, payload, priority, ttr, ttl, max_attempts, max_fails, description)
+    with connected(server) as client:
+        schedule = client.create_schedule(
+            name,
+            cron=cron,
+            tz=tz,
+            every_ms=_duration_ms(every, "--every") if every else None,
+            at=parse_when(at) if at else None,
+            args=args,
+            wait=wait,
+            on_error=on_error,
+            catchup_ms=catchup_ms,
+            owner=_user(),
+            paused=paused,
+        )
+    if as_json:
+        _print_json(schedule)
+    else:
+        click.echo(
+            f"created schedule {schedule['name']} (id {schedule['id']}): {schedule['spec']}, "
+            f"next run {_short_time(schedule['next_run']) or 'none'}"
+        )
+
+
+def _row(s: dict[str, Any]) -> tuple[str, ...]:
+    last = _short_time(s.get("last_run"))
+    if last and s.get("last_outcome"):
+        last += f" ({s['last_outcome']})"
+    return (
+        str(s["id"]),
+        str(s["name"]),
+        str(s["spec"]),
+        str(s["state"]),
+        _short_time(s.get("next_run")),
+        last,
+        f"{s['wait']}/{s['on_error']}",
+        str(s["jobs_started"]),
+    )
+
+
+_HEADER = ("ID", "NAME", "SPEC", "STATE", "NEXT RUN", "LAST RUN", "WAIT/ON ERROR", "RUNS")
+
+
+@schedules_group.command("list")
+@json_option
+@server_option
+def list_command(as_json: bool, server: str) -> None:
+    """SHOW SCHEDULES: spec, next run, last run and how it ended, policies, state."""
+    with connected(server) as client:
+        schedules = client.schedules()
+    if as_json:
+        _print_json(schedules)
+        return
+    rows = [_row(s) for s in schedules]
+    if _is_tty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*_HEADER)
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+    elif rows:
+        click.echo(_plain_rows(rows, _HEADER))
+    else:
+        click.echo("no schedules")
+
+
+@schedules_group.command("show")
+@click.argument("name")
+@json_option
+@server_option
+def show_command(name: str, as_json: bool, server: str) -> None:
+    """One schedule, with its change history."""
+    with connected(server) as client:
+        schedule = client.get_schedule(name)
+    if as_json:
+        _print_json(schedule)
+        return
+    for key, value in schedule.items():
+        if key == "changes":
+            continue
+        click.echo(f"{key:>21}  {'' if value is None else value}")
+    click.echo("changes:")
+    for change in schedule.get("changes") or []:
+        click.echo(f"  {_short_time(change['time'])}  {change['reason']}")
+
+
+def _simple(verb: str, word: str, past: str, help_text: str) -> click.Command:
+    @click.command(verb, help=help_text)
+    @click.argument("name")
+    @click.option("--reason", default="", help="Why; kept in the schedule's history.")
+    @server_option
+    def command(name: str, reason: str, server: str) -> None:
+        with connected(server) as client:
+            method = getattr(client, word)
+            schedule = method(name, reason=reason, actor=_actor())
+        click.echo(f"{past} schedule {schedule['name']}; next run "
+                   f"{_short_time(schedule['next_run']) or 'none'}")
+
+    return command
+
+
+schedules_group.add_command(
+    _simple("pause", "pause_schedule", "paused", "Pause a schedule (its running jobs go on).")
+)
+schedules_group.add_command(
+    _simple("resume", "resume_schedule", "resumed", "Resume a paused schedule.")
+)
+
+
+@schedules_group.command("trigger")
+@click.argument("name")
+@server_option
+def trigger_command(name: str, server: str) -> None:
+    """One run now, whatever the policies; the next run stays."""
+    with connected(server) as client:
+        job_id = client.trigger_schedule(name)
+    click.echo(f"started job {job_id}")
+
+
+@schedules_group.command("backfill")
+@click.argument("name")
+@click.option("--from", "start", required=True, metavar="TIME")
+@click.option("--to", "end", required=True, metavar="TIME")
+@server_option
+def backfill_command(name: str, start: str, end: str, server: str) -> None:
+    """One run for each scheduled time from --from to --to (inclusive)."""
+    with connected(server) as client:
+        ids = client.backfill_schedule(name, parse_when(start), parse_when(end))
+    click.echo(f"started {len(ids)} job{'s' if len(ids) != 1 else ''}")
+    for job_id in ids:
+        click.echo(job_id)
+
+
+@schedules_group.command("history")
+@click.argument("name")
+@json_option
+@server_option
+def history_command(name: str, as_json: bool, server: str) -> None:
+    """The schedule's changes and their reasons."""
+    with connected(server) as client:
+        changes = client.schedule_history(name)
+    if as_json:
+        _print_json(changes)
+        return
+    rows = [(_short_time(c["time"]), str(c["reason"])) for c in changes]
+    click.echo(_plain_rows(rows, ("TIME", "CHANGE")) if rows else "no changes")
+
+
+@schedules_group.command("alter")
+@click.argument("name")
+@click.option("--wait", "wait", type=click.Choice(WAIT_POLICIES), default=None)
+@click.option("--on-error", type=click.Choice(ERROR_POLICIES), default=None)
+@click.option("--catchup", default=None, metavar="DURATION")
+@click.option("--reason", default="")
+@server_option
+def alter_command(
+    name: str, wait: str | None, on_error: str | None, catchup: str | None, reason: str,
+    server: str,
+) -> None:
+    """Change a schedule's policies."""
+    catchup_ms = None
+    if catchup is not None:
+        from jobq.config import ConfigError, parse_duration_ms
+
+        try:
+            catchup_ms = parse_duration_ms(catchup)
+        except ConfigError as exc:
+            fail(f"--catchup: {exc}", EXIT_USAGE)
+    with connected(server) as client:
+        schedule = client.alter_schedule(
+            name, wait=wait, on_error=on_error, catchup_ms=catchup_ms, reason=reason,
+            actor=_actor(),
+        )
+    click.echo(f"altered schedule {schedule['name']}")
+
+
+@schedules_group.command("drop")
+@click.argument("name")
+@server_option
+def drop_command(name: str, server: str) -> None:
+    """Remove a schedule; the jobs it made stay."""
+    with connected(server) as client:
+        client.drop_schedule(name)
+    click.echo(f"dropped schedule {name}")

@@ -1,0 +1,581 @@
+"""Schedules in the engine, on a fake clock: policies, specs, catch-up, history, errors,
+and crash/replay of firing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from jobq.engine.errors import InvalidStatus
+from jobq.engine.extensions import FireSchedule, ScheduleRunEnded, SubmitJob
+from jobq.engine.job import Status
+from jobq.engine.machine import Engine, SchedulerOptions
+from jobq.engine.schedules import (
+    ScheduleError,
+    ScheduleNotFound,
+    Spec,
+    next_after,
+    register_executor,
+    validate_spec,
+)
+
+S = 1_000_000_000
+MIN = 60 * S
+T0 = 1_800_000_000 * S  # a whole minute (2027-01-15T08:00:00Z)
+ARGS = b'{"name":"q"}'
+
+
+def ns(text: str) -> int:
+    moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int(moment.timestamp()) * S
+
+
+def iso(value: int | None) -> str | None:
+    if value is None:
+        return None
+    return dt.datetime.fromtimestamp(value // S, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def runs(spec: Spec, start: str, n: int) -> list[str | None]:
+    out: list[str | None] = []
+    t = ns(start)
+    for _ in range(n):
+        nxt = next_after(spec, t)
+        out.append(iso(nxt))
+        if nxt is None:
+            break
+        t = nxt
+    return out
+
+
+def cron(expr: str, tz: str = "") -> Spec:
+    return validate_spec(Spec(cron=expr, tz=tz))
+
+
+class World:
+    """An engine and a log, driven the way the server drives them."""
+
+    def __init__(self, now: int = T0, **options: Any) -> None:
+        self.now = now
+        self.options = SchedulerOptions(**options)
+        self.engine = Engine(scheduler=self.options, started_ns=now)
+        self.log: list[tuple[Any, int]] = []
+
+    def drain(self) -> list[Any]:
+        commands = self.engine.drain()[0]
+        self.log.extend((c, self.now) for c in commands)
+        return commands
+
+    def at(self, when: int) -> list[Any]:
+        """Move the clock to ``when`` and run every pass that is due."""
+        self.now = when
+        out: list[Any] = []
+        for _ in range(10_000):
+            self.engine.tick(self.now)
+            out += self.drain()
+            deadline = self.engine.next_deadline_ns()
+            if deadline is None or deadline > self.now:
+                break
+        return out
+
+    def create(self, name: str = "s", **kw: Any) -> Any:
+        kw.setdefault("args", ARGS)
+        schedule = self.engine.create_schedule(name=name, now_ns=self.now, **kw)
+        self.drain()
+        return schedule
+
+    def lease(self) -> Any:
+        job = self.engine.lease(["q"], wait_timeout_ms=0, token=None, now_ns=self.now)
+        self.drain()
+        return job
+
+    def finish(self, job: Any, ok: bool = True) -> list[Any]:
+        if ok:
+            self.engine.complete(job.id, b"ok", now_ns=self.now)
+        else:
+            self.engine.fail(job.id, b"boom", now_ns=self.now)
+        return self.drain()
+
+    def jobs(self) -> list[Any]:
+        return sorted(self.engine.jobs.values(), key=lambda j: j.created_ns)
+
+    def replayed(self, upto: int | None = None, now: int | None = None) -> Engine:
+        engine = Engine(scheduler=self.options, started_ns=self.now)
+        engine.begin_replay()
+        for command, logged in self.log[:upto]:
+            engine.replay(command, logged_ns=logged, now_ns=now or self.now)
+        engine.end_replay()
+        return engine
+
+
+def fires(commands: list[Any]) -> list[FireSchedule]:
+    return [c for c in commands if isinstance(c, FireSchedule)]
+
+
+# ---------------------------------------------------------------------------------- specs
+
+
+def test_cron_every_minute_and_nicknames() -> None:
+    assert runs(cron("* * * * *"), "2027-01-15T08:00:30Z", 2) == [
+        "2027-01-15T08:01:00Z", "2027-01-15T08:02:00Z"]
+    assert runs(cron("@hourly"), "2027-01-15T08:00:00Z", 1) == ["2027-01-15T09:00:00Z"]
+    assert runs(cron("@daily"), "2027-01-15T08:00:00Z", 1) == ["2027-01-16T00:00:00Z"]
+    assert runs(cron("@weekly"), "2027-01-15T08:00:00Z", 1) == ["2027-01-17T00:00:00Z"]
+    assert runs(cron("@monthly"), "2027-01-15T08:00:00Z", 1) == ["2027-02-01T00:00:00Z"]
+
+
+def test_cron_yearly_month_ends_and_leap_days() -> None:
+    assert runs(cron("@yearly"), "2027-01-15T08:00:00Z", 2) == [
+        "2028-01-01T00:00:00Z", "2029-01-01T00:00:00Z"]
+    # the 31st: months without one are passed over
+    assert runs(cron("0 0 31 * *"), "2027-01-31T00:00:00Z", 3) == [
+        "2027-03-31T00:00:00Z", "2027-05-31T00:00:00Z", "2027-07-31T00:00:00Z"]
+    # the last day of each month (L)
+    assert runs(cron("0 0 L * *"), "2028-01-31T00:00:00Z", 2) == [
+        "2028-02-29T00:00:00Z", "2028-03-31T00:00:00Z"]
+    # Feb 29: leap years only
+    assert runs(cron("0 12 29 2 *"), "2027-01-01T00:00:00Z", 3) == [
+        "2028-02-29T12:00:00Z", "2032-02-29T12:00:00Z", "2036-02-29T12:00:00Z"]
+
+
+def test_cron_six_fields_seconds_first() -> None:
+    assert runs(cron("*/15 * * * * *"), "2027-01-15T08:00:00Z", 3) == [
+        "2027-01-15T08:00:15Z", "2027-01-15T08:00:30Z", "2027-01-15T08:00:45Z"]
+    assert runs(cron("30 0 9 * * *"), "2027-01-15T08:00:00Z", 1) == ["2027-01-15T09:00:30Z"]
+
+
+def test_dst_spring_forward_skipped_time_fires_nothing() -> None:
+    # Europe/Berlin 2027-03-28: 02:00 CET -> 03:00 CEST; 02:30 does not exist that day
+    spec = cron("30 2 * * *", "Europe/Berlin")
+    assert runs(spec, "2027-03-26T12:00:00Z", 3) == [
+        "2027-03-27T01:30:00Z",  # 02:30 CET
+        "2027-03-29T00:30:00Z",  # 02:30 CEST, the 28th had none
+        "2027-03-30T00:30:00Z",
+    ]
+
+
+def test_dst_fall_back_repeated_time_fires_once() -> None:
+    # Europe/Berlin 2027-10-31: 03:00 CEST -> 02:00 CET; 02:30 happens twice
+    spec = cron("30 2 * * *", "Europe/Berlin")
+    assert runs(spec, "2027-10-30T12:00:00Z", 2) == [
+        "2027-10-31T00:30:00Z",  # first 02:30 (CEST); not again at 01:30Z
+        "2027-11-01T01:30:00Z",
+    ]
+    # asked from inside the second pass of the hour: the repeated time is not run again
+    assert runs(spec, "2027-10-31T01:00:00Z", 1) == ["2027-11-01T01:30:00Z"]
+    # every 30 minutes across the change: each local time once
+    spec = cron("*/30 * * * *", "Europe/Berlin")
+    assert runs(spec, "2027-10-30T23:45:00Z", 5) == [
+        "2027-10-31T00:00:00Z", "2027-10-31T00:30:00Z", "2027-10-31T02:00:00Z",
+        "2027-10-31T02:30:00Z", "2027-10-31T03:00:00Z"]
+
+
+def test_interval_and_one_off() -> None:
+    spec = Spec(every_ms=600_000, at_ns=ns("2027-01-15T08:00:00Z"))
+    assert runs(spec, "2027-01-15T08:05:00Z", 2) == ["2027-01-15T08:10:00Z",
+                                                    "2027-01-15T08:20:00Z"]
+    once = Spec(at_ns=ns("2027-01-15T09:00:00Z"))
+    assert runs(once, "2027-01-15T08:05:00Z", 2) == ["2027-01-15T09:00:00Z", None]
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"cron": "61 * * * *"}, "Invalid cron spec"),
+        ({"cron": "* * *"}, "Invalid cron spec"),
+        ({"cron": "@fortnightly"}, "Invalid cron spec"),
+        ({"cron": "0 0 30 2 *"}, "never fires"),
+        ({"cron": "* * * * *", "tz": "Mars/Olympus"}, "Unknown time zone"),
+        ({"cron": "* * * * *", "every_ms": 1000}, "exactly one"),
+        ({}, "exactly one"),
+        ({"cron": "* * * * *", "executor": "nope"}, "Unknown executor"),
+        ({"cron": "* * * * *", "args": b'{"nme":"q"}'}, "Invalid arguments"),
+        ({"cron": "* * * * *", "args": b"[1]"}, "not a JSON object"),
+        ({"cron": "* * * * *", "wait": "later"}, "Invalid wait policy"),
+        ({"cron": "* * * * *", "on_error": "ignore"}, "Invalid error policy"),
+        ({"at_ns": T0 - 48 * 3600 * S}, "passed"),
+    ],
+)
+def test_bad_schedules_are_refused_and_nothing_is_created(kw: dict[str, Any], message: str) -> None:
+    world = World()
+    kw.setdefault("args", ARGS)
+    with pytest.raises(ScheduleError, match=message):
+        world.engine.create_schedule(name="s", now_ns=world.now, **kw)
+    assert world.drain() == []
+    assert world.engine.schedules == {} and world.engine.schedule_names == {}
+
+
+def test_duplicate_name_is_refused() -> None:
+    world = World()
+    world.create("s", cron="* * * * *")
+    with pytest.raises(ScheduleError, match="Duplicate schedule name"):
+        world.engine.create_schedule(name="s", cron="@daily", args=ARGS, now_ns=world.now)
+    assert world.drain() == [] and len(world.engine.schedules) == 1
+    with pytest.raises(ScheduleNotFound):
+        world.engine.get_schedule("other")
+
+
+# ---------------------------------------------------------------------------------- firing
+
+
+def test_fires_on_time_once_with_created_by() -> None:
+    world = World()
+    s = world.create(cron="* * * * *")
+    assert world.engine.next_deadline_ns() == T0 + MIN
+    assert world.at(T0 + MIN - 1) == []
+    out = world.at(T0 + MIN)
+    assert [type(c) for c in out] == [FireSchedule]
+    (job,) = world.jobs()
+    assert job.meta.created_by == ("schedule", str(s.id))
+    assert job.status is Status.PENDING and job.name == "q"
+    assert s.next_run_ns == T0 + 2 * MIN and s.last_run_ns == T0 + MIN
+    assert world.at(T0 + MIN + S) == []  # not again
+    assert world.engine.schedule_jobs_started == 1
+
+
+def test_one_off_fires_once_then_has_no_next_run() -> None:
+    world = World()
+    s = world.create(at_ns=T0 + 5 * S)
+    assert len(fires(world.at(T0 + 5 * S))) == 1
+    assert s.next_run_ns is None and not s.paused
+    assert world.at(T0 + 3600 * S) == []
+    assert len(world.jobs()) == 1
+
+
+def test_scheduler_disabled_fires_nothing() -> None:
+    world = World(enabled=False)
+    world.create(cron="* * * * *")
+    assert world.engine.next_deadline_ns() is None
+    assert world.at(T0 + 10 * MIN) == []
+
+
+def test_initial_delay_holds_runs_back() -> None:
+    world = World(initial_delay_ms=90_000)
+    world.create(cron="* * * * *")
+    assert world.at(T0 + MIN) == []
+    assert len(fires(world.at(T0 + 90 * S))) == 1
+
+
+def test_per_pass_cap_rest_fire_in_next_pass() -> None:
+    world = World(max_per_pass=10)
+    for i in range(25):
+        world.create(f"s{i}", cron="* * * * *")
+    world.now = T0 + MIN
+    world.engine.tick(world.now)
+    assert len(fires(world.drain())) == 10
+    assert world.engine.next_deadline_ns() <= world.now  # the next pass, right after
+    world.engine.tick(world.now)
+    assert len(fires(world.drain())) == 10
+    world.engine.tick(world.now)
+    assert len(fires(world.drain())) == 5
+    assert world.engine.next_deadline_ns() == T0 + 2 * MIN
+
+
+# ---------------------------------------------------------------------------------- wait policies
+
+
+def _overlap(wait: str) -> tuple[World, Any, Any]:
+    world = World(pace_ms=60_000)
+    s = world.create(every_ms=600_000, wait=wait)  # first run at T0+10m
+    world.at(T0 + 10 * MIN)
+    job = world.lease()
+    assert job is not None
+    return world, s, job
+
+
+def test_wait_policy_waits_then_runs_when_previous_ends() -> None:
+    world, s, job = _overlap("wait")
+    assert fires(world.at(T0 + 20 * MIN)) == []  # previous still running: wait
+    assert s.recheck_ns is not None
+    pace = s.recheck_ns - (T0 + 20 * MIN)
+    assert 66 * S <= pace <= 72 * S  # 60 s pace + 10-20 % jitter
+    assert fires(world.at(s.recheck_ns)) == []  # still running: wait again
+    world.finish(job)
+    assert s.last_outcome == "succeeded"
+    recheck = s.recheck_ns
+    assert fires(world.at(recheck - 1)) == []  # checked again at the pace, not at once
+    (fire,) = fires(world.at(recheck))
+    assert fire.job is not None and s.next_run_ns == T0 + 30 * MIN
+    assert len(world.jobs()) == 2
+
+
+def test_no_wait_policy_overlaps() -> None:
+    world, s, _job = _overlap("no_wait")
+    (fire,) = fires(world.at(T0 + 20 * MIN))
+    assert fire.job is not None
+    assert len(s.running) == 2
+
+
+def test_skip_policy_skips_and_counts() -> None:
+    world, s, job = _overlap("skip")
+    (fire,) = fires(world.at(T0 + 20 * MIN))
+    assert fire.job is None and fire.skipped == 1
+    assert s.skipped == 1 and s.next_run_ns == T0 + 30 * MIN
+    world.finish(job)
+    assert fires(world.at(T0 + 25 * MIN)) == []  # nothing owed
+    (fire,) = fires(world.at(T0 + 30 * MIN))
+    assert fire.job is not None
+    assert world.engine.schedule_runs_skipped == 1
+
+
+def test_buffer_one_starts_one_run_when_previous_ends() -> None:
+    world, s, job = _overlap("buffer_one")
+    assert fires(world.at(T0 + 20 * MIN))[0].job is None
+    assert s.pending_buffered
+    (fire,) = fires(world.at(T0 + 30 * MIN))  # a second one owed: only one is kept
+    assert fire.job is None and s.skipped == 1
+    world.now = T0 + 33 * MIN
+    world.finish(job)
+    (fire,) = fires(world.at(world.now))  # the owed run, at once
+    assert fire.job is not None and not s.pending_buffered
+    assert s.next_run_ns == T0 + 40 * MIN
+
+
+def test_succeeding_runs_do_not_overlap_under_wait() -> None:
+    world = World()
+    s = world.create(cron="* * * * *")
+    for minute in range(1, 6):
+        world.at(T0 + minute * MIN)
+        job = world.lease()
+        world.finish(job)
+    assert s.jobs_started == 5 and s.last_outcome == "succeeded" and s.skipped == 0
+
+
+# ---------------------------------------------------------------------------------- error policies
+
+
+def test_retry_sched_runs_next_as_scheduled() -> None:
+    world = World()
+    s = world.create(cron="0 * * * *", on_error="retry_sched")
+    world.at(T0 + 3600 * S)
+    world.finish(world.lease(), ok=False)
+    assert s.last_outcome == "failed" and s.consecutive_failures == 1
+    assert s.next_run_ns == T0 + 7200 * S and not s.paused
+
+
+def test_retry_soon_backs_off_and_resets_on_success() -> None:
+    world = World()
+    s = world.create(cron="0 * * * *", on_error="retry_soon")
+    world.at(T0 + 3600 * S)
+    base = world.now
+    out = world.finish(world.lease(), ok=False)
+    ended = [c for c in out if isinstance(c, ScheduleRunEnded)]
+    assert ended and ended[0].outcome == "failed"
+    assert s.next_run_ns == base + 30 * S
+    world.at(base + 30 * S)
+    world.finish(world.lease(), ok=False)
+    assert s.next_run_ns == base + 30 * S + 60 * S  # backs off: 30 s, 60 s, ...
+    world.at(s.next_run_ns)
+    world.finish(world.lease(), ok=True)
+    assert s.consecutive_failures == 0
+    assert s.next_run_ns == T0 + 7200 * S  # back on schedule
+
+
+def test_pause_sched_pauses_with_reason() -> None:
+    world = World()
+    s = world.create(cron="* * * * *", on_error="pause_sched")
+    world.at(T0 + MIN)
+    world.finish(world.lease(), ok=False)
+    assert s.paused and s.next_run_ns is None
+    assert "failed: boom" in s.changes[-1][1]
+    assert world.engine.schedules_paused == 1
+    assert world.at(T0 + 10 * MIN) == []
+
+
+def test_successful_runs_do_not_trigger_error_policy() -> None:
+    world = World()
+    s = world.create(cron="* * * * *", on_error="pause_sched")
+    world.at(T0 + MIN)
+    world.finish(world.lease(), ok=True)
+    assert not s.paused and s.next_run_ns == T0 + 2 * MIN
+
+
+# ---------------------------------------------------------------------------------- catch-up
+
+
+def _downtime(catchup_ms: int, down_s: int) -> tuple[World, Engine, list[Any]]:
+    world = World()
+    world.create(cron="*/5 * * * *", catchup_ms=catchup_ms)
+    world.at(T0 + 5 * MIN)  # one run, then the server goes down
+    world.finish(world.lease())
+    restarted_at = T0 + 5 * MIN + down_s * S
+    engine = world.replayed(now=restarted_at)
+    engine.tick(restarted_at)
+    return world, engine, engine.drain()[0]
+
+
+def test_catch_up_inside_window_runs_once_and_counts() -> None:
+    _, engine, out = _downtime(catchup_ms=3_600_000, down_s=3 * 3600 + 120)
+    (fire,) = fires(out)
+    assert fire.job is not None  # made up once, not once per missed time
+    s = engine.get_schedule("s")
+    assert fire.missed == 36 - 1 and s.missed == 35
+    assert s.next_run_ns == T0 + 5 * MIN + 3 * 3600 * S + 5 * MIN
+
+
+def test_catch_up_outside_window_skips_and_counts() -> None:
+    _, engine, out = _downtime(catchup_ms=60_000, down_s=3 * 3600 + 240)
+    (fire,) = fires(out)
+    assert fire.job is None and fire.missed == 36
+    assert engine.schedule_runs_missed == 36
+    assert engine.get_schedule("s").next_run_ns == T0 + 5 * MIN + 3 * 3600 * S + 5 * MIN
+
+
+# ---------------------------------------------------------------------------------- operations
+
+
+def test_pause_resume_keep_change_history() -> None:
+    world = World()
+    s = world.create(cron="* * * * *")
+    world.engine.pause_schedule("s", reason="maintenance", actor="ann", now_ns=world.now)
+    world.drain()
+    assert s.paused and s.next_run_ns is None
+    with pytest.raises(InvalidStatus):
+        world.engine.pause_schedule("s", now_ns=world.now)
+    assert world.at(T0 + 5 * MIN) == []
+    world.engine.resume_schedule("s", reason="done", now_ns=world.now)
+    world.drain()
+    assert s.next_run_ns == T0 + 6 * MIN
+    reasons = [r for _, r in s.changes]
+    assert reasons == ["created", "paused by ann: maintenance", "resumed: done"]
+    # the history survives replay
+    assert [r for _, r in world.replayed().get_schedule("s").changes] == reasons
+
+
+def test_trigger_backfill_drop() -> None:
+    world = World()
+    s = world.create(cron="0 * * * *")
+    job = world.engine.trigger_schedule("s", now_ns=world.now)
+    world.drain()
+    assert job.meta.created_by == ("schedule", str(s.id))
+    assert s.next_run_ns == T0 + 3600 * S  # unchanged
+    jobs = world.engine.backfill_schedule(
+        "s", from_ns=T0 - 3 * 3600 * S, to_ns=T0 - 1, now_ns=world.now
+    )
+    world.drain()
+    assert len(jobs) == 3
+    with pytest.raises(ScheduleError):
+        world.engine.backfill_schedule("s", from_ns=T0, to_ns=T0 - 1, now_ns=world.now)
+    world.engine.drop_schedule("s", now_ns=world.now)
+    world.drain()
+    assert world.engine.schedules == {} and len(world.jobs()) == 4
+    assert world.at(T0 + 2 * 3600 * S) == []
+    assert world.replayed().schedules == {}
+
+
+def test_pause_jobs_for_schedule() -> None:
+    world = World()
+    s = world.create(cron="* * * * *", wait="no_wait")
+    world.at(T0 + MIN)
+    world.at(T0 + 2 * MIN)
+    count = world.engine.apply_to_created_by(
+        "pause", ("schedule", str(s.id)), reason="r", actor="a", now_ns=world.now
+    )
+    assert count == 2
+
+
+def test_register_executor_plugs_in() -> None:
+    seen: list[str] = []
+
+    class Spark:
+        def __init__(self, args: Any) -> None:
+            if "table" not in args:
+                raise ValueError("table is required")
+            self.table = args["table"]
+
+        def execute(self, schedule: Any, scheduled_ns: int, now_ns: int) -> Any:
+            from jobq.engine.schedules import Work
+
+            return Work(name="spark.backup", payload=self.table.encode())
+
+        def notify_job_termination(self, schedule: Any, run: Any, now_ns: int) -> None:
+            seen.append(run.outcome)
+
+    register_executor("test-spark", Spark, replace=True)
+    world = World()
+    with pytest.raises(ScheduleError, match="table is required"):
+        world.engine.create_schedule(
+            name="b", cron="@daily", executor="test-spark", args=b"{}", now_ns=world.now
+        )
+    world.create("b", cron="* * * * *", executor="test-spark", args=b'{"table":"t"}')
+    world.at(T0 + MIN)
+    (job,) = world.jobs()
+    assert job.name == "spark.backup" and job.payload == b"t"
+    leased = world.engine.lease(["spark.backup"], wait_timeout_ms=0, token=None, now_ns=world.now)
+    world.engine.complete(leased.id, b"", now_ns=world.now)
+    assert seen == ["succeeded"]
+
+
+# ---------------------------------------------------------------------------------- crash
+
+
+def test_crash_between_steps_of_firing_runs_exactly_once() -> None:
+    world = World()
+    world.create(cron="* * * * *")
+    before = len(world.log)
+    world.at(T0 + MIN)
+    assert len(world.log) == before + 1  # one command: the job AND the next run
+    (fire,) = fires([c for c, _ in world.log])
+    assert isinstance(fire.job, SubmitJob) and fire.next_run_ns == T0 + 2 * MIN
+
+    # crash before the firing is logged: not fired; the restarted server fires it once
+    engine = world.replayed(upto=before, now=T0 + MIN + S)
+    assert engine.jobs == {}
+    engine.tick(T0 + MIN + S)
+    assert len(fires(engine.drain()[0])) == 1 and len(engine.jobs) == 1
+    engine.tick(T0 + MIN + 2 * S)
+    assert engine.drain()[0] == []
+
+    # crash after: fired once, and replay does not fire it again
+    engine = world.replayed(now=T0 + MIN + S)
+    assert len(engine.jobs) == 1
+    assert engine.get_schedule("s").next_run_ns == T0 + 2 * MIN
+    engine.tick(T0 + MIN + S)
+    assert engine.drain()[0] == []
+
+    # a record written twice (a retried write) is applied once
+    world.log.append(world.log[-1])
+    engine = world.replayed(now=T0 + MIN + S)
+    assert len(engine.jobs) == 1 and engine.get_schedule("s").jobs_started == 1
+
+
+def test_failed_write_rolls_back_firing() -> None:
+    world = World()
+    s = world.create(cron="* * * * *")
+    world.engine.begin()
+    world.engine.tick(T0 + MIN)
+    assert len(world.engine.jobs) == 1
+    world.engine.rollback()
+    assert world.engine.jobs == {}
+    s = world.engine.get_schedule("s")
+    assert s.next_run_ns == T0 + MIN and s.jobs_started == 0
+    assert world.engine.schedule_jobs_started == 0
+    world.engine.begin()
+    world.engine.tick(T0 + MIN)  # due again: fired once
+    assert len(fires(world.engine.drain()[0])) == 1 and len(world.engine.jobs) == 1
+
+
+def test_cleaner_keeps_what_replay_needs() -> None:
+    world = World()
+    s = world.create(cron="* * * * *")
+    for minute in (1, 2, 3):
+        world.at(T0 + minute * MIN)
+        world.finish(world.lease())
+    dead = [c for c, t in world.log if not world.engine.command_is_live(c, t)]
+    # jobs still retained: only run ends superseded by a newer one can go
+    assert [type(c) for c in dead] == [ScheduleRunEnded, ScheduleRunEnded]
+    job_id = s.last_job_id
+    for job in list(world.engine.jobs.values()):
+        world.engine.delete(job.id, now_ns=world.now)
+    world.drain()
+    kept = [(c, t) for c, t in world.log if world.engine.command_is_live(c, t)]
+    engine = Engine()
+    engine.begin_replay()
+    for command, logged in kept:
+        engine.replay(command, logged_ns=logged, now_ns=world.now)
+    engine.end_replay()
+    assert engine.jobs == {}  # the newest run is not revived
+    replayed = engine.get_schedule("s")
+    assert replayed.next_run_ns == s.next_run_ns and replayed.last_job_id == job_id
