@@ -19,13 +19,14 @@ bytecode: $(STAMP)
 	$(PY) -m compileall -q src >/dev/null
 
 run: bytecode
-	$(VENV)/bin/jobq server --data-dir .jobq
+	$(VENV)/bin/jobq up $(UP_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy
 
 test: lint
+	sh scripts/ensure-chromium.sh
 	$(PY) -m pytest -q
 
 bench: bytecode

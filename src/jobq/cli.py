@@ -19,6 +19,8 @@ SUBCOMMANDS: dict[str, str] = {
     "worker": "jobq.worker.cli:worker_command",
     "submit": "jobq.jobs_cli:submit_command",
     "jobs": "jobq.jobs_cli:jobs_group",
+    "up": "jobq.up:up_command",
+    "status": "jobq.status_cli:status_command",
     "schedules": "jobq.schedules_cli:schedules_group",
 }
 

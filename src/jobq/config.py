@@ -45,6 +45,13 @@ class ServerConfig:
     scheduler_pace_ms: int = 60_000
     scheduler_initial_delay_ms: int = 0
     scheduler_max_per_pass: int = 10
+    #: a shared token: TCP clients send ``auth <token>`` first, HTTP a Bearer header
+    auth_token: str | None = None
+    #: HOST, PORT of the HTTP API and web UI; None: no HTTP
+    http: tuple[str, int] | None = None
+    #: PEM files to serve HTTPS
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     @property
     def log_dir(self) -> Path:

@@ -175,6 +175,31 @@ def _payload(text: str | None) -> bytes:
     return data
 
 
+def _spark_arguments(
+    name: str, data: bytes, description: str, dry_run: bool
+) -> tuple[bytes, str]:
+    """Validated arguments of a Spark job and its description (credentials masked)."""
+    import json
+
+    from jobq.spark import JOB_TYPES, describe, validate
+
+    if name not in JOB_TYPES:
+        fail(f"unknown Spark job type {name!r} (known: {', '.join(sorted(JOB_TYPES))})",
+             EXIT_USAGE)
+    if dry_run:
+        if name != "spark.pipeline":
+            fail("--dry-run is for spark.pipeline jobs", EXIT_USAGE)
+        arguments = json.loads(data or b"{}")
+        if not isinstance(arguments, dict):
+            fail("--payload: spark.pipeline arguments are a JSON object", EXIT_USAGE)
+        arguments["dry_run"] = True
+        data = json.dumps(arguments).encode()
+    error = validate(name, data)
+    if error is not None:
+        fail(error, EXIT_USAGE)
+    return data, description or describe(name, data)
+
+
 @click.command("submit")
 @click.argument("name")
 @click.option("--payload", metavar="JSON|@FILE", default=None, help="JSON text, or @FILE.")
@@ -187,6 +212,8 @@ def _payload(text: str | None) -> bytes:
 @click.option("--at", "at", default=None, metavar="TIME", help="RFC 3339 time, or +DURATION.")
 @click.option("--creator", default=None, help="Who submits it [default: $USER].")
 @click.option("--id", "job_id", default=None, help="The job id (a UUID) [default: new].")
+@click.option("--dry-run", is_flag=True,
+              help="spark.pipeline: validate the pipeline graph without running it.")
 @server_option
 def submit_command(
     name: str,
@@ -200,10 +227,19 @@ def submit_command(
     at: str | None,
     creator: str | None,
     job_id: str | None,
+    dry_run: bool,
     server: str,
 ) -> None:
-    """Submit a job NAME; prints its id."""
+    """Submit a job NAME; prints its id.
+
+    Spark job types (spark.import, spark.backup, ...) have their JSON arguments checked here
+    first; a bad argument is a one-line error and nothing is submitted.
+    """
     data = _payload(payload)
+    if name.startswith("spark."):
+        data, description = _spark_arguments(name, data, description, dry_run)
+    elif dry_run:
+        fail("--dry-run is for spark.pipeline jobs", EXIT_USAGE)
     ttr_ms = _duration_ms(ttr, "--ttr")
     ttl_ms = None if ttl is None else _duration_ms(ttl, "--ttl")
     when = None if at is None else parse_when(at)

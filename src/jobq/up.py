@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import importlib
 import json
 import logging
@@ -83,11 +82,7 @@ class Up:
     # -- the pieces
 
     def _on_core(self, core: Any) -> None:
-        from jobq.http.auth import guard_core, register_auth_command
-
         self.core = core
-        register_auth_command()
-        guard_core(core, self.auth_token)
         loop = asyncio.get_running_loop()
         self._http_ready = loop.create_future()
         if self.http_address is not None:
@@ -310,10 +305,9 @@ def up_command(
     directory = data_dir if data_dir is not None else default_data_dir()
     fresh = _is_fresh(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    config = ServerConfig(host=host, port=port, data_dir=directory, sync=cmdlog_sync)
-    if auth_token and "auth_token" in {f.name for f in dataclasses.fields(ServerConfig)}:
-        extra: dict[str, Any] = {"auth_token": auth_token}
-        config = dataclasses.replace(config, **extra)
+    config = ServerConfig(
+        host=host, port=port, data_dir=directory, sync=cmdlog_sync, auth_token=auth_token or None
+    )
     up = Up(
         config,
         http=http_address,

@@ -32,6 +32,7 @@ class LiveServer:
             port=0,
             data_dir=data_dir or Path("."),
             in_memory=data_dir is None,
+            auth_token=auth_token,
             **config,
         )
         self.auth_token = auth_token
@@ -65,7 +66,6 @@ class LiveServer:
 
             def on_core(core: Core) -> None:
                 self.core = core
-                self._install_auth(core)
                 if self._on_core is not None:
                     self._on_core(core)
 
@@ -107,12 +107,6 @@ class LiveServer:
         except BaseException as exc:
             self.error = exc
             self._ready.set()
-
-    def _install_auth(self, core: Core) -> None:
-        from jobq.http.auth import guard_core, register_auth_command
-
-        register_auth_command()
-        guard_core(core, self.auth_token)
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():

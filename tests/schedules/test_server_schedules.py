@@ -121,14 +121,16 @@ def test_no_scheduler_fires_nothing(tmp_path: Path) -> None:
 
 def test_cli(address: str, client: Client) -> None:
     result = run(address, "schedules", "create", "nightly", "--cron", "30 2 * * *", "--tz",
-                 "Europe/Berlin", "--job", "spark.backup", "--payload", '{"db":"x"}',
+                 "Europe/Berlin", "--job", "spark.backup", "--payload",
+                 '{"tables": ["sales"], "location": "/data/backups/nightly"}',
                  "--wait", "skip", "--on-error", "retry_soon", "--catchup", "2h")
     assert result.exit_code == 0, result.output
     assert "created schedule nightly" in result.output
     result = run(address, "schedules", "list", "--json")
     (listed,) = json.loads(result.output)
     assert listed["wait"] == "skip" and listed["catchup_ms"] == 7_200_000
-    assert listed["args"]["payload"] == '{"db":"x"}' and listed["tz"] == "Europe/Berlin"
+    payload = '{"tables": ["sales"], "location": "/data/backups/nightly"}'
+    assert listed["args"]["payload"] == payload and listed["tz"] == "Europe/Berlin"
     result = run(address, "schedules", "list")
     assert "nightly" in result.output and "skip/retry_soon" in result.output
     assert run(address, "schedules", "pause", "nightly", "--reason", "r1").exit_code == 0

@@ -346,6 +346,25 @@ def make_executor(name: str, args: Mapping[str, Any]) -> ScheduledJobExecutor:
         raise ScheduleError(f"Invalid arguments for executor {name!r}: {exc}") from exc
 
 
+#: job-name prefix -> validator(name, payload) giving an error text or None; job types
+#: with argument schemas (the Spark pipelines) register here, so a schedule with bad
+#: arguments is refused when it is created
+_JOB_TYPE_VALIDATORS: dict[str, Callable[[str, bytes], str | None]] = {}
+
+
+def register_job_type_validator(prefix: str, validate: Callable[[str, bytes], str | None]) -> None:
+    """Validate the payload of scheduled jobs whose name starts with ``prefix``."""
+    _JOB_TYPE_VALIDATORS[prefix] = validate
+
+
+def _validate_job(name: str, payload: bytes) -> None:
+    for prefix, validate in _JOB_TYPE_VALIDATORS.items():
+        if name.startswith(prefix):
+            error = validate(name, payload)
+            if error is not None:
+                raise ValueError(error)
+
+
 _JOB_ARGS: Final = {
     "name": str,
     "payload": str,
@@ -382,6 +401,7 @@ class JobExecutor:
             payload = bytes.fromhex(str(args["payload_hex"]))
         if len(payload) > 1024 * 1024:
             raise ValueError("payload larger than 1 MiB")
+        _validate_job(name, payload)
         numbers = {k: int(args.get(k, 0)) for k in ("priority", "ttl_ms", "max_attempts",
                                                     "max_fails")}
         ttr_ms = int(args.get("ttr_ms", 60_000))

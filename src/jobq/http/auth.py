@@ -253,38 +253,3 @@ def authenticating_client_class(token: str) -> type[Any]:
     return AuthClient
 
 
-def guard_core(core: Any, token: str | None) -> None:
-    """Enforce the TCP token by wrapping ``core.execute`` with :func:`check_auth`, for
-    servers whose TCP connections do not check it themselves (tcp.py calling
-    ``check_auth``). Requests that are not from a TCP connection (the HTTP bridge, which
-    has its own check) pass. Idempotent."""
-    expected = encode_token(token)
-    if expected is None:
-        # ``auth`` without a configured token: accepted and ignored
-        handlers = getattr(core.dispatcher, "_handlers", None)
-        if isinstance(handlers, dict):
-            handlers.setdefault(Auth, lambda request, token, now_ns: p.ok())
-        return
-    if getattr(core, "_jobq_auth_guarded", False):
-        return
-    from jobq.server.tcp import Connection
-
-    if hasattr(Connection, "authenticated"):
-        return  # the TCP connections check the token themselves
-    execute = core.execute
-
-    def guarded(conn: Any, request: p.Request, slot: Any) -> None:
-        if isinstance(conn, Connection):
-            if not hasattr(conn, "authenticated"):
-                conn.auth_token = expected  # type: ignore[attr-defined]
-                conn.authenticated = False  # type: ignore[attr-defined]
-            reply = check_auth(conn, request)  # type: ignore[arg-type]
-            if reply is not None:
-                slot.request = request
-                slot.data = reply
-                conn.slot_ready()
-                return
-        execute(conn, request, slot)
-
-    core.execute = guarded
-    core._jobq_auth_guarded = True

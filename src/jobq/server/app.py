@@ -13,6 +13,8 @@ from jobq.cmdlog.record import Record
 from jobq.config import ServerConfig
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
+from jobq.engine.schedules import register_job_type_validator
+from jobq.http.auth import encode_token
 from jobq.server.core import Core, WallClock
 from jobq.server.history import read_history
 from jobq.server.replay import replay
@@ -22,6 +24,18 @@ logger = logging.getLogger("jobq.server")
 
 #: workq command types whose payload starts with the job id
 _WORKQ_TYPES = range(1, 9)
+
+
+def _validate_spark_job(name: str, payload: bytes) -> str | None:
+    """Arguments of a scheduled Spark job (imports the schemas on first use, not pyspark)."""
+    from jobq.spark.args import JOB_TYPES, validate
+
+    if name not in JOB_TYPES:
+        return f"unknown Spark job type {name!r} (known: {', '.join(sorted(JOB_TYPES))})"
+    return validate(name, payload)
+
+
+register_job_type_validator("spark.", _validate_spark_job)
 
 
 def configure_logging(level: int = logging.INFO) -> None:
@@ -126,13 +140,15 @@ async def serve(
     core = Core(
         engine, log, sync_always=config.sync == "always", clock=clock, history=history
     )
+    core.replay_seconds = stats.seconds if log is not None else 0.0
     if on_core is not None:
         on_core(core)
     stop_event = stop or asyncio.Event()
     core.on_fatal = stop_event.set
     core.tick()  # deadlines that passed while the server was down
+    token = encode_token(config.auth_token)
     server = await loop.create_server(
-        lambda: Connection(core, max_connections=config.max_connections),
+        lambda: Connection(core, max_connections=config.max_connections, auth_token=token),
         config.host,
         config.port,
         backlog=1024,
@@ -151,12 +167,23 @@ async def serve(
     )
     where = "memory only" if log is None else f"log {config.log_dir} (sync {config.sync})"
     logger.info("listening on %s:%d, %s", host, port, where)
+    stop_http = None
+    if config.http is not None:
+        from jobq.http import start_http  # FastAPI is imported only when HTTP is on
+
+        http_host, http_port = config.http
+        stop_http = await start_http(
+            core, host=http_host, port=http_port, auth_token=config.auth_token,
+            tls_cert=config.tls_cert, tls_key=config.tls_key,
+        )
     if on_listening is not None:
         on_listening(host, port)
     try:
         await stop_event.wait()
     finally:
         logger.info("stopping: no new connections, flushing the command log")
+        if stop_http is not None:
+            await stop_http()
         server.close()
         core.flush()
         await core.drain_pending()

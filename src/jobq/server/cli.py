@@ -109,6 +109,15 @@ def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
 @click.option("--scheduler-max-per-pass", type=click.IntRange(min=1), default=10,
               show_default=True,
               help="Most jobs the scheduler starts per pass; the rest start in the next pass.")
+@click.option("--http", "http_address", is_flag=False, flag_value="127.0.0.1:8080", default=None,
+              help="Serve the HTTP API, web UI and /metrics (alone: on 127.0.0.1:8080).")
+@click.option("--auth-token", envvar="JOBQ_AUTH_TOKEN", default=None,
+              help="Require this token: TCP clients send `auth <token>` first, HTTP a Bearer "
+              "header [env: JOBQ_AUTH_TOKEN].")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="PEM certificate: serve HTTPS.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="PEM private key for --tls-cert.")
 def server_command(
     listen: str,
     data_dir: Path | None,
@@ -124,6 +133,10 @@ def server_command(
     scheduler_pace: str,
     scheduler_initial_delay: str,
     scheduler_max_per_pass: int,
+    http_address: str | None,
+    auth_token: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
 ) -> None:
     """Run the job server (a drop-in for workq-server)."""
     try:
@@ -136,6 +149,15 @@ def server_command(
             raise ConfigError("the scheduler pace must be positive")
         if segment_size_bytes < 1:
             raise ConfigError("the segment size must be at least 1 byte")
+        http = parse_listen(http_address) if http_address is not None else None
+        if (tls_cert is None) != (tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together")
+        from jobq.http.auth import encode_token
+
+        try:
+            encode_token(auth_token)
+        except ValueError as exc:
+            raise ConfigError(f"invalid --auth-token: {exc}") from exc
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     config = ServerConfig(
@@ -154,6 +176,10 @@ def server_command(
         scheduler_pace_ms=pace_ms,
         scheduler_initial_delay_ms=initial_delay_ms,
         scheduler_max_per_pass=scheduler_max_per_pass,
+        auth_token=auth_token or None,
+        http=http,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
     from jobq.cmdlog.errors import CmdlogError
     from jobq.server.app import configure_logging, serve

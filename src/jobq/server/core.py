@@ -120,6 +120,8 @@ class Core:
         self.fatal_error: BaseException | None = None
         #: called once on a fatal error
         self.on_fatal: Callable[[], None] | None = None
+        #: how long start-up replay took (for /metrics)
+        self.replay_seconds = 0.0
         engine.begin()
 
     def _server_info(self) -> p.ServerInfo:

@@ -141,6 +141,7 @@ def worker_command(
         _configure_spark(data_dir, spark_master, spark_remote, spark_conf, spark_roots)
     if not imports and not len(REGISTRY):
         fail("no handlers: give --import MODULE", EXIT_USAGE)
+    if chosen is not None:
         missing = [n for n in chosen if n not in REGISTRY]
         if missing:
             known = ", ".join(REGISTRY.names()) or "none"
