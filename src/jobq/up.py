@@ -139,6 +139,7 @@ class Up:
         from jobq.worker.runtime import Runtime
 
         assert self.tcp is not None
+        self._add_spark_types()
         handlers = {h.name: h for h in demo.registry()}
         for entry in REGISTRY:
             handlers.setdefault(entry.name, entry)
@@ -165,6 +166,20 @@ class Up:
             grace_s=GRACE_S,
         )
         self.runtime.start()
+
+    def _add_spark_types(self) -> None:
+        """Serve the built-in Spark job types too, on local Spark with the catalog under the
+        data directory; the session (and its JVM) starts with the first Spark job."""
+        try:
+            import importlib
+
+            importlib.import_module("jobq.spark.pipelines")
+            from jobq.spark.session import SparkOptions, configure
+
+            configure(SparkOptions(master=None, remote=None, conf={},
+                                   data_dir=self.config.data_dir, roots=[]))
+        except ImportError as exc:  # the spark extra is not installed
+            logger.info("Spark job types not served: %s", exc)
 
     async def _set_up_demo(self) -> None:
         from jobq import demo
