@@ -401,3 +401,23 @@ def test_reply_parser_on_garbage_only_returns_replies_or_raises_malformed(
                 break
     except (MalformedReplyError, RuntimeError):
         pass
+
+
+extension_wire = st.builds(
+    lambda word, body, tail: p.Extension(word, body).to_bytes()[: len(word) + 1]
+    + tail
+    + p.Extension(word, body).to_bytes()[len(word) + 1 :],
+    st.sampled_from([*p.EXTENSION_COMMANDS, "nosuch"]),
+    st.binary(max_size=40),
+    st.sampled_from([b"", b"x", b"1"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(extension_wire, min_size=1, max_size=4), st.lists(st.integers(0, 400)))
+def test_fast_path_gives_the_general_paths_events_for_extension_commands(
+    wires: list[bytes], cuts: list[int]
+) -> None:
+    data = b"".join(wires)
+    assert_fast_path_changes_nothing([data])
+    assert_fast_path_changes_nothing(split(data, cuts))

@@ -112,11 +112,20 @@ class JobMeta:
         self.last_heartbeat_ns: int | None = None
         self.last_checkpoint_ns: int | None = None
 
-    def copy(self) -> JobMeta:
-        clone = JobMeta.__new__(JobMeta)
-        for slot in JobMeta.__slots__:
-            setattr(clone, slot, getattr(self, slot))
-        return clone
+    def state(self) -> tuple[object, ...]:
+        """Every field, in one C-level call (for the undo journal)."""
+        values: tuple[object, ...] = _get_meta(self)
+        return values
+
+    @classmethod
+    def from_state(cls, state: tuple[object, ...]) -> JobMeta:
+        meta = cls.__new__(cls)
+        for slot, value in zip(cls.__slots__, state, strict=True):
+            setattr(meta, slot, value)
+        return meta
+
+
+_get_meta = operator.attrgetter(*JobMeta.__slots__)
 
 
 class Job:
@@ -214,11 +223,11 @@ class Job:
         return WORKQ_NEW if self.attempts == 0 else WORKQ_PENDING
 
     def saved_state(self) -> tuple[object, ...]:
-        """The fields that change after creation, for the undo journal (one C-level call;
-        the metadata, mutable itself, is copied)."""
+        """The fields that change after creation, for the undo journal: one C-level call,
+        and one more for the metadata (mutable itself, so saved as its fields' values)."""
         state: tuple[object, ...] = _get_mutable(self)
         if self.meta is not None:
-            state = (*state[:-1], self.meta.copy())
+            state = (*state[:-1], self.meta.state())
         return state
 
     def restored(self, state: tuple[object, ...]) -> Job:
@@ -229,6 +238,10 @@ class Job:
             setattr(clone, slot, getattr(self, slot))
         for slot, value in zip(MUTABLE_FIELDS, state, strict=True):
             setattr(clone, slot, value)
+        meta_state = state[-1]
+        if meta_state is not None:
+            assert isinstance(meta_state, tuple)
+            clone.meta = JobMeta.from_state(meta_state)
         clone.queued = None
         return clone
 

@@ -1064,7 +1064,12 @@ def _parse_extension(word: str) -> ParseFn:
         _no_flags(flags)
         return Extension(word, _data(data))
 
+    parse.jobq_extension = True  # type: ignore[attr-defined]  # the parser's fast path
     return parse
+
+
+#: an extension command's line: ``<word> <size>`` (the parser's fast path)
+_EXTENSION_LINE_MATCH = re.compile(rb"([a-z]{2,16}) ([0-9]{1,8})\r\n").match
 
 
 def register_extensions(registry: CommandRegistry) -> CommandRegistry:
@@ -1223,6 +1228,10 @@ class RequestParser:
                         event = _FAST_BUILD[m.lastindex](self, m)  # type: ignore[index]
                         if event is not None:
                             return event
+                    else:
+                        extension = self._fast_extension(buf, start)
+                        if extension is not None:
+                            return extension
                 # _step_line and _handle_line inlined
                 end = buf.find(b"\n", start + self._scanned)
                 if end == -1:
@@ -1342,6 +1351,27 @@ class RequestParser:
         self._left = size
         self._pending = (spec, arg_tuple, flags)
         return None
+
+    def _fast_extension(self, buf: bytearray, start: int) -> Extension | None:
+        """An extension command whose line and whole body are buffered, in one match;
+        None (consuming nothing) for anything else, which the general path then reads."""
+        m = _EXTENSION_LINE_MATCH(buf, start)
+        if m is None:
+            return None
+        word = m.group(1).decode("ascii")
+        spec = self._registry.get(word)
+        if spec is None or not getattr(spec.parse, "jobq_extension", False):
+            return None
+        size = int(m.group(2))
+        if size > (spec.max_data_bytes or self.max_data_bytes):
+            return None
+        line_end = m.end()
+        stop = line_end + size
+        if len(buf) < stop + 2 or buf[stop] != 0x0D or buf[stop + 1] != 0x0A:
+            return None
+        self._scanned = 0
+        self._pos = stop + 2
+        return Extension(word, bytes(buf[line_end:stop]))
 
     def _take_block(self, line_end: int, size: int) -> bytes | None:
         """For the fast path: the data block at ``line_end``, consumed with its line.
