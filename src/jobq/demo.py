@@ -187,6 +187,68 @@ def setup_requests(data_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]
     return jobs, schedule
 
 
+SALES_SCHEMA = "id INT, day STRING, region STRING, product STRING, quantity INT, price DOUBLE"
+
+
+def spark_requests(data_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The same story on Spark, with the built-in pipelines: import the sample CSV into table
+    ``sales``, a revenue report to CSV files, and a backup schedule of the table. (The
+    session starts with the first of them, so they run after the plain demo's first jobs.)
+    """
+    base = demo_dir(data_dir).resolve()
+    now = time.time()
+
+    def rfc3339(t: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+    jobs = [
+        {
+            "name": "spark.import",
+            "payload": _b64({
+                "paths": [str(base / "sales.csv")], "format": "csv",
+                "options": {"header": "true"}, "schema": SALES_SCHEMA,
+                "table": "sales", "mode": "create",
+            }),
+            "description": "Spark: import the sample sales CSV into table sales",
+            "creator": "demo",
+            "ttr_ms": 300_000,
+            "max_attempts": 3,
+        },
+        {
+            "name": "spark.sql",
+            "payload": _b64({
+                "statements": "SELECT region, product, ROUND(SUM(quantity * price), 2) AS revenue"
+                " FROM sales GROUP BY region, product ORDER BY revenue DESC",
+                "output": {"path": str(base / "reports" / "revenue"), "format": "csv",
+                           "options": {"header": "true"}},
+            }),
+            "description": "Spark report: revenue by region and product",
+            "creator": "demo",
+            "time": rfc3339(now + 90),
+            "ttr_ms": 300_000,
+            "max_attempts": 3,
+            "max_fails": 3,
+        },
+    ]
+    schedule = {
+        "name": "demo-spark-backup",
+        "every_ms": 300_000,
+        "at": rfc3339(now + 150),
+        "executor": "job",
+        "args": {
+            "name": "spark.backup",
+            "payload": json.dumps({"tables": ["sales"], "location": str(base / "spark-backups")}),
+            "description": "Spark: back up table sales",
+            "ttr_ms": 300_000,
+            "max_attempts": 2,
+        },
+        "wait": "skip",
+        "owner": "demo",
+        "reason": "jobq up demo",
+    }
+    return jobs, schedule
+
+
 def _b64(value: object) -> str:
     import base64
 

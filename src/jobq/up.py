@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import json
 import logging
 import signal
@@ -70,6 +71,9 @@ class Up:
         self.concurrency = concurrency
         self.with_worker = worker
         self.quiet = quiet
+        #: the worker serves the Spark job types (the spark extra is installed), so the demo
+        #: runs them too
+        self.spark_served = worker and importlib.util.find_spec("pyspark") is not None
         self.core: Any = None
         self.http: Any = None
         self.runtime: Any = None
@@ -139,7 +143,8 @@ class Up:
         from jobq.worker.runtime import Runtime
 
         assert self.tcp is not None
-        self._add_spark_types()
+        if self.spark_served:
+            self._add_spark_types()
         handlers = {h.name: h for h in demo.registry()}
         for entry in REGISTRY:
             handlers.setdefault(entry.name, entry)
@@ -171,8 +176,6 @@ class Up:
         """Serve the built-in Spark job types too, on local Spark with the catalog under the
         data directory; the session (and its JVM) starts with the first Spark job."""
         try:
-            import importlib
-
             importlib.import_module("jobq.spark.pipelines")
             from jobq.spark.session import SparkOptions, configure
 
@@ -188,14 +191,20 @@ class Up:
         jobs, schedule = await asyncio.get_running_loop().run_in_executor(
             None, demo.setup_requests, self.config.data_dir
         )
+        schedules = [schedule]
+        if self.spark_served:
+            spark_jobs, spark_schedule = demo.spark_requests(self.config.data_dir)
+            jobs = [*jobs, *spark_jobs]
+            schedules.append(spark_schedule)
         for body in jobs:
             outcome = await bridge.extension(self.core, "submit", body)
             if not outcome.ok:
                 logger.warning("demo job %s not submitted: %s", body["name"], outcome.body)
         if bridge.has_command(self.core, "screate"):
-            outcome = await bridge.extension(self.core, "screate", schedule)
-            if not outcome.ok:
-                logger.warning("demo schedule not created: %s", outcome.body.decode())
+            for body in schedules:
+                outcome = await bridge.extension(self.core, "screate", body)
+                if not outcome.ok:
+                    logger.warning("demo schedule not created: %s", outcome.body.decode())
         logger.info("demo set up under %s", demo.demo_dir(self.config.data_dir))
 
     def _banner(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -76,7 +77,11 @@ def test_jobq_up_runs_the_demo(tmp_path: Path) -> None:
         job = wait_for_demo(f"http://127.0.0.1:{http}", proc)
         assert job["name"] in ("demo.import", "demo.report", "demo.backup")
         schedules = httpx.get(f"http://127.0.0.1:{http}/api/schedules").json()["schedules"]
-        assert [s["name"] for s in schedules] == ["demo-backup"]
+        spark = importlib.util.find_spec("pyspark") is not None
+        expected = ["demo-backup", "demo-spark-backup"] if spark else ["demo-backup"]
+        assert sorted(s["name"] for s in schedules) == expected
+        names = {j["name"] for j in httpx.get(f"http://127.0.0.1:{http}/api/jobs").json()["jobs"]}
+        assert ({"spark.import", "spark.sql"} <= names) == spark
     finally:
         output = stop(proc)
     assert proc.returncode == 0, output
