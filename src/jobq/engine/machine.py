@@ -279,7 +279,6 @@ class Engine:
         now_ns: int,
     ) -> Job:
         """Queue a job, leasable at once."""
-        self._check_new_id(id)
         command = AddJob(
             id=id,
             name=name,
@@ -291,9 +290,7 @@ class Engine:
             payload=payload,
             created_ns=now_ns,
         )
-        self._emit(command, now_ns)
-        self._flush_offers(now_ns)
-        return self.jobs[id]
+        return self._create(command, now_ns)
 
     def schedule(
         self,
@@ -315,7 +312,6 @@ class Engine:
         """
         if time_ns + ttl_ms * _NS_PER_MS <= now_ns:
             raise InvalidArgument("Invalid Time")
-        self._check_new_id(id)
         command = ScheduleJob(
             id=id,
             name=name,
@@ -328,9 +324,7 @@ class Engine:
             time_ns=time_ns,
             created_ns=now_ns,
         )
-        self._emit(command, now_ns)
-        self._flush_offers(now_ns)
-        return self.jobs[id]
+        return self._create(command, now_ns)
 
     def run(
         self,
@@ -462,7 +456,6 @@ class Engine:
         kept until the server's retention after it finishes."""
         if time_ns is not None and ttl_ms and time_ns + ttl_ms * _NS_PER_MS <= now_ns:
             raise InvalidArgument("Invalid Time")
-        self._check_new_id(id)
         command = SubmitJob(
             id=id,
             name=name,
@@ -479,9 +472,7 @@ class Engine:
             created_by_type=created_by[0] if created_by else "",
             created_by_id=created_by[1] if created_by else "",
         )
-        self._emit(command, now_ns)
-        self._flush_offers(now_ns)
-        return self.jobs[id]
+        return self._create(command, now_ns)
 
     def heartbeat(
         self,
@@ -1422,6 +1413,13 @@ class Engine:
         return None if job is None or job.run else job
 
     # ------------------------------------------------------------------ internals
+
+    def _create(self, command: AddJob | ScheduleJob | SubmitJob, now_ns: int) -> Job:
+        """Log and apply a command that creates a job; hand it to waiting leases."""
+        self._check_new_id(command.id)
+        self._emit(command, now_ns)
+        self._flush_offers(now_ns)
+        return self.jobs[command.id]
 
     def _check_new_id(self, id: bytes) -> None:
         if id in self.jobs:
