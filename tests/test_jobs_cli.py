@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 from collections.abc import Iterator
@@ -196,3 +197,20 @@ def test_rich_output_on_a_terminal(
     history = run(address, "jobs", "history", job_id)
     assert history.exit_code == 0 and "leased" in history.output
     assert run(address, "jobs", "list", "--name", "none").output.strip() == "no jobs"
+
+
+def test_submit_spark_pipeline_dry_run_marks_its_arguments(address: str, client: Client) -> None:
+    payload = '{"spec": "/data/project/spark-pipeline.yml"}'
+    result = run(address, "submit", "spark.pipeline", "--payload", payload, "--dry-run")
+    assert result.exit_code == 0, result.output
+    job = client.job(result.output.strip())
+    assert json.loads(base64.b64decode(job["payload"]))["dry_run"] is True
+    assert "spark.pipeline" in job["description"]
+
+
+def test_submit_refuses_bad_spark_arguments_and_misplaced_dry_run(address: str) -> None:
+    bad = run(address, "submit", "spark.import", "--payload", '{"paths": ["../x"]}')
+    assert bad.exit_code == 2 and bad.output.count("\n") == 1
+    assert run(address, "submit", "spark.sql", "--payload", '{"statements": "SELECT 1"}',
+               "--dry-run").exit_code == 2
+    assert run(address, "submit", "plain", "--dry-run").exit_code == 2
