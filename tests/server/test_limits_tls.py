@@ -1,0 +1,59 @@
+"""Operator safety: the connection limit, and HTTPS with --tls-cert/--tls-key."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import start_server
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_connections_over_the_limit_are_refused_with_a_reply(tmp_path: Path) -> None:
+    server = start_server(tmp_path, max_connections=2)
+    try:
+        kept = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
+        for sock in kept:  # the first two are served
+            sock.sendall(b"inspect server\r\n")
+            assert sock.recv(4096).startswith(b"+OK 1\r\n")
+        extra = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        assert extra.recv(4096) == b"-SERVER-ERROR Too many connections\r\n"
+        assert extra.recv(4096) == b""  # then closed
+        for sock in (*kept, extra):
+            sock.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_https_with_a_certificate(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )
+    port = _free_port()
+    server = start_server(tmp_path, http=("127.0.0.1", port), tls_cert=str(cert),
+                          tls_key=str(key))
+    try:
+        trust = ssl.create_default_context(cafile=str(cert))
+        reply = httpx.get(f"https://127.0.0.1:{port}/api/server", verify=trust, timeout=10)
+        assert reply.status_code == 200
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/api/server", timeout=5)
+    finally:
+        server.stop()
