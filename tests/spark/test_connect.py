@@ -235,6 +235,9 @@ def test_connect_server_runs_an_import_and_a_pipeline(
     (base / "proj" / "transformations" / "flows.sql").write_text(FLOWS)
     worker: subprocess.Popen[bytes] | None = None
     remote: Any = None
+    # a remote session marks the whole process as Spark Connect (SPARK_CONNECT_MODE_ENABLED):
+    # put the environment back so later tests get classic sessions
+    saved_environ = dict(os.environ)
     try:
         start_connect_server(base, port)
         worker = spark_worker(
@@ -318,6 +321,8 @@ def test_connect_server_runs_an_import_and_a_pipeline(
     finally:
         if remote is not None:
             threading.Thread(target=remote.stop, daemon=True).start()
+        os.environ.clear()
+        os.environ.update(saved_environ)
         if worker is not None and worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
             try:
