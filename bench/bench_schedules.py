@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.beanstalkd import free_port
 from jobq.engine.commands import encode_command
 from jobq.engine.machine import Engine, SchedulerOptions
 
@@ -91,11 +91,6 @@ def drive(n: int, minutes: int, spread: bool, max_per_pass: int) -> dict[str, fl
         "passes": passes,
     }
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from click.testing import CliRunner, Result
 
 from jobq.cli import main
 from jobq.client import Client
+from tests.ports import free_port
 from tests.server.conftest import RunningServer, start_server
 
 
@@ -38,11 +38,6 @@ def run(address: str | None, *args: str) -> Result:
     extra = ["--server", address] if address is not None else []
     return CliRunner().invoke(main, [*args, *extra], catch_exceptions=False)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_submit_and_list(address: str, client: Client, tmp_path: Path) -> None:

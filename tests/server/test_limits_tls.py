@@ -11,14 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.ports import free_port
+
 from .conftest import start_server
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def test_connections_over_the_limit_are_refused_with_a_reply(tmp_path: Path) -> None:
@@ -46,7 +41,7 @@ def test_https_with_a_certificate(tmp_path: Path) -> None:
          "-addext", "subjectAltName=IP:127.0.0.1"],
         check=True, capture_output=True, timeout=60,
     )
-    port = _free_port()
+    port = free_port()
     server = start_server(tmp_path, http=("127.0.0.1", port), tls_cert=str(cert),
                           tls_key=str(key))
     try:

@@ -8,7 +8,6 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,6 +18,7 @@ import pytest
 
 from jobq.client import Client
 from jobq.spark.pipelines._tables import checksum_of
+from tests.ports import free_port
 from tests.spark.conftest import pyspark, spark_worker, wait_finished
 
 pytestmark = pytest.mark.slow
@@ -28,11 +28,6 @@ SPARK_HOME = Path(pyspark.__file__).parent
 CLUSTER_UP_S = 60
 JOB_S = 150
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def spark_env(base: Path) -> dict[str, str]:

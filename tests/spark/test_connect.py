@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from jobq.client import Client
+from tests.ports import free_port
 from tests.spark.conftest import pyspark, spark_worker
 
 pytestmark = pytest.mark.slow
@@ -44,11 +45,6 @@ CREATE MATERIALIZED VIEW big_regions AS
   SELECT region, total FROM amount_by_region WHERE n >= 100;
 """
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_env(base: Path) -> dict[str, str]:

@@ -65,13 +65,15 @@ class ReplySink(Protocol):
 class Slot:
     """One request's place in its connection's reply order."""
 
-    __slots__ = ("conn", "data", "request", "waiting")
+    __slots__ = ("conn", "data", "in_thread", "request", "waiting")
 
     def __init__(self, conn: ReplySink) -> None:
         self.conn = conn
         self.data: bytes | None = None
         #: waiting for the engine (lease, result, run) or for work in a thread
         self.waiting = False
+        #: the wait is for work in a thread (nothing is registered with the engine)
+        self.in_thread = False
         self.request: p.Request | None = None
 
 
@@ -150,6 +152,7 @@ class Core:
             slot.waiting = True
         elif isinstance(reply, Deferred):
             slot.waiting = True
+            slot.in_thread = True
             future = self.loop.run_in_executor(None, reply.work)
             future.add_done_callback(lambda f: self._deferred_done(slot, f))
         else:
@@ -173,8 +176,8 @@ class Core:
         """The connection of a waiting request went away."""
         if slot.waiting:
             slot.waiting = False
-            if isinstance(slot.request, p.Extension) and slot.request.word == "history":
-                return  # work in a thread: nothing registered with the engine
+            if slot.in_thread:
+                return
             self.engine.cancel_wait(slot)
             commands, wakeups = self.engine.drain()
             self._batch.commands.extend(commands)

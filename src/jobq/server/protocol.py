@@ -337,6 +337,10 @@ class Request:
 
     command: ClassVar[str] = ""
 
+    def reply_word(self) -> str:
+        """The command word whose reply shape this request expects."""
+        return self.command
+
     def to_bytes(self) -> bytes:
         """The command as a client sends it."""
         raise NotImplementedError
@@ -1054,6 +1058,9 @@ class Extension(Request):
 
     word: str
     body: bytes
+
+    def reply_word(self) -> str:
+        return self.word
 
     def to_bytes(self) -> bytes:
         return b"%s %d\r\n%s\r\n" % (self.word.encode("ascii"), len(self.body), self.body)
@@ -1863,10 +1870,8 @@ class ReplyParser:
         """Queue the shape of the next reply: a shape, the request sent, or its command word."""
         if isinstance(what, ReplyShape):
             shape = what
-        elif isinstance(what, Extension):
-            shape = self._registry.reply_shape(what.word)
         elif isinstance(what, Request):
-            shape = self._registry.reply_shape(what.command)
+            shape = self._registry.reply_shape(what.reply_word())
         else:
             shape = self._registry.reply_shape(what.split(" ", 1)[0])
         self._expected.append(shape)
