@@ -127,7 +127,7 @@ def test_os_policy_never_fsyncs_until_close(log_dir: Path) -> None:
     assert fsync.calls == 1
 
 
-def test_interval_policy_syncs_on_each_tick_only_when_something_is_unsynced(
+def test_interval_policy_writes_and_syncs_on_each_tick_only_when_something_is_unsynced(
     log_dir: Path,
 ) -> None:
     fsync = CountingFsync()
@@ -135,12 +135,17 @@ def test_interval_policy_syncs_on_each_tick_only_when_something_is_unsynced(
         log.append(b"a")
         log.append(b"b")
         assert fsync.calls == 0
+        assert log.appender.buffered and log.appender.written == 0
+        log.appender.tick()
+        assert fsync.calls == 1
+        assert not log.appender.buffered
+        assert log.appender.synced == log.appender.written > 0
+        log.appender.tick()
+        assert fsync.calls == 1
+        log.write([b"c"])
         assert log.appender.synced < log.appender.written
         log.appender.tick()
-        assert fsync.calls == 1
-        assert log.appender.synced == log.appender.written
-        log.appender.tick()
-        assert fsync.calls == 1
+        assert fsync.calls == 2
 
 
 def test_interval_policy_runs_a_sync_thread_that_stops_on_close(log_dir: Path) -> None:

@@ -4,6 +4,16 @@ Positions are log sequence numbers (LSN): the count of bytes this appender has w
 since it was opened, which only grows. ``written`` is the LSN handed to the OS, ``synced``
 the LSN known to be on disk.
 
+Buffering (policies ``os`` and ``interval``): :meth:`Appender.append` keeps the record in
+user space, as a buffered file writer would, and hands the buffer to the OS with one write
+once it holds ``buffer_bytes`` of payload, and on :meth:`~Appender.flush`,
+:meth:`~Appender.write`, :meth:`~Appender.sync`, each ``interval`` tick and
+:meth:`~Appender.close`. A record appended without a time is encoded at that hand-off and
+logged with the clock's time then (one TIME for the whole buffer, as a group commit under
+``always`` logs its commit time). The hand-off splits the buffer at the record that makes
+the segment reach ``segment_size_bytes``, so segments end where per-record writes would end
+them.
+
 Group commit (policy ``always``): an appender queues its record in the current *group* and
 waits on its own lock. If nobody is committing, the appender commits inline: it takes the
 group, writes it with one write, fsyncs once and wakes the group's appenders (a lone
@@ -23,7 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from jobq.cmdlog.errors import CmdlogError, LogClosedError
 from jobq.cmdlog.record import (
@@ -32,6 +42,7 @@ from jobq.cmdlog.record import (
     encode_header,
     encode_record,
     encode_records,
+    end_of_record_reaching,
 )
 from jobq.cmdlog.segment import fsync_directory, segment_name
 
@@ -44,8 +55,16 @@ SYNC_POLICIES: Final = ("always", "interval", "os")
 DEFAULT_SYNC_INTERVAL_MS: Final = 1000
 #: default minimum segment size before starting the next one, in bytes (64 MiB)
 DEFAULT_SEGMENT_SIZE_BYTES: Final = 64 * 1024 * 1024
+#: default payload bytes ``append`` buffers under ``os``/``interval`` before writing (64 KiB)
+DEFAULT_BUFFER_BYTES: Final = 64 * 1024
 
 _new_lock = threading.Lock
+
+
+class AppendFunction(Protocol):
+    """``append(payload, time_ns=None)``: see :class:`Appender`."""
+
+    def __call__(self, payload: bytes, time_ns: int | None = None) -> None: ...
 
 
 class _Group:
@@ -81,7 +100,21 @@ class Appender:
             tests inject a counting one. :attr:`fsync_count` counts its calls.
         start_sync_thread (bool, default True): start the ``interval`` thread (tests
             drive :meth:`tick` themselves instead).
+        buffer_bytes (int, default 64 KiB): under ``os`` and ``interval``, the payload
+            bytes :attr:`append` keeps in user space before writing them; 0 writes each
+            record at once.
+
+    :attr:`append` ``(payload, time_ns=None)`` appends one record. Under ``always`` it
+    returns once the record is fsynced (group commit). Under ``os`` and ``interval`` it
+    returns at once with the record buffered: readers of the files, and a process crash,
+    see it only once it is handed to the OS (a full buffer, :meth:`flush`, :meth:`write`,
+    :meth:`sync`, an ``interval`` tick, :meth:`close`); power loss may lose it until it is
+    fsynced. Without ``time_ns`` the record is logged with the clock's time when it is
+    written (under ``always``, the group's commit time).
     """
+
+    #: append one record (bound per sync policy when the appender is made)
+    append: AppendFunction
 
     def __init__(
         self,
@@ -95,6 +128,7 @@ class Appender:
         clock_ns: Callable[[], int] = time.time_ns,
         fsync: Callable[[int], None] = os.fsync,
         start_sync_thread: bool = True,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     ) -> None:
         if sync not in SYNC_POLICIES:
             raise ValueError(
@@ -104,6 +138,8 @@ class Appender:
             raise ValueError(f"sync_interval_ms must be positive, not {sync_interval_ms}")
         if segment_size_bytes <= 0:
             raise ValueError(f"segment_size_bytes must be positive, not {segment_size_bytes}")
+        if buffer_bytes < 0:
+            raise ValueError(f"buffer_bytes must not be negative, not {buffer_bytes}")
         self.directory = directory
         self.sync_policy: SyncPolicy = sync
         self.sync_interval_ms = sync_interval_ms
@@ -137,6 +173,14 @@ class Appender:
         self._kick = _new_lock()  # released to hand the committing over to the committer
         self._kick.acquire()
         self._closed = False
+        # append() buffering under "os" and "interval": timed records already encoded
+        # (_encoded) come before the untimed payloads (_pending), which get their time when
+        # written. append() only adds to _pending; writers take a prefix of it under _lock.
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._encoded: list[bytes] = []
+        self._buffer_bytes = buffer_bytes
+        self.append = self._append_committed if sync == "always" else self._append_buffered
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if sync == "interval" and start_sync_thread:
@@ -174,15 +218,88 @@ class Appender:
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, payload: bytes, time_ns: int | None = None) -> None:
-        """Append one record; return once it is durable per the sync policy."""
-        if self.sync_policy != "always":
-            if self._closed:
-                raise LogClosedError(self.directory)
-            self._write_encoded(
-                encode_record(payload, self._clock_ns() if time_ns is None else time_ns)
-            )
+    @property
+    def buffered(self) -> bool:
+        """True while appended records wait in user space to be written."""
+        return bool(self._pending or self._encoded)
+
+    def _append_buffered(self, payload: bytes, time_ns: int | None = None) -> None:
+        """``append`` under ``os`` and ``interval``: buffer the record (see the class)."""
+        if time_ns is None:
+            self._pending.append(payload)
+        else:
+            with self._lock:
+                self._encode_pending()
+                self._encoded.append(encode_record(payload, time_ns))
+        self._pending_bytes += len(payload)
+        if self._pending_bytes >= self._buffer_bytes:  # close() sets the limit to -1
+            self.flush()
+
+    def _encode_pending(self) -> None:
+        """Encode the untimed payloads queued so far into ``_encoded`` (``_lock`` held)."""
+        pending = self._pending
+        count = len(pending)
+        if count:
+            batch = pending[:count]
+            del pending[:count]  # appends racing in stay queued after this prefix
+            self._encoded.append(encode_records(batch, self._clock_ns()))
+
+    def _take_buffered(self) -> bytes:
+        """Every buffered record, encoded, now out of the buffer (``_lock`` held)."""
+        pending = self._pending
+        count = len(pending)
+        encoded = self._encoded
+        if not count and not encoded:
+            return b""
+        self._pending_bytes = 0
+        if count:
+            batch = pending[:count]
+            del pending[:count]
+            run = encode_records(batch, self._clock_ns())
+            if not encoded:
+                return run
+            encoded.append(run)
+        self._encoded = []
+        return b"".join(encoded)
+
+    def _write_buffered(self) -> None:
+        """Hand the buffer to the OS, ending segments where per-record writes would
+        (``_lock`` held). On an OSError the unwritten records go back to the front of the
+        buffer and the error is raised."""
+        data = self._take_buffered()
+        if not data:
             return
+        limit = self.segment_size_bytes
+        if self._size + len(data) < limit:
+            try:
+                self._write_locked(data)
+            except OSError:
+                self._encoded.insert(0, data)
+                raise
+            return
+        view = memoryview(data)
+        pos = 0
+        while pos < len(data):
+            end = end_of_record_reaching(data, pos, limit - self._size)
+            try:
+                self._write_locked(view[pos:end])
+            except OSError:
+                self._encoded.insert(0, data[pos:])
+                raise
+            pos = end
+
+    def flush(self) -> int:
+        """Hand buffered records to the OS (no fsync); return the LSN written."""
+        with self._lock:
+            if self._closed:
+                self._pending.clear()
+                self._encoded = []
+                raise LogClosedError(self.directory)
+            self._write_buffered()
+            return self._written
+
+    def _append_committed(self, payload: bytes, time_ns: int | None = None) -> None:
+        """``append`` under ``always``: return once the record is fsynced."""
         with self._queue_lock:
             if self._refusing:
                 raise LogClosedError(self.directory)
@@ -280,46 +397,56 @@ class Appender:
         (ENOSPC...) the segment is cut back to before the batch, so no partial record stays,
         and the error is raised; later writes may succeed.
         """
-        if not payloads:
+        data = (
+            encode_records(payloads, self._clock_ns() if time_ns is None else time_ns)
+            if payloads
+            else b""
+        )
+        with self._lock:
             if self._closed:
                 raise LogClosedError(self.directory)
-            return self._written
-        data = encode_records(payloads, self._clock_ns() if time_ns is None else time_ns)
-        return self._write_encoded(data)
+            self._write_buffered()  # records appended before come first
+            if not data:
+                return self._written
+            return self._write_locked(data)
 
     def _write_encoded(self, data: bytes | bytearray) -> int:
         """Write encoded records at the end of the newest segment; rotate if it is full."""
         with self._lock:
             if self._closed:
                 raise LogClosedError(self.directory)
-            fd = self._fd
-            start = self._size
-            if self._tail_dirty:
-                os.ftruncate(fd, start)
-                self._tail_dirty = False
+            return self._write_locked(data)
+
+    def _write_locked(self, data: bytes | bytearray | memoryview) -> int:
+        """:meth:`_write_encoded` with ``_lock`` held."""
+        fd = self._fd
+        start = self._size
+        if self._tail_dirty:
+            os.ftruncate(fd, start)
+            self._tail_dirty = False
+        try:
+            done = os.pwrite(fd, data, start)
+            if done < len(data):
+                view = memoryview(data)
+                while done < len(data):
+                    done += os.pwrite(fd, view[done:], start + done)
+        except OSError:
             try:
-                done = os.pwrite(fd, data, start)
-                if done < len(data):
-                    view = memoryview(data)
-                    while done < len(data):
-                        done += os.pwrite(fd, view[done:], start + done)
+                os.ftruncate(fd, start)
             except OSError:
-                try:
-                    os.ftruncate(fd, start)
-                except OSError:
-                    # cut it back before the next write instead
-                    self._tail_dirty = True
-                raise
-            self._size = start + len(data)
-            self._written += len(data)
-            lsn = self._written
-            if self._size >= self.segment_size_bytes:
-                try:
-                    self._rotate()
-                except OSError as exc:
-                    # the batch is written; the next write tries to rotate again
-                    logger.warning("%s: cannot start the next segment: %s", self.directory, exc)
-            return lsn
+                # cut it back before the next write instead
+                self._tail_dirty = True
+            raise
+        self._size = start + len(data)
+        self._written += len(data)
+        lsn = self._written
+        if self._size >= self.segment_size_bytes:
+            try:
+                self._rotate()
+            except OSError as exc:
+                # the batch is written; the next write tries to rotate again
+                logger.warning("%s: cannot start the next segment: %s", self.directory, exc)
+        return lsn
 
     def _rotate(self) -> None:
         """Start the next segment (the caller holds ``_lock``)."""
@@ -353,7 +480,7 @@ class Appender:
     # ------------------------------------------------------------------ syncing
 
     def sync(self) -> int:
-        """Fsync what has been written; return the LSN it covers.
+        """Write buffered records, fsync what has been written; return the LSN it covers.
 
         Safe from any thread while writes go on: the fsync runs on a duplicate of the
         segment's descriptor outside the write lock, so a rotation meanwhile is harmless.
@@ -361,6 +488,7 @@ class Appender:
         with self._lock:
             if self._closed:
                 raise LogClosedError(self.directory)
+            self._write_buffered()
             lsn = self._written
             if lsn <= self._synced:
                 return lsn
@@ -397,8 +525,9 @@ class Appender:
                 self._cond.notify_all()
 
     def tick(self) -> None:
-        """One beat of the ``interval`` policy: fsync if anything is unsynced."""
-        if self._written > self._synced and not self._closed:
+        """One beat of the ``interval`` policy: write the buffer, fsync if anything is
+        unsynced."""
+        if (self._written > self._synced or self.buffered) and not self._closed:
             try:
                 self.sync()
             except LogClosedError:
@@ -414,7 +543,7 @@ class Appender:
     # ------------------------------------------------------------------ closing
 
     def close(self) -> None:
-        """Stop the sync thread, fsync and close the segment. Idempotent.
+        """Stop the sync thread, write the buffer, fsync and close the segment. Idempotent.
 
         Under ``always``, records already queued are committed first; appends from then on
         raise :class:`LogClosedError`.
@@ -436,9 +565,12 @@ class Appender:
             if self._closed:
                 return
             self._closed = True
+            self._buffer_bytes = -1  # the next append() flushes, which raises
             try:
                 if self._tail_dirty:
                     os.ftruncate(self._fd, self._size)
+                    self._tail_dirty = False
+                self._write_buffered()
                 self._sync_fd(self._fd)
             finally:
                 os.close(self._fd)

@@ -9,9 +9,11 @@ from types import TracebackType
 from typing import Self
 
 from jobq.cmdlog.appender import (
+    DEFAULT_BUFFER_BYTES,
     DEFAULT_SEGMENT_SIZE_BYTES,
     DEFAULT_SYNC_INTERVAL_MS,
     Appender,
+    AppendFunction,
     SyncPolicy,
 )
 from jobq.cmdlog.cleaner import Cleaner, CleanStats, remove_stale_rewrites
@@ -32,7 +34,16 @@ class CommandLog:
     """A command log directory opened for appending (use :meth:`open`).
 
     Holds the directory lock from :meth:`open` until :meth:`close`.
+
+    :attr:`append` ``(payload, time_ns=None)`` appends one record, durable per the sync
+    policy: under ``always`` it returns once the record is fsynced; under ``os`` and
+    ``interval`` the record is buffered until :meth:`flush` (or a full buffer, :meth:`write`,
+    :meth:`sync`, an ``interval`` tick, :meth:`records`, :meth:`close`) hands it to the OS.
+    See :class:`~jobq.cmdlog.appender.Appender`.
     """
+
+    #: append one record (the appender's own, bound per sync policy: no extra call)
+    append: AppendFunction
 
     def __init__(
         self,
@@ -45,6 +56,7 @@ class CommandLog:
         self._lock = lock
         #: the appender (tests drive ``appender.tick()`` for the interval policy)
         self.appender = appender
+        self.append = appender.append
         #: the cleaner (tests set ``cleaner.step`` to inject crashes)
         self.cleaner = Cleaner(path, lambda: appender.sequence, fsync=fsync)
 
@@ -61,6 +73,7 @@ class CommandLog:
         create: bool = True,
         fsync: Callable[[int], None] = os.fsync,
         start_sync_thread: bool = True,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     ) -> CommandLog:
         """Open (and with ``create`` make) the log directory at ``path``.
 
@@ -87,6 +100,7 @@ class CommandLog:
                     clock_ns=clock_ns,
                     fsync=fsync,
                     start_sync_thread=start_sync_thread,
+                    buffer_bytes=buffer_bytes,
                 )
             except OSError as exc:
                 raise LogDirectoryError(directory, _describe(exc)) from exc
@@ -98,7 +112,9 @@ class CommandLog:
     # ------------------------------------------------------------------ reading
 
     def records(self) -> Iterator[Record]:
-        """Every record in log order (for replay), up to what was written when called."""
+        """Every record in log order (for replay), up to what was appended when called
+        (buffered records are written first)."""
+        self._write_buffer()
         return iter(Cursor(self.path, limit=self.appender.snapshot()))
 
     def payloads(self) -> Iterator[tuple[int, bytes]]:
@@ -106,20 +122,22 @@ class CommandLog:
         called: :meth:`records` without the :class:`Record` objects (same checks and
         errors), the fast path for replay. Record ``i`` of it is record ``i`` of
         :meth:`records`, which names its segment and offset."""
+        self._write_buffer()
         return Cursor(self.path, limit=self.appender.snapshot()).iter_raw()
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, payload: bytes, time_ns: int | None = None) -> None:
-        """Append one record; return once it is durable per the sync policy."""
-        self.appender.append(payload, time_ns)
+    def flush(self) -> int:
+        """Hand records buffered by :attr:`append` to the OS (no fsync); return the LSN."""
+        return self.appender.flush()
 
     def write(self, payloads: Sequence[bytes], time_ns: int | None = None) -> int:
-        """Write a batch with one write, without waiting for disk; return its LSN."""
+        """Write a batch with one write (after any buffered appends), without waiting for
+        disk; return its LSN."""
         return self.appender.write(payloads, time_ns)
 
     def sync(self) -> int:
-        """Fsync everything written; return the LSN it covers."""
+        """Write buffered records and fsync everything written; return the LSN it covers."""
         return self.appender.sync()
 
     def wait_synced(self, lsn: int) -> None:
@@ -133,19 +151,23 @@ class CommandLog:
         expires_at: Callable[[Record], int | None] | None = None,
         now_ns: int,
     ) -> CleanStats:
-        """Rewrite read-only segments worth it, keeping the records ``keep`` keeps."""
+        """Rewrite read-only segments worth it, keeping the records ``keep`` keeps
+        (buffered records are written first, so segments they fill count as read-only)."""
+        self._write_buffer()
         return self.cleaner.clean(keep, expires_at=expires_at, now_ns=now_ns)
 
     # ------------------------------------------------------------------ state
 
     @property
     def segment_count(self) -> int:
-        """How many segment files the directory holds."""
+        """How many segment files the directory holds (buffered records written first)."""
+        self._write_buffer()
         return len(list_segments(self.path))
 
     @property
     def size_bytes(self) -> int:
-        """The total size of the segment files, in bytes."""
+        """The total size of the segment files, in bytes (buffered records written first)."""
+        self._write_buffer()
         return sum(
             os.path.getsize(os.path.join(self.path, name)) for _, name in list_segments(self.path)
         )
@@ -155,8 +177,14 @@ class CommandLog:
         """How many times a segment was fsynced by the appender."""
         return self.appender.fsync_count
 
+    def _write_buffer(self) -> None:
+        """Write records that :attr:`append` buffered, so the files show every append."""
+        if self.appender.buffered:
+            self.appender.flush()
+
     def close(self) -> None:
-        """Flush and fsync, stop the sync thread and release the lock. Idempotent."""
+        """Write buffered records and fsync, stop the sync thread, release the lock.
+        Idempotent."""
         try:
             self.appender.close()
         finally:

@@ -42,7 +42,7 @@ from jobq.cmdlog.errors import (
     UnknownVersionError,
 )
 from jobq.cmdlog.gotime import GO_UNIX_OFFSET_S, TIME_LEN, encode_time
-from jobq.cmdlog.varint import MAX_UVARINT_LEN, encode_uvarint
+from jobq.cmdlog.varint import MAX_UVARINT_LEN, decode_uvarint, encode_uvarint
 
 #: the four bytes every segment starts with ("wqwq")
 MAGIC: Final = b"wqwq"
@@ -158,6 +158,24 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
             add(payload)
             add(pack_crc(crc32c_extend(head_crc, payload)))
     return b"".join(out)
+
+
+def end_of_record_reaching(data: bytes, pos: int, need: int) -> int:
+    """The end offset of the first record of ``data`` (well-formed records from ``pos``)
+    that ends at least ``need`` bytes after ``pos``, or ``len(data)``: where to split a
+    buffer so that a segment ends as record-by-record writes would end it."""
+    target = pos + need
+    end = len(data)
+    while pos < end:
+        size = data[pos + TIME_LEN]
+        if size < 0x80:
+            pos += TIME_LEN + 1 + size + CRC_LEN
+        else:
+            size, after = decode_uvarint(data, pos + TIME_LEN)
+            pos = after + size + CRC_LEN
+        if pos >= target:
+            return pos
+    return end
 
 
 # ---------------------------------------------------------------------------------- reader
