@@ -56,15 +56,22 @@ def test_appended_records_carry_the_clock_time_and_read_back_in_order(log_dir: P
 payload_lists = st.lists(st.binary(max_size=300), max_size=25)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     batches=st.lists(payload_lists, min_size=1, max_size=4),
     policy=st.sampled_from(["always", "interval", "os"]),
     segment_size=st.sampled_from([1, 40, 200, 1000, 64 * 1024 * 1024]),
     use_write=st.booleans(),
+    buffer_bytes=st.sampled_from([0, 1, 100, 64 * 1024]),
+    flush_every=st.sampled_from([0, 1, 3]),
 )
 def test_any_payloads_under_any_policy_and_segment_size_read_back_equal_across_reopen(
-    batches: list[list[bytes]], policy: str, segment_size: int, use_write: bool
+    batches: list[list[bytes]],
+    policy: str,
+    segment_size: int,
+    use_write: bool,
+    buffer_bytes: int,
+    flush_every: int,
 ) -> None:
     fsync = CountingFsync()
     with tempfile.TemporaryDirectory(dir=os.environ.get("JOBQ_TEST_TMP")) as tmp:
@@ -76,15 +83,19 @@ def test_any_payloads_under_any_policy_and_segment_size_read_back_equal_across_r
                 segment_size_bytes=segment_size,
                 fsync=fsync,
                 start_sync_thread=False,
+                buffer_bytes=buffer_bytes,
             ) as log:
                 assert [r.payload for r in log.records()] == expected
                 if use_write:
                     lsn = log.write(batch)
                     assert log.sync() == lsn
                 else:
-                    for payload in batch:
+                    for i, payload in enumerate(batch):
                         log.append(payload)
+                        if flush_every and i % flush_every == 0:
+                            log.flush()
                 expected.extend(batch)
+            # close() wrote whatever append() buffered
         assert read_all(Path(tmp)) == expected
         if segment_size == 1 and not use_write:
             # one record per file, plus the empty newest segment started after the last
@@ -200,6 +211,7 @@ def test_failed_write_leaves_no_partial_record_and_later_writes_succeed(
     real_pwrite = os.pwrite
     with CommandLog.open(log_dir, sync="os") as log:
         log.append(b"before")
+        log.flush()
         size_before = (log_dir / "000000001.log").stat().st_size
 
         def half_then_enospc(fd: int, data: bytes, offset: int) -> int:
