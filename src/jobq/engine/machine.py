@@ -63,7 +63,7 @@ from jobq.engine.extensions import (
     ScheduleRunEnded,
     SubmitJob,
 )
-from jobq.engine.job import TRANSITIONS, Job, JobMeta, Status
+from jobq.engine.job import TRANSITIONS, Job, JobMeta, JobRow, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
 from jobq.engine.queues import Queue
 from jobq.engine.schedules import (
@@ -749,6 +749,41 @@ class Engine:
             self._push_schedule(schedule)
         self._deadlines.end_bulk()
         self._offer_names.clear()
+
+    def export_jobs(self) -> list[JobRow] | None:
+        """Every job as a row (:meth:`Job.row`), for a snapshot of the engine; ``None`` if
+        the engine holds state rows do not cover (schedules), which then needs the log."""
+        if self.schedules or self._last_fire_jobs:
+            return None
+        return [job.row() for job in self.jobs.values() if not job.run]
+
+    def load_jobs(
+        self, rows: list[JobRow | None], now_ns: int, *, consume: bool = False
+    ) -> None:
+        """Start from the rows :meth:`export_jobs` made, instead of replaying the log they
+        describe; as replay does, a job whose TTL has passed by ``now_ns`` is left out. The
+        engine must be new; it is then ready for live operation. ``consume`` sets each row
+        to None once used, so its memory serves the jobs being made."""
+        if self.jobs or self.schedules:
+            raise ValueError("load_jobs needs a new engine")
+        jobs: dict[bytes, Job] = {}
+        from_row = Job.from_row
+        for n, row in enumerate(rows):
+            if consume:
+                rows[n] = None
+            if row is None:
+                raise ValueError("load_jobs: a row was already consumed")
+            job = from_row(row)
+            ttl_ms = job.ttl_ms
+            if ttl_ms:
+                base = job.time_ns if job.time_ns is not None else job.created_ns
+                if base + ttl_ms * _NS_PER_MS <= now_ns:
+                    continue
+            jobs[job.id] = job
+        # only now: a bad row (KeyError from an unknown status) leaves the engine new
+        self.jobs = jobs
+        self.begin_replay()
+        self.end_replay()
 
     def _rebuild_indexes(self) -> None:
         """Index every job as its state says, in bulk: what :meth:`_register` and
