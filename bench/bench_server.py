@@ -5,7 +5,8 @@
 Measures, each as the median of ``--rounds`` runs:
 - start-up with an empty log: process start to the first reply (target <= 250 ms);
 - restart with ``--pending`` pending jobs (64-byte payloads) in the log: process start to the
-  first reply, and RSS then (targets <= 1.5 s and <= 500 MB);
+  first reply, and RSS then (targets <= 1.5 s and <= 500 MB), after a clean stop (from the
+  engine snapshot) and after a crash (snapshot removed: the whole log replayed);
 - memory with ``--memory-jobs`` pending jobs: RSS per job above the empty server's (target
   <= 1 KiB);
 - replay of a log cut into one-record segments (thousands of files) against the same records
@@ -151,8 +152,18 @@ def bench_restart(tmp: Path, pending: int, rounds: int) -> dict[str, float]:
     port = free_port()
     with beanstalkd_server(bean_dir, 1000, port=port):
         fill_beanstalkd(port, pending)
-    jobq_s, jobq_rss, bean_s, bean_rss = [], [], [], []
+    jobq_s, jobq_rss, bean_s, bean_rss, replay_s, replay_rss = [], [], [], [], [], []
+    snapshot = jobq_dir / "cmdlog" / "engine.snapshot"
     for _ in range(rounds):
+        # a start without the clean-stop snapshot (after a crash): the whole log replayed
+        snapshot.unlink(missing_ok=True)
+        port = free_port()
+        secs, server = first_reply_s(
+            lambda p=port: _launch(jobq_server(jobq_dir, p)), b"inspect server\r\n", port
+        )
+        replay_rss.append(rss_mib(server.pid))
+        server.stop()  # a clean stop: writes the snapshot the next start uses
+        replay_s.append(secs)
         port = free_port()
         secs, server = first_reply_s(
             lambda p=port: _launch(jobq_server(jobq_dir, p)), b"inspect server\r\n", port
@@ -170,6 +181,7 @@ def bench_restart(tmp: Path, pending: int, rounds: int) -> dict[str, float]:
     return {
         "jobq_s": median(jobq_s), "jobq_rss_mib": median(jobq_rss),
         "beanstalkd_s": median(bean_s), "beanstalkd_rss_mib": median(bean_rss),
+        "jobq_replay_s": median(replay_s), "jobq_replay_rss_mib": median(replay_rss),
     }
 
 
@@ -234,12 +246,17 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--memory-jobs", type=int, default=1_000_000)
     parser.add_argument("--tiny-records", type=int, default=5_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--restart-only", action="store_true", help="only the restart rows")
     args = parser.parse_args(argv)
     base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
     with tempfile.TemporaryDirectory(prefix="jobq-bench-server-", dir=base) as name:
         tmp = Path(name)
         startup = bench_startup(tmp, max(args.rounds, 5))
         restart = bench_restart(tmp, args.pending, args.rounds)
+        if args.restart_only:
+            text = f"start-up: {startup}\nrestart: {restart}"
+            print(text)
+            return text
         memory = bench_memory(tmp, args.memory_jobs)
         tiny = bench_tiny_segments(tmp, args.tiny_records, args.rounds)
     lines = [
@@ -251,6 +268,12 @@ def main(argv: list[str] | None = None) -> str:
         f"| restart, {args.pending:,} pending jobs: first reply | {restart['jobq_s']:.2f} s | "
         f"{restart['beanstalkd_s']:.2f} s | {restart['jobq_s'] / restart['beanstalkd_s']:.1f}x "
         "| <= 1.5 s |",
+        f"| restart after a crash (no snapshot: full replay), {args.pending:,} pending jobs: "
+        f"first reply | {restart['jobq_replay_s']:.2f} s | {restart['beanstalkd_s']:.2f} s | "
+        f"{restart['jobq_replay_s'] / restart['beanstalkd_s']:.1f}x | <= 1.5 s |",
+        f"| restart after a crash, {args.pending:,} pending jobs: RSS | "
+        f"{restart['jobq_replay_rss_mib']:.0f} MiB | {restart['beanstalkd_rss_mib']:.0f} MiB | "
+        f"{restart['jobq_replay_rss_mib'] / restart['beanstalkd_rss_mib']:.1f}x | <= 500 MB |",
         f"| restart, {args.pending:,} pending jobs: RSS | {restart['jobq_rss_mib']:.0f} MiB | "
         f"{restart['beanstalkd_rss_mib']:.0f} MiB | "
         f"{restart['jobq_rss_mib'] / restart['beanstalkd_rss_mib']:.1f}x | <= 500 MB |",

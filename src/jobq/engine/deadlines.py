@@ -60,6 +60,14 @@ class Deadlines:
         else:
             heapq.heappush(self._heap, entry)
 
+    def replace_jobs(self, entries: list[Entry]) -> None:
+        """Put ``entries`` in place of every job deadline (replay rebuilds them from the jobs'
+        final states); other deadlines stay. Only while :attr:`bulk` is set: the heap is
+        ordered by :meth:`end_bulk`."""
+        assert self.bulk
+        entries.extend(entry for entry in self._heap if not isinstance(entry[2], Job))
+        self._heap = entries
+
     def end_bulk(self) -> None:
         self.bulk = False
         heapq.heapify(self._heap)

@@ -245,9 +245,57 @@ class Job:
         clone.queued = None
         return clone
 
+    def row(self) -> JobRow:
+        """Every field but ``queued`` and ``run``, as plain values (an engine snapshot's row)."""
+        meta = self.meta
+        meta_row: MetaRow | None = None if meta is None else meta.state()  # type: ignore[assignment]
+        return (
+            self.id, self.name, self.payload, self.priority, self.ttr_ms, self.ttl_ms,
+            self.max_attempts, self.max_fails, self.time_ns, self.created_ns,
+            self.status.value, self.attempts, self.fails, self.result, self.lease_expires_ns,
+            self.started_ns, self.finished_ns, self.modified_ns, self.waiting_for_time,
+            meta_row,
+        )
+
+    @classmethod
+    def from_row(cls, row: JobRow) -> Job:
+        """The job :meth:`row` describes (not queued anywhere yet)."""
+        job = cls.__new__(cls)
+        (
+            job.id, job.name, job.payload, job.priority, job.ttr_ms, job.ttl_ms,
+            job.max_attempts, job.max_fails, job.time_ns, job.created_ns,
+            status, job.attempts, job.fails, job.result, job.lease_expires_ns,
+            job.started_ns, job.finished_ns, job.modified_ns, job.waiting_for_time,
+            meta,
+        ) = row
+        job.status = _STATUS_BY_VALUE[status]
+        job.run = False
+        job.queued = None
+        if meta is None:
+            job.meta = None
+        else:
+            job.meta = restored = JobMeta.from_state(meta)
+            if restored.created_by is not None:
+                restored.created_by = tuple(restored.created_by)  # type: ignore[assignment]
+        return job
+
     def __lt__(self, other: Job | JobBound) -> bool:
         """Creation order, then id: the job list's order (and any tie in a heap)."""
         return (self.created_ns, self.id) < (other.created_ns, other.id)
+
+
+_STATUS_BY_VALUE: Final = {status.value: status for status in Status}
+
+#: :meth:`JobMeta.state`: every slot in ``__slots__`` order
+MetaRow = tuple[
+    bool, bytes | None, tuple[str, str] | None, str, str, float | None, int | None,
+    int | None, bool, str, str | None, str | None,
+]
+#: :meth:`Job.row`
+JobRow = tuple[
+    bytes, str, bytes, int, int, int, int, int, int | None, int,
+    str, int, int, bytes | None, int | None, int | None, int | None, int, bool, MetaRow | None,
+]
 
 
 class JobBound:

@@ -8,6 +8,7 @@ all jobs per call. "created" order merges the per-status lists.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -56,6 +57,16 @@ class StatusIndex:
     def add(self, job: Job) -> None:
         self._lists[job.status].add(job)
 
+    def rebuild(self, jobs: Iterable[Job]) -> None:
+        """Replace the contents with ``jobs``, each under its status: one sort on a C-level
+        key instead of a sorted insert (and Python-level comparisons) per job."""
+        ordered = sorted(jobs, key=_CREATION_ORDER)
+        # one filtering pass per status: hashing an Enum member is a Python-level call
+        self._lists = {
+            status: _presorted([job for job in ordered if job.status is status])
+            for status in Status
+        }
+
     def discard(self, job: Job, status: Status) -> None:
         self._lists[status].discard(job)
 
@@ -82,6 +93,26 @@ class StatusIndex:
         return iter(
             self._lists[status].irange(low, high, inclusive=(True, False), reverse=True)
         )
+
+
+#: a job's place in creation order, as ``Job.__lt__`` compares, built in C
+_CREATION_ORDER = operator.attrgetter("created_ns", "id")
+
+
+def _presorted(values: list[Job]) -> SortedList:
+    """A SortedList of ``values``, which are already in order.
+
+    ``SortedList(values)`` would sort them again with ``Job.__lt__`` (a Python call per
+    comparison); this fills it as ``SortedList.update`` does for an empty list, minus the
+    sort (sortedcontainers 2.x layout: ``_lists`` of at most ``_load`` values, ``_maxes``
+    their last values, ``_len``, ``_index`` empty until first needed).
+    """
+    result = SortedList()
+    load = result._load
+    result._lists = [values[pos : pos + load] for pos in range(0, len(values), load)]
+    result._maxes = [chunk[-1] for chunk in result._lists]
+    result._len = len(values)
+    return result
 
 
 @dataclass(frozen=True, slots=True)

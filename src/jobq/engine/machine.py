@@ -37,6 +37,7 @@ from jobq.engine.commands import (
     WorkqCommand,
 )
 from jobq.engine.deadlines import DeadlineKind, Deadlines
+from jobq.engine.deadlines import Entry as DeadlineEntry
 from jobq.engine.errors import (
     AmbiguousId,
     DuplicateJob,
@@ -62,7 +63,7 @@ from jobq.engine.extensions import (
     ScheduleRunEnded,
     SubmitJob,
 )
-from jobq.engine.job import TRANSITIONS, Job, JobMeta, Status
+from jobq.engine.job import TRANSITIONS, Job, JobMeta, JobRow, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
 from jobq.engine.queues import Queue
 from jobq.engine.schedules import (
@@ -727,13 +728,16 @@ class Engine:
     # ------------------------------------------------------------------ replay
 
     def begin_replay(self) -> None:
-        """Start replaying: structures fill unordered until :meth:`end_replay`."""
+        """Start replaying: until :meth:`end_replay`, commands change only the jobs (and
+        ``jobs``); the indexes are built once, from the final states, at the end."""
         self._replaying = True
         self._deadlines.bulk = True
 
     def end_replay(self) -> None:
-        """Order what replay filled in; the engine is then ready for live operation."""
+        """Build the indexes from the replayed jobs; the engine is then ready for live
+        operation."""
         self._replaying = False
+        self._rebuild_indexes()
         for schedule in self.schedules.values():
             # a run whose end was not logged (its records were cleaned) is not running
             schedule.running = {
@@ -744,9 +748,95 @@ class Engine:
             schedule.heap_ns = None
             self._push_schedule(schedule)
         self._deadlines.end_bulk()
+        self._offer_names.clear()
+
+    def export_jobs(self) -> list[JobRow] | None:
+        """Every job as a row (:meth:`Job.row`), for a snapshot of the engine; ``None`` if
+        the engine holds state rows do not cover (schedules), which then needs the log."""
+        if self.schedules or self._last_fire_jobs:
+            return None
+        return [job.row() for job in self.jobs.values() if not job.run]
+
+    def load_jobs(
+        self, rows: list[JobRow | None], now_ns: int, *, consume: bool = False
+    ) -> None:
+        """Start from the rows :meth:`export_jobs` made, instead of replaying the log they
+        describe; as replay does, a job whose TTL has passed by ``now_ns`` is left out. The
+        engine must be new; it is then ready for live operation. ``consume`` sets each row
+        to None once used, so its memory serves the jobs being made."""
+        if self.jobs or self.schedules:
+            raise ValueError("load_jobs needs a new engine")
+        jobs: dict[bytes, Job] = {}
+        from_row = Job.from_row
+        for n, row in enumerate(rows):
+            if consume:
+                rows[n] = None
+            if row is None:
+                raise ValueError("load_jobs: a row was already consumed")
+            job = from_row(row)
+            ttl_ms = job.ttl_ms
+            if ttl_ms:
+                base = job.time_ns if job.time_ns is not None else job.created_ns
+                if base + ttl_ms * _NS_PER_MS <= now_ns:
+                    continue
+            jobs[job.id] = job
+        # only now: a bad row (KeyError from an unknown status) leaves the engine new
+        self.jobs = jobs
+        self.begin_replay()
+        self.end_replay()
+
+    def _rebuild_indexes(self) -> None:
+        """Index every job as its state says, in bulk: what :meth:`_register` and
+        :meth:`_index` do one job at a time, for all jobs (replay defers them to here).
+
+        The job list's per-status lists come from one sort; ready heaps and the deadline heap
+        are filled unordered and heapified (lease order and due order depend only on job
+        fields, so they equal live operation's). Deadlines pushed during replay are dropped:
+        each job's current ones are pushed here.
+        """
+        deadline_entries: list[DeadlineEntry] = []
+        push_deadline = deadline_entries.append
+        retention_ns = self.retention_ms * _NS_PER_MS
+        indexed: list[Job] = []
+        by_created_by = self.by_created_by
+        by_created_by.clear()
+        for queue in self.queues.values():
+            queue.ready.clear()
+            queue.ready_len = 0
+            queue.scheduled.clear()
+            queue.running.clear()
+        pending, running = Status.PENDING, Status.RUNNING
+        for job in self.jobs.values():
+            if job.run:
+                continue
+            indexed.append(job)
+            meta = job.meta
+            if meta is not None and meta.created_by is not None:
+                by_created_by.setdefault(meta.created_by, set()).add(job.id)
+            status = job.status
+            if status is pending:
+                queue = self._queue(job.name)
+                if job.waiting_for_time:
+                    assert job.time_ns is not None
+                    queue.scheduled[job.id] = job
+                    push_deadline((job.time_ns, DeadlineKind.READY, job))
+                else:
+                    queue.push_ready(job, bulk=True)
+            elif status is running:
+                queue = self._queue(job.name)
+                queue.running[job.id] = job
+                assert job.lease_expires_ns is not None
+                push_deadline((job.lease_expires_ns, DeadlineKind.TTR, job))
+            ttl_ms = job.ttl_ms
+            if ttl_ms:
+                base = job.time_ns if job.time_ns is not None else job.created_ns
+                push_deadline((base + ttl_ms * _NS_PER_MS, DeadlineKind.TTL, job))
+            elif job.finished_ns is not None and status.finished:
+                push_deadline((job.finished_ns + retention_ns, DeadlineKind.RETENTION, job))
+        self.by_status.rebuild(indexed)
         for queue in self.queues.values():
             queue.order()
-        self._offer_names.clear()
+        self._deadlines.replace_jobs(deadline_entries)
 
     def replay(self, command: Command, *, logged_ns: int, now_ns: int) -> None:
         """Apply a logged command during start-up (between :meth:`begin_replay` and
@@ -1452,7 +1542,7 @@ class Engine:
         new_status = TRANSITIONS[event].get(old_status)
         if new_status is None:
             raise AssertionError(f"{event} is not allowed from {old_status.value}")
-        if new_status is not old_status and not job.run:
+        if new_status is not old_status and not job.run and not self._replaying:
             self.by_status.discard(job, old_status)
             job.status = new_status
             self.by_status.add(job)
@@ -1626,8 +1716,11 @@ class Engine:
         self._deregister(job)
 
     def _register(self, job: Job) -> None:
-        """Enter a new (or restored) job everywhere: jobs, indexes, queue, deadlines."""
+        """Enter a new (or restored) job everywhere: jobs, indexes, queue, deadlines (replay:
+        only ``jobs``; :meth:`_rebuild_indexes` does the rest)."""
         self.jobs[job.id] = job
+        if self._replaying:
+            return
         if not job.run:
             self.by_status.add(job)
             meta = job.meta
@@ -1639,6 +1732,8 @@ class Engine:
     def _deregister(self, job: Job) -> None:
         self._unindex(job)
         del self.jobs[job.id]
+        if self._replaying:
+            return
         if not job.run:
             self.by_status.discard(job, job.status)
             meta = job.meta
@@ -1651,7 +1746,7 @@ class Engine:
 
     def _push_expiry(self, job: Job) -> None:
         """The deadline that removes the job: its TTL, or its retention once finished."""
-        if job.run:
+        if job.run or self._replaying:
             return
         expires_ns = job.expires_ns
         if expires_ns is not None:
@@ -1669,7 +1764,9 @@ class Engine:
                     self._wake(waiter, value)
 
     def _index(self, job: Job) -> None:
-        """Enter a job in its queue's structures as its state says."""
+        """Enter a job in its queue's structures as its state says (replay: nothing yet)."""
+        if self._replaying:
+            return
         status = job.status
         if status is Status.PENDING:
             queue = self._queue(job.name)
@@ -1678,9 +1775,8 @@ class Engine:
                 queue.scheduled[job.id] = job
                 self._deadlines.push(job.time_ns, DeadlineKind.READY, job)
             else:
-                queue.push_ready(job, bulk=self._replaying)
-                if not self._replaying:
-                    self._offer_names.add(job.name)
+                queue.push_ready(job)
+                self._offer_names.add(job.name)
         elif status is Status.RUNNING:
             queue = self._queue(job.name)
             queue.running[job.id] = job
@@ -1689,6 +1785,8 @@ class Engine:
 
     def _unindex(self, job: Job) -> None:
         """Take a job out of its queue's structures (heap entries lapse lazily)."""
+        if self._replaying:
+            return
         queue = self.queues.get(job.name)
         if queue is None:
             return

@@ -1,0 +1,140 @@
+"""The engine snapshot: the jobs a cleanly stopped server held, so that the next start need
+not replay the whole command log.
+
+A snapshot is written when the server stops, after the log is closed, to ``engine.snapshot``
+in the log directory. It holds every job (``Job.row``) and a stamp of every segment file
+(name, size, modification time, inode) as the log was then. At start it is used only if the
+log is exactly as stamped: any record appended since, a segment the cleaner rewrote or
+deleted, a torn tail cut off, all change a stamp, and the server replays the whole log
+instead. It is also not used, and start-up replays the log, when it is missing, unreadable,
+fails its CRC32C, is of another format version, or describes an engine with schedules (a
+server with schedules writes none). It is deleted once read, so a server that crashes later
+never finds one that is stale.
+
+File layout: ``MAGIC`` (8 bytes), CRC32C of the body (4 bytes, big-endian), body (one
+MessagePack array, :class:`Snapshot`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import cast
+
+import google_crc32c
+import msgspec
+
+from jobq.cmdlog.segment import list_segments
+from jobq.engine.job import JobRow
+from jobq.engine.machine import Engine
+
+logger = logging.getLogger("jobq.server")
+
+SNAPSHOT_NAME = "engine.snapshot"
+MAGIC = b"JOBQSNP1"
+#: the format of the body; a snapshot of another version is ignored
+VERSION = 1
+
+
+class SegmentStamp(msgspec.Struct, array_like=True, frozen=True):
+    """One segment file as the snapshot saw it."""
+
+    name: str
+    size_bytes: int
+    mtime_ns: int
+    inode: int
+
+
+class Snapshot(msgspec.Struct, array_like=True):
+    version: int
+    segments: list[SegmentStamp]
+    jobs: list[JobRow]
+
+
+_decoder = msgspec.msgpack.Decoder(Snapshot)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def stamp_log(log_dir: str) -> list[SegmentStamp]:
+    """Every segment of ``log_dir``, oldest first."""
+    stamps = []
+    for _, name in list_segments(log_dir):
+        st = os.stat(os.path.join(log_dir, name))
+        stamps.append(SegmentStamp(name, st.st_size, st.st_mtime_ns, st.st_ino))
+    return stamps
+
+
+def write_snapshot(log_dir: str, engine: Engine) -> int | None:
+    """Save ``engine``'s jobs against the log as it is now (closed); return how many, or
+    ``None`` if the engine cannot be snapshotted (then no snapshot file is left)."""
+    path = os.path.join(log_dir, SNAPSHOT_NAME)
+    rows = engine.export_jobs()
+    if rows is None:
+        _remove(path)
+        return None
+    body = _encoder.encode(Snapshot(VERSION, stamp_log(log_dir), rows))
+    temporary = path + ".tmp"
+    with open(temporary, "wb") as f:
+        f.write(MAGIC)
+        f.write(google_crc32c.value(body).to_bytes(4, "big"))
+        f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+    return len(rows)
+
+
+def load_snapshot(log_dir: str, engine: Engine, now_ns: int) -> int | None:
+    """Fill the new ``engine`` from the snapshot if it matches the log; return how many jobs
+    it held, or ``None`` (with the reason logged) if the log must be replayed instead.
+
+    The file is removed either way."""
+    path = os.path.join(log_dir, SNAPSHOT_NAME)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning("%s: cannot read the snapshot (%s), replaying the log", path, exc)
+        return None
+    _remove(path)
+    checked = _check(data, log_dir)
+    del data  # the file's bytes are not needed past decoding (RSS)
+    if isinstance(checked, str):
+        logger.info("%s: not used (%s), replaying the log", path, checked)
+        return None
+    rows = cast("list[JobRow | None]", checked.jobs)  # set to None as they are used
+    del checked
+    count = len(rows)
+    try:
+        engine.load_jobs(rows, now_ns, consume=True)
+    except (KeyError, ValueError, TypeError) as exc:
+        logger.warning("%s: bad job row (%r), replaying the log", path, exc)
+        return None
+    return count
+
+
+def _check(data: bytes, log_dir: str) -> Snapshot | str:
+    """The snapshot in ``data`` if it is whole and matches ``log_dir``, else why not."""
+    if data[: len(MAGIC)] != MAGIC:
+        return "not a snapshot file"
+    body = data[len(MAGIC) + 4 :]
+    if google_crc32c.value(body).to_bytes(4, "big") != data[len(MAGIC) : len(MAGIC) + 4]:
+        return "CRC32C mismatch"
+    try:
+        snapshot = _decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        return f"cannot decode: {exc}"
+    if snapshot.version != VERSION:
+        return f"format version {snapshot.version}, not {VERSION}"
+    if snapshot.segments != stamp_log(log_dir):
+        return "the log changed since it was written"
+    return snapshot
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

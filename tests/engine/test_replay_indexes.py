@@ -1,0 +1,91 @@
+"""Replay defers index building to ``end_replay``: the indexes it builds in bulk (job list,
+ready heaps, deadline heap) behave as those live operation kept, from then on."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobq.engine.job import Status
+from jobq.engine.machine import Engine
+
+from .helpers import MS, T0, Clock, add, jid
+from .test_replay_property import OPTIONS, op, perform, snapshot
+
+
+def _replayed(log: list[tuple[Any, int]], now_ns: int) -> Engine:
+    engine = Engine(scheduler=OPTIONS, started_ns=T0)
+    engine.begin_replay()
+    for command, logged_ns in log:
+        engine.replay(command, logged_ns=logged_ns, now_ns=now_ns)
+    engine.end_replay()
+    return engine
+
+
+def _check_structures(engine: Engine) -> None:
+    for status in Status:
+        jobs = engine.by_status._lists[status]
+        assert list(jobs) == sorted(jobs, key=lambda j: (j.created_ns, j.id))
+        assert jobs._maxes == [chunk[-1] for chunk in jobs._lists]
+        assert len(jobs) == sum(map(len, jobs._lists))
+        assert all(jobs.index(job) == n for n, job in enumerate(jobs))  # positional index
+    for queue in engine.queues.values():
+        _check_heap(queue.ready)
+        live = [e for e in queue.ready if e[3].queued is e and e[3].status is Status.PENDING]
+        assert len(live) == queue.ready_len
+    _check_heap(engine._deadlines._heap)
+
+
+def _check_heap(heap: list[Any]) -> None:
+    assert all(not heap[i] < heap[(i - 1) // 2] for i in range(1, len(heap)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(op, max_size=40), st.lists(st.integers(1, 700), min_size=1, max_size=8))
+def test_bulk_built_indexes_behave_as_live_ones(operations, advances_ms) -> None:
+    live = Engine(scheduler=OPTIONS, started_ns=T0)
+    now_ns = T0
+    log: list[tuple[Any, int]] = []
+    for operation in operations:
+        now_ns = perform(live, now_ns, operation)
+        log.extend((command, now_ns) for command in live.drain()[0])
+    replayed = _replayed(log, now_ns)
+    replayed.tick(now_ns)
+    assert replayed.drain()[0] == []
+    _check_structures(replayed)
+    assert snapshot(replayed) == snapshot(live)
+    # from now on both see the same deadlines come due and lease in the same order
+    for advance_ms in advances_ms:
+        now_ns += advance_ms * MS
+        for engine in (live, replayed):
+            engine.tick(now_ns)
+            engine.lease(["a", "b"], wait_timeout_ms=0, token=None, now_ns=now_ns)
+        assert replayed.drain()[0] == live.drain()[0]
+        assert snapshot(replayed) == snapshot(live)
+
+
+def test_job_list_and_lease_order_after_bulk_build() -> None:
+    live = Engine()
+    clock = Clock()
+    for n in (5, 3, 9, 1, 7):
+        add(live, clock, n, priority=n % 3)
+        clock.advance(1)
+    live.lease(["q"], wait_timeout_ms=0, token=None, now_ns=clock.now_ns)
+    log = [(command, clock.now_ns) for command in live.drain()[0]]
+    replayed = Engine()
+    replayed.begin_replay()
+    for command, logged_ns in log:
+        replayed.replay(command, logged_ns=logged_ns, now_ns=clock.now_ns)
+    replayed.end_replay()
+    pending = [job.id for job in replayed.by_status.jobs(Status.PENDING)]
+    assert pending == [job.id for job in live.by_status.jobs(Status.PENDING)]
+    assert pending == [jid(n) for n in (3, 9, 1, 7)]  # creation order, not id order
+    queue = replayed.queue("q")
+    assert queue is not None
+    assert [j.id for j in queue.ready_jobs(10)] == [jid(n) for n in (1, 7, 3, 9)]
+    # the earliest deadline is the leased job's TTR, as live
+    assert replayed.next_deadline_ns() == live.next_deadline_ns()
+    assert heapq.nsmallest(1, replayed._deadlines._heap)[0][2].id == jid(5)
