@@ -37,6 +37,9 @@ CLIENTS = 3
 #: loaded two-core machine (thread wake-ups, the fsync itself)
 SYNC_INTERVAL_MS = 200
 SLACK_S = 0.6
+#: big enough that no segment is started (and the old one fsynced) within a round, so only
+#: the interval's fsyncs make anything durable
+INTERVAL_SEGMENT_BYTES = 16 * 1024 * 1024
 
 
 def log_dir(data_dir: Path) -> Path:
@@ -93,8 +96,10 @@ def _load(port: int, ledger: Ledger, rng: random.Random, seconds: float) -> Load
     return Load(clients, stop)
 
 
-def _start(data_dir: Path, *args: str, **kwargs: object) -> ServerProcess:
-    return ServerProcess(data_dir, "--cmdlog-seg-size", "65536", *args, **kwargs)  # type: ignore[arg-type]
+def _start(
+    data_dir: Path, *args: str, segment_size: int = 65536, **kwargs: object
+) -> ServerProcess:
+    return ServerProcess(data_dir, "--cmdlog-seg-size", str(segment_size), *args, **kwargs)  # type: ignore[arg-type]
 
 
 def _ensure_schedule(client: Client) -> None:
@@ -114,7 +119,7 @@ def test_sigkill_under_mixed_load_with_sync_always_loses_nothing(tmp_path: Path,
                 lost = losses(ledger, client)
                 assert not lost, f"round {number}: acknowledged commands lost: {lost[:5]}"
                 _ensure_schedule(client)
-            load = _load(server.port, ledger, rng, rng.uniform(0.05, 0.3))
+            load = _load(server.port, ledger, rng, rng.uniform(0.03, 0.2))
         finally:
             server.kill()
         load.stop()
@@ -178,7 +183,7 @@ def test_sigkill_and_power_cut_with_sync_interval_lose_only_the_last_interval(
     rng = random.Random(seed)
     ledger = Ledger()
     data_dir = tmp_path / "data"
-    rounds = kill_rounds(25, 150)
+    rounds = kill_rounds(15, 150)
     worst_s = 0.0
     dropped_total = lost_total = 0
     for number in range(rounds):
@@ -190,13 +195,14 @@ def test_sigkill_and_power_cut_with_sync_interval_lose_only_the_last_interval(
             "interval",
             "--cmdlog-sync-int",
             str(SYNC_INTERVAL_MS),
+            segment_size=INTERVAL_SEGMENT_BYTES,
             launcher=INJECTOR,
             env={"JOBQ_FAULT_SYNC_TRACE": str(trace)},
         )
         try:
             with Client.from_address(f"127.0.0.1:{server.port}", timeout_s=10) as client:
                 _ensure_schedule(client)
-            load = _load(server.port, ledger, rng, rng.uniform(0.3, 1.2))
+            load = _load(server.port, ledger, rng, rng.uniform(0.4, 1.5))
         finally:
             server.kill()
         load.stop()
@@ -205,7 +211,7 @@ def test_sigkill_and_power_cut_with_sync_interval_lose_only_the_last_interval(
         verify_log(log_dir(data_dir))  # the SIGKILL itself
         dropped_total += power_cut(log_dir(data_dir), before, trace)
         verify_log(log_dir(data_dir))  # and the power cut
-        check = _start(data_dir, "--cmdlog-sync", "interval")
+        check = _start(data_dir, "--cmdlog-sync", "interval", segment_size=INTERVAL_SEGMENT_BYTES)
         try:
             with Client.from_address(f"127.0.0.1:{check.port}", timeout_s=10) as client:
                 lost = losses(ledger, client)
