@@ -8,22 +8,39 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 JOBQ = str(Path(sys.executable).parent / "jobq")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServerProcess:
-    """Starts ``jobq server --listen 127.0.0.1:0`` and learns its port from its log."""
+    """Starts ``jobq server --listen 127.0.0.1:0`` and learns its port from its log.
 
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    ``launcher`` replaces the ``jobq`` executable (the fault suite runs
+    ``python -m tests.fault.injector``); ``env`` adds variables to the child's environment.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *args: str,
+        launcher: Sequence[str] = (JOBQ,),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.stderr_path = data_dir.parent / f"server-{time.monotonic_ns()}.log"
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115
+        child_env = dict(os.environ)
+        child_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), child_env.get("PYTHONPATH", "")])
+        child_env.update(env or {})
         self.proc = subprocess.Popen(
-            [JOBQ, "server", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), *args],
+            [*launcher, "server", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), *args],
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
             start_new_session=True,
+            cwd=ROOT,
+            env=child_env,
         )
         self.port = self._wait_for_port()
 
@@ -42,6 +59,13 @@ class ServerProcess:
 
     def log(self) -> str:
         return self.stderr_path.read_text(errors="replace")
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """The exit status once the process ends by itself (a fault hook killed it)."""
+        try:
+            return self.proc.wait(timeout_s)
+        finally:
+            self._stderr.close()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
