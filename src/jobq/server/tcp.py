@@ -103,6 +103,14 @@ class Connection(asyncio.Protocol):
     def slot_ready(self) -> None:
         transport = self.transport
         slots = self.slots
+        if len(slots) == 1 and not self.closing:
+            # the usual case: one request in flight, now answered
+            data = slots[0].data
+            if data is not None:
+                slots.popleft()
+                if transport is not None and not transport.is_closing():
+                    transport.write(data)
+            return
         out: list[bytes] = []
         while slots and slots[0].data is not None:
             out.append(slots.popleft().data)  # type: ignore[arg-type]
