@@ -500,8 +500,13 @@ class Engine:
             running_status=running_status,
             checkpoint=checkpoint,
         )
-        self._emit(command, now_ns)
-        meta = self._meta(job)
+        # what _emit does, for a job known to exist and to be held (no run ends here)
+        self._touch(id)
+        self._apply_heartbeat(job, command)
+        if not job.run:
+            self._commands.append(command)
+        meta = job.meta
+        assert meta is not None  # a held job has its worker in its metadata
         if meta.cancel_requested:
             return Action.CANCEL, meta.reason
         if meta.pause_requested:
@@ -1575,18 +1580,7 @@ class Engine:
                 job.meta.worker = None
             self._index(job)
         elif isinstance(command, Heartbeat):
-            meta = self._meta(job)
-            job.lease_expires_ns = command.at_ns + job.ttr_ms * _NS_PER_MS
-            job.modified_ns = command.at_ns
-            if command.fraction_completed is not None:
-                meta.fraction_completed = command.fraction_completed
-            if command.running_status is not None:
-                meta.running_status = command.running_status
-            meta.last_heartbeat_ns = command.at_ns
-            if command.checkpoint is not None:
-                meta.checkpoint = command.checkpoint
-                meta.last_checkpoint_ns = command.at_ns
-            self._deadlines.push(job.lease_expires_ns, DeadlineKind.TTR, job)
+            self._apply_heartbeat(job, command)
         elif isinstance(command, CompleteJob):
             self._unindex(job)
             self._transition(job, "complete")
@@ -1678,6 +1672,23 @@ class Engine:
                 self._run_ended(job, "deleted")
             self._remove(job)
             self._wake_result_waiters(job.id, Outcome.NOT_FOUND)
+
+    def _apply_heartbeat(self, job: Job, command: Heartbeat) -> None:
+        """A heartbeat's change (part of :meth:`_apply`, called directly by
+        :meth:`heartbeat`, the hot path of long-running jobs)."""
+        meta = self._meta(job)
+        at_ns = command.at_ns
+        job.lease_expires_ns = expires_ns = at_ns + job.ttr_ms * _NS_PER_MS
+        job.modified_ns = at_ns
+        if command.fraction_completed is not None:
+            meta.fraction_completed = command.fraction_completed
+        if command.running_status is not None:
+            meta.running_status = command.running_status
+        meta.last_heartbeat_ns = at_ns
+        if command.checkpoint is not None:
+            meta.checkpoint = command.checkpoint
+            meta.last_checkpoint_ns = at_ns
+        self._deadlines.push(expires_ns, DeadlineKind.TTR, job)
 
     @staticmethod
     def _meta(job: Job) -> JobMeta:

@@ -138,16 +138,19 @@ class Core:
     # ------------------------------------------------------------------ requests
 
     def execute(self, conn: ReplySink, request: p.Request, slot: Slot) -> None:
-        """Run one request now; its reply is released with the batch."""
-        now_ns = self.clock()
+        """Run one request now; its reply is released with the batch.
+
+        The loop timer is (re)armed by :meth:`flush`, which runs later in the same loop
+        iteration, so a request pays for no timer work of its own.
+        """
         slot.request = request
-        reply = self.dispatcher.handle(request, slot, now_ns)
+        reply = self.dispatcher.handle(request, slot, self.clock())
         commands, wakeups = self.engine.drain()
         batch = self._batch
         if commands:
-            batch.commands.extend(commands)
+            batch.commands += commands
         if wakeups:
-            batch.wakeups.extend(wakeups)
+            batch.wakeups += wakeups
         if reply is None:
             slot.waiting = True
         elif isinstance(reply, Deferred):
@@ -157,8 +160,9 @@ class Core:
             future.add_done_callback(lambda f: self._deferred_done(slot, f))
         else:
             batch.replies.append((slot, reply, bool(commands)))
-        self._schedule_flush()
-        self._arm_timer()
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
 
     def _deferred_done(self, slot: Slot, future: asyncio.Future[bytes]) -> None:
         if not slot.waiting:
@@ -221,31 +225,36 @@ class Core:
     # ------------------------------------------------------------------ the log
 
     def flush(self) -> None:
-        """Write the batch; release its replies once the log holds it."""
+        """Write the batch; release its replies once the log holds it; arm the loop timer
+        for the engine's earliest deadline."""
         self._flush_scheduled = False
         if self._syncing:
+            self._arm_timer()
             return  # the fsync in flight calls flush again when it ends
         batch = self._batch
-        if not batch.commands and not batch.replies and not batch.wakeups:
+        commands = batch.commands
+        if not commands and not batch.replies and not batch.wakeups:
+            self._arm_timer()
             return
         self._batch = Batch()
-        if batch.commands and self.log is not None:
+        if commands and self.log is not None:
             try:
-                payloads = [encode_command(c) for c in batch.commands]
-                self.log.write(payloads, self.clock())
+                self.log.write([encode_command(c) for c in commands], self.clock())
             except Exception as exc:  # an OSError, or the log's own error for one
                 self._write_failed(batch, exc)
                 return
             if self.log_error is not None:
                 logger.warning("command log writable again")
                 self.log_error = None
-        self.engine.commit()
-        self.engine.begin()
-        if self.sync_always and batch.commands:
+        engine = self.engine
+        engine.commit()
+        engine.begin()
+        if self.sync_always and commands:
             self._syncing = True
             assert self.log is not None
             future = self.loop.run_in_executor(None, self.log.sync)
             future.add_done_callback(lambda f: self._synced(f, batch))
+            self._arm_timer()
             return
         self._release(batch)
 
@@ -285,7 +294,8 @@ class Core:
 
     def _release(self, batch: Batch) -> None:
         for slot, reply, _changed in batch.replies:
-            self._fill(slot, reply)
+            slot.data = reply
+            slot.conn.slot_ready()
         for wakeup in batch.wakeups:
             waiter = wakeup.token
             assert isinstance(waiter, Slot)

@@ -18,7 +18,7 @@ import msgspec
 from jobq.engine.errors import InvalidArgument
 from jobq.engine.job import Job, Status
 from jobq.engine.joblist import JobFilter
-from jobq.engine.machine import Engine
+from jobq.engine.machine import Action, Engine
 from jobq.engine.schedules import DEFAULT_CATCHUP_MS, Schedule
 from jobq.server import protocol as p
 
@@ -184,6 +184,10 @@ def _body(schema: type[msgspec.Struct], data: bytes) -> Any:
 def data_reply(value: object) -> bytes:
     body = _encoder.encode(value)
     return b"+OK %d\r\n%s\r\n" % (len(body), body)
+
+
+#: the usual heartbeat reply, encoded once
+_CONTINUE_REPLY = data_reply({"action": Action.CONTINUE, "reason": ""})
 
 
 # ---------------------------------------------------------------------------------- values
@@ -392,6 +396,8 @@ class Extensions:
             checkpoint=r.checkpoint,
             now_ns=now_ns,
         )
+        if action == Action.CONTINUE and not reason:
+            return _CONTINUE_REPLY
         return data_reply({"action": action, "reason": reason})
 
     def xcomplete(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:

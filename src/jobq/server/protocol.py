@@ -1075,6 +1075,8 @@ def _parse_extension(word: str) -> ParseFn:
     return parse
 
 
+_new_extension = _maker(Extension)
+
 #: an extension command's line: ``<word> <size>`` (the parser's fast path)
 _EXTENSION_LINE_MATCH = re.compile(rb"([a-z]{2,16}) ([0-9]{1,8})\r\n").match
 
@@ -1378,7 +1380,7 @@ class RequestParser:
             return None
         self._scanned = 0
         self._pos = stop + 2
-        return Extension(word, bytes(buf[line_end:stop]))
+        return _new_extension(word, bytes(buf[line_end:stop]))
 
     def _take_block(self, line_end: int, size: int) -> bytes | None:
         """For the fast path: the data block at ``line_end``, consumed with its line.

@@ -46,6 +46,8 @@ class Connection(asyncio.Protocol):
         self.blocked = False
         self.writing_paused = False
         self.closing = False
+        #: whether reading is paused (so the transport is told only of changes)
+        self.reading_paused = False
 
     # -- asyncio callbacks
 
@@ -101,6 +103,14 @@ class Connection(asyncio.Protocol):
     def slot_ready(self) -> None:
         transport = self.transport
         slots = self.slots
+        if len(slots) == 1 and not self.closing:
+            # the usual case: one request in flight, now answered
+            data = slots[0].data
+            if data is not None:
+                slots.popleft()
+                if transport is not None and not transport.is_closing():
+                    transport.write(data)
+            return
         out: list[bytes] = []
         while slots and slots[0].data is not None:
             out.append(slots.popleft().data)  # type: ignore[arg-type]
@@ -119,12 +129,14 @@ class Connection(asyncio.Protocol):
 
     def _process(self) -> None:
         parser = self.parser
+        execute = self.core.execute
+        slots = self.slots
         while not self.blocked and not self.writing_paused and not self.closing:
             event = parser.next_event()
             if event is None:
                 break
             slot = Slot(self)
-            self.slots.append(slot)
+            slots.append(slot)
             if isinstance(event, p.ProtocolError):
                 slot.data = event.to_bytes()
                 if event.fatal:
@@ -137,10 +149,11 @@ class Connection(asyncio.Protocol):
                     slot.data = refusal
                     self.slot_ready()
                     continue
-            self.core.execute(self, event, slot)
+            execute(self, event, slot)
             if slot.waiting:
                 self.blocked = True
-        self._update_reading()
+        if self.blocked or self.writing_paused or self.reading_paused:
+            self._update_reading()
 
     def _update_reading(self) -> None:
         transport = self.transport
@@ -149,6 +162,9 @@ class Connection(asyncio.Protocol):
         stop = self.writing_paused or (
             self.blocked and self.parser.buffered_bytes >= READ_AHEAD_BYTES
         )
+        if stop is self.reading_paused:
+            return
+        self.reading_paused = stop
         try:
             if stop:
                 transport.pause_reading()
