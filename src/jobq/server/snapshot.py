@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import cast
 
 import google_crc32c
 import msgspec
 
 from jobq.cmdlog.segment import list_segments
-from jobq.engine.job import JobRow
+from jobq.engine.job import Job, JobRow
 from jobq.engine.machine import Engine
 
 logger = logging.getLogger("jobq.server")
@@ -51,7 +50,16 @@ class Snapshot(msgspec.Struct, array_like=True):
     jobs: list[JobRow]
 
 
-_decoder = msgspec.msgpack.Decoder(Snapshot)
+class _LoadedSnapshot(msgspec.Struct, array_like=True):
+    """A :class:`Snapshot` as read: each row decoded straight into the job it describes
+    (a job's fields up to ``meta`` are a row's, in order)."""
+
+    version: int
+    segments: list[SegmentStamp]
+    jobs: list[Job]
+
+
+_decoder = msgspec.msgpack.Decoder(_LoadedSnapshot)
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -104,18 +112,13 @@ def load_snapshot(log_dir: str, engine: Engine, now_ns: int) -> int | None:
     if isinstance(checked, str):
         logger.info("%s: not used (%s), replaying the log", path, checked)
         return None
-    rows = cast("list[JobRow | None]", checked.jobs)  # set to None as they are used
+    jobs = checked.jobs
     del checked
-    count = len(rows)
-    try:
-        engine.load_jobs(rows, now_ns, consume=True)
-    except (KeyError, ValueError, TypeError) as exc:
-        logger.warning("%s: bad job row (%r), replaying the log", path, exc)
-        return None
-    return count
+    engine.adopt_jobs(jobs, now_ns)
+    return len(jobs)
 
 
-def _check(data: bytes, log_dir: str) -> Snapshot | str:
+def _check(data: bytes, log_dir: str) -> _LoadedSnapshot | str:
     """The snapshot in ``data`` if it is whole and matches ``log_dir``, else why not."""
     if data[: len(MAGIC)] != MAGIC:
         return "not a snapshot file"
