@@ -864,21 +864,21 @@ class Engine:
         that do not exist are ignored (their job was skipped, or its records were cleaned),
         and so are commands that do not fit the job's state (a duplicate record).
         """
-        if isinstance(command, _SCHEDULE_COMMAND_TYPES):
+        if isinstance(command, _NEW_JOB_COMMAND_TYPES):
+            if command.id in self.jobs:
+                return
+            if command.ttl_ms:
+                base = command.created_ns if type(command) is AddJob else command.time_ns
+                if base is None:
+                    base = command.created_ns
+                if base + command.ttl_ms * _NS_PER_MS <= now_ns:
+                    return
+        elif isinstance(command, _SCHEDULE_COMMAND_TYPES):
             self._replay_schedule(command, logged_ns, now_ns)
             self._commands.clear()
             self._wakeups.clear()
             self._ended_runs.clear()
             return
-        if isinstance(command, AddJob | ScheduleJob | SubmitJob):
-            if command.id in self.jobs:
-                return
-            if command.ttl_ms:
-                base = command.created_ns if isinstance(command, AddJob) else command.time_ns
-                if base is None:
-                    base = command.created_ns
-                if base + command.ttl_ms * _NS_PER_MS <= now_ns:
-                    return
         else:
             job = self.jobs.get(command.id)
             if job is None:
@@ -891,6 +891,17 @@ class Engine:
             self._commands.clear()
         if self._wakeups:
             self._wakeups.clear()
+
+    def replay_new_job(self, job: Job, *, now_ns: int) -> None:
+        """:meth:`replay` of an ``add`` record already made into the job it creates
+        (``commands.decode_add_as_job``): the same checks, and the same apply code
+        (:meth:`_create_job`) as the command takes live."""
+        if job.id in self.jobs:
+            return
+        ttl_ms = job.ttl_ms
+        if ttl_ms and job.created_ns + ttl_ms * _NS_PER_MS <= now_ns:
+            return
+        self._create_job(job)
 
     def record_is_live(self, job_id: bytes, logged_ns: int) -> bool:
         """Whether replay still needs a record of ``job_id`` logged at ``logged_ns``: its job
@@ -1569,13 +1580,13 @@ class Engine:
 
     def _apply(self, command: Command, at_ns: int) -> None:
         """Change state as ``command`` says; shared by live operation and replay."""
+        if isinstance(command, _NEW_JOB_COMMAND_TYPES):
+            self._create_job(_new_job(command))
+            return
         if isinstance(command, _SCHEDULE_COMMAND_TYPES):
             self._apply_schedule(command, at_ns)
             return
         self._touch(command.id)
-        if isinstance(command, AddJob | ScheduleJob | SubmitJob):
-            self._register(_new_job(command))
-            return
         kind = type(command)
         job = self.jobs[command.id]
         if kind is StartAttempt or kind is LeaseBy:
@@ -1696,6 +1707,11 @@ class Engine:
                 self._run_ended(job, "deleted")
             self._remove(job)
             self._wake_result_waiters(job.id, Outcome.NOT_FOUND)
+
+    def _create_job(self, job: Job) -> None:
+        """Apply the creation of a new job (add, schedule, submit; live and replay alike)."""
+        self._touch(job.id)
+        self._register(job)
 
     @staticmethod
     def _meta(job: Job) -> JobMeta:
@@ -1885,6 +1901,8 @@ class Engine:
         self._wakeups.append(Wakeup(waiter.token, Outcome.TIMEOUT))
 
 
+#: a tuple, not a union: ``isinstance`` is cheaper so (replay runs it once per record)
+_NEW_JOB_COMMAND_TYPES = (AddJob, ScheduleJob, SubmitJob)
 _SCHEDULE_COMMAND_TYPES = (
     CreateSchedule,
     AlterSchedule,
