@@ -239,14 +239,19 @@ def _decode_block(block: bytes) -> tuple[int, int, int, int, int]:
 
 
 _TIMES = struct.Struct(">BqiHBqiH")
-#: the five varints after the name (ttr, ttl, priority, max-attempts, max-fails): a
-#: producer's jobs usually share them byte for byte, so replay decodes each block once
+#: the five varints after the name (ttr, ttl, priority, max-attempts, max-fails)
 _FIVE_VARINTS = re.compile(rb"(?:[\x80-\xff]{0,9}[\x00-\x7f]){5}", re.S)
-_BLOCK_CACHE: dict[bytes, tuple[int, int, int, int, int]] = {}
-_NAME_CACHE: dict[bytes, str] = {}
+#: NAME_LEN, NAME and the five varints, as bytes -> (name, ttr, ttl, priority, ...)
+_MIDDLE_DECODED: dict[bytes, tuple[str, int, int, int, int, int]] = {}
 #: bound on each cache, in entries
 _CACHE_LIMIT = 4096
 _GO_UNIX_OFFSET_NS = 62135596800 * 1_000_000_000
+
+
+def _decode_middle(name_bytes: bytes, block: bytes) -> tuple[str, int, int, int, int, int]:
+    if not name_bytes.isascii():
+        raise CommandDecodeError("job name is not ASCII")
+    return (name_bytes.decode("ascii"), *_decode_block(block))
 
 
 #: what an add or schedule record holds, in :class:`_NewJob`'s field order
@@ -266,19 +271,19 @@ def _new_job_fields(buf: bytes) -> NewJobFields:
     name_end = pos + name_len
     if name_end > end:
         raise CommandDecodeError("truncated name")
-    name_bytes = buf[pos:name_end]
-    pos = name_end
-    match = _FIVE_VARINTS.match(buf, pos)
+    match = _FIVE_VARINTS.match(buf, name_end)
     if match is None:
         raise CommandDecodeError("truncated or overlong varint")
-    block = match.group()
-    values = _BLOCK_CACHE.get(block)
-    if values is None:
-        values = _decode_block(block)
-        if len(_BLOCK_CACHE) < _CACHE_LIMIT:
-            _BLOCK_CACHE[block] = values
-    ttr_ms, ttl_ms, priority, max_attempts, max_fails = values
-    pos = match.end()
+    # NAME_LEN, NAME and the five varints: a producer's jobs usually share them byte for
+    # byte, so replay decodes each such block once
+    middle_end = match.end()
+    middle = _MIDDLE_DECODED.get(buf[17:middle_end])
+    if middle is None:
+        middle = _decode_middle(buf[pos:name_end], match.group())
+        if len(_MIDDLE_DECODED) < _CACHE_LIMIT:
+            _MIDDLE_DECODED[buf[17:middle_end]] = middle
+    name, ttr_ms, ttl_ms, priority, max_attempts, max_fails = middle
+    pos = middle_end
     n = buf[pos] if pos < end else 0x80
     if n < 0x80:
         payload_len, pos = n, pos + 1
@@ -297,13 +302,6 @@ def _new_job_fields(buf: bytes) -> NewJobFields:
         raise CommandDecodeError("unknown time layout version")
     if not (0 <= time_n < 1_000_000_000 and 0 <= created_n < 1_000_000_000):
         raise CommandDecodeError("nanoseconds out of range")
-    name = _NAME_CACHE.get(name_bytes)
-    if name is None:
-        if not name_bytes.isascii():
-            raise CommandDecodeError("job name is not ASCII")
-        name = name_bytes.decode("ascii")
-        if len(_NAME_CACHE) < _CACHE_LIMIT:
-            _NAME_CACHE[name_bytes] = name
     return (
         job_id,
         name,
