@@ -100,15 +100,18 @@ def load_snapshot(log_dir: str, engine: Engine, now_ns: int) -> int | None:
     path = os.path.join(log_dir, SNAPSHOT_NAME)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            # the header apart, so that the body is read into its own object (not copied
+            # out of the whole file's bytes: a second copy of a large file at peak)
+            header = f.read(len(MAGIC) + 4)
+            body = f.read()
     except FileNotFoundError:
         return None
     except OSError as exc:
         logger.warning("%s: cannot read the snapshot (%s), replaying the log", path, exc)
         return None
     _remove(path)
-    checked = _check(data, log_dir)
-    del data  # the file's bytes are not needed past decoding (RSS)
+    checked = _check(header, body, log_dir)
+    del body  # the file's bytes are not needed past decoding (RSS)
     if isinstance(checked, str):
         logger.info("%s: not used (%s), replaying the log", path, checked)
         return None
@@ -118,12 +121,12 @@ def load_snapshot(log_dir: str, engine: Engine, now_ns: int) -> int | None:
     return len(jobs)
 
 
-def _check(data: bytes, log_dir: str) -> _LoadedSnapshot | str:
-    """The snapshot in ``data`` if it is whole and matches ``log_dir``, else why not."""
-    if data[: len(MAGIC)] != MAGIC:
+def _check(header: bytes, body: bytes, log_dir: str) -> _LoadedSnapshot | str:
+    """The snapshot in the file (``header``: magic and CRC; ``body``) if it is whole and
+    matches ``log_dir``, else why not."""
+    if header[: len(MAGIC)] != MAGIC:
         return "not a snapshot file"
-    body = data[len(MAGIC) + 4 :]
-    if google_crc32c.value(body).to_bytes(4, "big") != data[len(MAGIC) : len(MAGIC) + 4]:
+    if google_crc32c.value(body).to_bytes(4, "big") != header[len(MAGIC) :]:
         return "CRC32C mismatch"
     try:
         snapshot = _decoder.decode(body)
