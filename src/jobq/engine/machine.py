@@ -799,12 +799,11 @@ class Engine:
             created_by = job.meta.created_by
             if created_by is not None:
                 by_created_by.setdefault(created_by, set()).add(job.id)
-        pending_jobs = [job for job in indexed if job.status is pending]
-        waiting = [job for job in pending_jobs if job.waiting_for_time]
+        waiting = [job for job in indexed if job.status is pending and job.waiting_for_time]
         ready = [
             (-job.priority, job.created_ns, job.id, job)
-            for job in pending_jobs
-            if not job.waiting_for_time
+            for job in indexed
+            if job.status is pending and not job.waiting_for_time
         ]
         leased = [job for job in indexed if job.status is running]
         for queue in self.queues.values():
