@@ -26,6 +26,7 @@ from typing import ClassVar, TypeAlias
 
 from jobq.cmdlog.gotime import TIME_LEN, ZERO_TIME_NS
 from jobq.cmdlog.varint import encode_uvarint, encode_varint
+from jobq.engine.job import Job
 
 #: length of a raw job id (UUID), in bytes
 ID_LEN = 16
@@ -238,14 +239,81 @@ def _decode_block(block: bytes) -> tuple[int, int, int, int, int]:
 
 
 _TIMES = struct.Struct(">BqiHBqiH")
-#: the five varints after the name (ttr, ttl, priority, max-attempts, max-fails): a
-#: producer's jobs usually share them byte for byte, so replay decodes each block once
+#: the five varints after the name (ttr, ttl, priority, max-attempts, max-fails)
 _FIVE_VARINTS = re.compile(rb"(?:[\x80-\xff]{0,9}[\x00-\x7f]){5}", re.S)
-_BLOCK_CACHE: dict[bytes, tuple[int, int, int, int, int]] = {}
-_NAME_CACHE: dict[bytes, str] = {}
+#: NAME_LEN, NAME and the five varints, as bytes -> (name, ttr, ttl, priority, ...)
+_MIDDLE_DECODED: dict[bytes, tuple[str, int, int, int, int, int]] = {}
 #: bound on each cache, in entries
 _CACHE_LIMIT = 4096
 _GO_UNIX_OFFSET_NS = 62135596800 * 1_000_000_000
+
+
+def _decode_middle(name_bytes: bytes, block: bytes) -> tuple[str, int, int, int, int, int]:
+    if not name_bytes.isascii():
+        raise CommandDecodeError("job name is not ASCII")
+    return (name_bytes.decode("ascii"), *_decode_block(block))
+
+
+#: what an add or schedule record holds, in :class:`_NewJob`'s field order
+NewJobFields: TypeAlias = tuple[bytes, str, int, int, int, int, int, bytes, int, int]
+
+
+def _new_job_fields(buf: bytes) -> NewJobFields:
+    """The fields of an add or schedule record (types 1, 2) of at least 17 bytes."""
+    end = len(buf)
+    job_id = buf[1:17]
+    pos = 17
+    n = buf[pos] if pos < end else 0x80
+    if n < 0x80:
+        name_len, pos = n, pos + 1
+    else:
+        name_len, pos = _uvarint(buf, pos)
+    name_end = pos + name_len
+    if name_end > end:
+        raise CommandDecodeError("truncated name")
+    match = _FIVE_VARINTS.match(buf, name_end)
+    if match is None:
+        raise CommandDecodeError("truncated or overlong varint")
+    # NAME_LEN, NAME and the five varints: a producer's jobs usually share them byte for
+    # byte, so replay decodes each such block once
+    middle_end = match.end()
+    middle = _MIDDLE_DECODED.get(buf[17:middle_end])
+    if middle is None:
+        middle = _decode_middle(buf[pos:name_end], match.group())
+        if len(_MIDDLE_DECODED) < _CACHE_LIMIT:
+            _MIDDLE_DECODED[buf[17:middle_end]] = middle
+    name, ttr_ms, ttl_ms, priority, max_attempts, max_fails = middle
+    pos = middle_end
+    n = buf[pos] if pos < end else 0x80
+    if n < 0x80:
+        payload_len, pos = n, pos + 1
+    else:
+        payload_len, pos = _uvarint(buf, pos)
+    payload_end = pos + payload_len
+    if payload_end + 2 * TIME_LEN != end:
+        if payload_end + 2 * TIME_LEN > end:
+            raise CommandDecodeError("truncated job payload or times")
+        raise CommandDecodeError(f"{end - payload_end - 2 * TIME_LEN} bytes left over")
+    job_payload = buf[pos:payload_end]
+    v1, time_s, time_n, _z1, v2, created_s, created_n, _z2 = _TIMES.unpack_from(
+        buf, payload_end
+    )
+    if v1 != 1 or v2 != 1:
+        raise CommandDecodeError("unknown time layout version")
+    if not (0 <= time_n < 1_000_000_000 and 0 <= created_n < 1_000_000_000):
+        raise CommandDecodeError("nanoseconds out of range")
+    return (
+        job_id,
+        name,
+        ttr_ms,
+        ttl_ms,
+        priority,
+        max_attempts,
+        max_fails,
+        job_payload,
+        created_s * 1_000_000_000 + created_n - _GO_UNIX_OFFSET_NS,
+        time_s * 1_000_000_000 + time_n - _GO_UNIX_OFFSET_NS,
+    )
 
 
 def decode_workq_command(payload: bytes | memoryview) -> WorkqCommand:
@@ -261,65 +329,7 @@ def decode_workq_command(payload: bytes | memoryview) -> WorkqCommand:
     cmd_type = buf[0]
     job_id = buf[1:17]
     if cmd_type == 1 or cmd_type == 2:
-        pos = 17
-        n = buf[pos] if pos < end else 0x80
-        if n < 0x80:
-            name_len, pos = n, pos + 1
-        else:
-            name_len, pos = _uvarint(buf, pos)
-        name_end = pos + name_len
-        if name_end > end:
-            raise CommandDecodeError("truncated name")
-        name_bytes = buf[pos:name_end]
-        pos = name_end
-        match = _FIVE_VARINTS.match(buf, pos)
-        if match is None:
-            raise CommandDecodeError("truncated or overlong varint")
-        block = match.group()
-        values = _BLOCK_CACHE.get(block)
-        if values is None:
-            values = _decode_block(block)
-            if len(_BLOCK_CACHE) < _CACHE_LIMIT:
-                _BLOCK_CACHE[block] = values
-        ttr_ms, ttl_ms, priority, max_attempts, max_fails = values
-        pos = match.end()
-        n = buf[pos] if pos < end else 0x80
-        if n < 0x80:
-            payload_len, pos = n, pos + 1
-        else:
-            payload_len, pos = _uvarint(buf, pos)
-        payload_end = pos + payload_len
-        if payload_end + 2 * TIME_LEN != end:
-            if payload_end + 2 * TIME_LEN > end:
-                raise CommandDecodeError("truncated job payload or times")
-            raise CommandDecodeError(f"{end - payload_end - 2 * TIME_LEN} bytes left over")
-        job_payload = buf[pos:payload_end]
-        v1, time_s, time_n, _z1, v2, created_s, created_n, _z2 = _TIMES.unpack_from(
-            buf, payload_end
-        )
-        if v1 != 1 or v2 != 1:
-            raise CommandDecodeError("unknown time layout version")
-        if not (0 <= time_n < 1_000_000_000 and 0 <= created_n < 1_000_000_000):
-            raise CommandDecodeError("nanoseconds out of range")
-        name = _NAME_CACHE.get(name_bytes)
-        if name is None:
-            if not name_bytes.isascii():
-                raise CommandDecodeError("job name is not ASCII")
-            name = name_bytes.decode("ascii")
-            if len(_NAME_CACHE) < _CACHE_LIMIT:
-                _NAME_CACHE[name_bytes] = name
-        return (AddJob if cmd_type == 1 else ScheduleJob)(
-            job_id,
-            name,
-            ttr_ms,
-            ttl_ms,
-            priority,
-            max_attempts,
-            max_fails,
-            job_payload,
-            created_s * 1_000_000_000 + created_n - _GO_UNIX_OFFSET_NS,
-            time_s * 1_000_000_000 + time_n - _GO_UNIX_OFFSET_NS,
-        )
+        return (AddJob if cmd_type == 1 else ScheduleJob)(*_new_job_fields(buf))
     if cmd_type == 3 or cmd_type == 4:
         n = buf[17] if end > 17 else 0x80
         if n < 0x80:
@@ -338,6 +348,23 @@ def decode_workq_command(payload: bytes | memoryview) -> WorkqCommand:
     if end != 1 + ID_LEN:
         raise CommandDecodeError(f"{end - 1 - ID_LEN} bytes left over after the command")
     return id_only(job_id)
+
+def decode_add_as_job(payload: bytes | memoryview) -> Job | None:
+    """For replay: the job an ``add`` record (type 1) creates, as the engine makes it from
+    the :class:`AddJob` that :func:`decode_workq_command` gives, without that command in
+    between (one object less per record); ``None`` for a record of any other type.
+
+    Raises :class:`CommandDecodeError` as :func:`decode_workq_command` does."""
+    buf = payload if type(payload) is bytes else bytes(payload)
+    if len(buf) < 1 + ID_LEN or buf[0] != AddJob.TYPE:
+        return None
+    job_id, name, ttr_ms, ttl_ms, priority, max_attempts, max_fails, job_payload, created_ns, _ = (
+        _new_job_fields(buf)
+    )
+    return Job(
+        job_id, name, job_payload, priority, ttr_ms, ttl_ms, max_attempts, max_fails, None,
+        created_ns, modified_ns=created_ns,
+    )
 
 
 def encode_command(command: WorkqCommand | ExtensionCommand) -> bytes:

@@ -6,9 +6,12 @@ change against it, so the table is the one place that says what may follow what.
 
 from __future__ import annotations
 
+import copy
 import enum
 import operator
 from typing import Final
+
+import msgspec
 
 
 class Status(enum.Enum):
@@ -71,46 +74,27 @@ WORKQ_PENDING: Final = 3
 WORKQ_LEASED: Final = 4
 
 
-class JobMeta:
-    """What jobq adds to a workq job (DESIGN.md); only jobs that use it carry one."""
+class JobMeta(msgspec.Struct, array_like=True, eq=False):
+    """What jobq adds to a workq job (DESIGN.md); only jobs that use it carry one.
 
-    __slots__ = (
-        "cancel_requested",
-        "checkpoint",
-        "created_by",
-        "creator",
-        "description",
-        "fraction_completed",
-        "last_checkpoint_ns",
-        "last_heartbeat_ns",
-        "pause_requested",
-        "reason",
-        "running_status",
-        "worker",
-    )
+    Fields are in name order: :meth:`state` and an engine snapshot's row list them so."""
 
-    def __init__(
-        self,
-        description: str = "",
-        creator: str = "",
-        created_by: tuple[str, str] | None = None,
-    ) -> None:
-        self.description = description
-        self.creator = creator
-        self.created_by = created_by
-        self.fraction_completed: float | None = None
-        self.running_status: str | None = None
-        self.checkpoint: bytes | None = None
-        #: the worker holding the lease (extended leases)
-        self.worker: str | None = None
-        self.pause_requested = False
-        self.cancel_requested = False
-        #: the reason given with the last pause, resume or cancel
-        self.reason = ""
-        #: when the newest heartbeat, and the newest one with a checkpoint, were made: the
-        #: cleaner keeps those two heartbeat records and drops older ones
-        self.last_heartbeat_ns: int | None = None
-        self.last_checkpoint_ns: int | None = None
+    cancel_requested: bool = False
+    checkpoint: bytes | None = None
+    created_by: tuple[str, str] | None = None
+    creator: str = ""
+    description: str = ""
+    fraction_completed: float | None = None
+    #: when the newest heartbeat, and the newest one with a checkpoint, were made: the
+    #: cleaner keeps those two heartbeat records and drops older ones
+    last_checkpoint_ns: int | None = None
+    last_heartbeat_ns: int | None = None
+    pause_requested: bool = False
+    #: the reason given with the last pause, resume or cancel
+    reason: str = ""
+    running_status: str | None = None
+    #: the worker holding the lease (extended leases)
+    worker: str | None = None
 
     def state(self) -> tuple[object, ...]:
         """Every field, in one C-level call (for the undo journal)."""
@@ -119,48 +103,53 @@ class JobMeta:
 
     @classmethod
     def from_state(cls, state: tuple[object, ...]) -> JobMeta:
-        meta = cls.__new__(cls)
-        for slot, value in zip(cls.__slots__, state, strict=True):
-            setattr(meta, slot, value)
-        return meta
+        return cls(*state)  # type: ignore[arg-type]
 
 
-_get_meta = operator.attrgetter(*JobMeta.__slots__)
+_get_meta = operator.attrgetter(*JobMeta.__struct_fields__)
 
 
-class Job:
-    """One job. Plain workq jobs use only the core slots; ``meta`` stays ``None``.
+class Job(msgspec.Struct, array_like=True, eq=False):
+    """One job. Plain workq jobs use only the core fields; ``meta`` stays ``None``.
 
-    Times are Unix nanoseconds; durations carry their unit in the name.
+    Times are Unix nanoseconds; durations carry their unit in the name. A msgspec struct:
+    cheap to make (replay and a snapshot's load make one per job), and an engine snapshot
+    decodes its rows (:meth:`row`, the fields up to ``meta`` in order) straight into jobs.
+    Equality is identity, as for plain objects; ``<`` is creation order.
+
+    The constructor takes every field as given: a new job is made by :meth:`new`.
     """
 
-    __slots__ = (
-        "attempts",
-        "created_ns",
-        "fails",
-        "finished_ns",
-        "id",
-        "lease_expires_ns",
-        "max_attempts",
-        "max_fails",
-        "meta",
-        "modified_ns",
-        "name",
-        "payload",
-        "priority",
-        "queued",
-        "result",
-        "run",
-        "started_ns",
-        "status",
-        "time_ns",
-        "ttl_ms",
-        "ttr_ms",
-        "waiting_for_time",
-    )
+    id: bytes
+    name: str
+    payload: bytes
+    priority: int
+    ttr_ms: int
+    ttl_ms: int
+    max_attempts: int
+    max_fails: int
+    #: when a ``schedule`` job becomes leasable; ``None`` for ``add``
+    time_ns: int | None
+    created_ns: int
+    status: Status = Status.PENDING
+    attempts: int = 0
+    fails: int = 0
+    result: bytes | None = None
+    lease_expires_ns: int | None = None
+    started_ns: int | None = None
+    finished_ns: int | None = None
+    modified_ns: int = 0
+    #: pending, but its scheduled time has not come yet
+    waiting_for_time: bool = False
+    meta: JobMeta | None = None
+    #: a foreground ``run`` job: never logged, removed once its caller has the result
+    run: bool = False
+    #: its live entry in its queue's ready heap (the tuple itself), or None
+    queued: tuple[object, ...] | None = None
 
-    def __init__(
-        self,
+    @classmethod
+    def new(
+        cls,
         *,
         id: bytes,
         name: str,
@@ -173,33 +162,12 @@ class Job:
         time_ns: int | None,
         created_ns: int,
         run: bool = False,
-    ) -> None:
-        self.id = id
-        self.name = name
-        self.payload = payload
-        self.priority = priority
-        self.ttr_ms = ttr_ms
-        self.ttl_ms = ttl_ms
-        self.max_attempts = max_attempts
-        self.max_fails = max_fails
-        #: when a ``schedule`` job becomes leasable; ``None`` for ``add``
-        self.time_ns = time_ns
-        self.created_ns = created_ns
-        #: a foreground ``run`` job: never logged, removed once its caller has the result
-        self.run = run
-        self.status = Status.PENDING
-        self.attempts = 0
-        self.fails = 0
-        self.result: bytes | None = None
-        self.lease_expires_ns: int | None = None
-        self.started_ns: int | None = None
-        self.finished_ns: int | None = None
-        self.modified_ns = created_ns
-        #: pending, but its scheduled time has not come yet
-        self.waiting_for_time = time_ns is not None
-        #: its live entry in its queue's ready heap (the tuple itself), or None
-        self.queued: tuple[object, ...] | None = None
-        self.meta: JobMeta | None = None
+    ) -> Job:
+        """A new pending job, not attempted yet, last modified when created."""
+        return cls(
+            id, name, payload, priority, ttr_ms, ttl_ms, max_attempts, max_fails, time_ns,
+            created_ns, modified_ns=created_ns, waiting_for_time=time_ns is not None, run=run,
+        )
 
     @property
     def expires_ns(self) -> int | None:
@@ -233,11 +201,9 @@ class Job:
     def restored(self, state: tuple[object, ...]) -> Job:
         """A new job object equal to this one when ``state`` was saved. ``queued`` is cleared:
         heap entries refer to the original object and lapse with it."""
-        clone = Job.__new__(Job)
-        for slot in _IMMUTABLE:
-            setattr(clone, slot, getattr(self, slot))
-        for slot, value in zip(MUTABLE_FIELDS, state, strict=True):
-            setattr(clone, slot, value)
+        clone = copy.copy(self)
+        for field, value in zip(MUTABLE_FIELDS, state, strict=True):
+            setattr(clone, field, value)
         meta_state = state[-1]
         if meta_state is not None:
             assert isinstance(meta_state, tuple)
@@ -246,7 +212,7 @@ class Job:
         return clone
 
     def row(self) -> JobRow:
-        """Every field but ``queued`` and ``run``, as plain values (an engine snapshot's row)."""
+        """Every field but ``run`` and ``queued``, as plain values (an engine snapshot's row)."""
         meta = self.meta
         meta_row: MetaRow | None = None if meta is None else meta.state()  # type: ignore[assignment]
         return (
@@ -260,33 +226,30 @@ class Job:
     @classmethod
     def from_row(cls, row: JobRow) -> Job:
         """The job :meth:`row` describes (not queued anywhere yet)."""
-        job = cls.__new__(cls)
-        (
-            job.id, job.name, job.payload, job.priority, job.ttr_ms, job.ttl_ms,
-            job.max_attempts, job.max_fails, job.time_ns, job.created_ns,
-            status, job.attempts, job.fails, job.result, job.lease_expires_ns,
-            job.started_ns, job.finished_ns, job.modified_ns, job.waiting_for_time,
-            meta,
-        ) = row
-        job.status = _STATUS_BY_VALUE[status]
-        job.run = False
-        job.queued = None
-        if meta is None:
-            job.meta = None
-        else:
-            job.meta = restored = JobMeta.from_state(meta)
-            if restored.created_by is not None:
-                restored.created_by = tuple(restored.created_by)  # type: ignore[assignment]
-        return job
+        meta = row[19]
+        return cls(
+            *row[:10],
+            _STATUS_BY_VALUE[row[10]],
+            *row[11:19],
+            None if meta is None else JobMeta.from_state(_meta_state(meta)),
+        )
 
     def __lt__(self, other: Job | JobBound) -> bool:
         """Creation order, then id: the job list's order (and any tie in a heap)."""
         return (self.created_ns, self.id) < (other.created_ns, other.id)
 
 
+def _meta_state(meta: MetaRow) -> tuple[object, ...]:
+    """A meta row with ``created_by`` a tuple again (MessagePack gives a list)."""
+    created_by = meta[2]
+    if created_by is None or type(created_by) is tuple:
+        return meta
+    return (*meta[:2], tuple(created_by), *meta[3:])
+
+
 _STATUS_BY_VALUE: Final = {status.value: status for status in Status}
 
-#: :meth:`JobMeta.state`: every slot in ``__slots__`` order
+#: :meth:`JobMeta.state`: every field in order
 MetaRow = tuple[
     bool, bytes | None, tuple[str, str] | None, str, str, float | None, int | None,
     int | None, bool, str, str | None, str | None,
@@ -325,5 +288,4 @@ MUTABLE_FIELDS: Final = (
     "waiting_for_time",
     "meta",
 )
-_IMMUTABLE: Final = tuple(slot for slot in Job.__slots__ if slot not in MUTABLE_FIELDS)
 _get_mutable = operator.attrgetter(*MUTABLE_FIELDS)

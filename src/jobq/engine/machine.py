@@ -65,7 +65,7 @@ from jobq.engine.extensions import (
 )
 from jobq.engine.job import TRANSITIONS, Job, JobMeta, JobRow, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
-from jobq.engine.queues import Queue
+from jobq.engine.queues import Queue, ReadyEntry
 from jobq.engine.schedules import (
     DEFAULT_CATCHUP_MS,
     ErrorPolicy,
@@ -347,7 +347,7 @@ class Engine:
         """
         self._check_new_id(id)
         self._touch(id)
-        job = Job(
+        job = Job.new(
             id=id,
             name=name,
             payload=payload,
@@ -762,31 +762,26 @@ class Engine:
             return None
         return [job.row() for job in self.jobs.values() if not job.run]
 
-    def load_jobs(
-        self, rows: list[JobRow | None], now_ns: int, *, consume: bool = False
-    ) -> None:
-        """Start from the rows :meth:`export_jobs` made, instead of replaying the log they
-        describe; as replay does, a job whose TTL has passed by ``now_ns`` is left out. The
-        engine must be new; it is then ready for live operation. ``consume`` sets each row
-        to None once used, so its memory serves the jobs being made."""
-        if self.jobs or self.schedules:
-            raise ValueError("load_jobs needs a new engine")
-        jobs: dict[bytes, Job] = {}
+    def load_jobs(self, rows: list[JobRow], now_ns: int) -> None:
+        """Start from the rows :meth:`export_jobs` made (see :meth:`adopt_jobs`)."""
         from_row = Job.from_row
-        for n, row in enumerate(rows):
-            if consume:
-                rows[n] = None
-            if row is None:
-                raise ValueError("load_jobs: a row was already consumed")
-            job = from_row(row)
-            ttl_ms = job.ttl_ms
-            if ttl_ms:
-                base = job.time_ns if job.time_ns is not None else job.created_ns
-                if base + ttl_ms * _NS_PER_MS <= now_ns:
-                    continue
-            jobs[job.id] = job
-        # only now: a bad row (KeyError from an unknown status) leaves the engine new
-        self.jobs = jobs
+        self.adopt_jobs([from_row(row) for row in rows], now_ns)
+
+    def adopt_jobs(self, jobs: list[Job], now_ns: int) -> None:
+        """Start from the jobs an engine snapshot holds (:meth:`Job.row`, decoded), instead
+        of replaying the log they describe; as replay does, a job whose TTL has passed by
+        ``now_ns`` is left out. The jobs must be queued nowhere (``queued`` None) and not
+        ``run`` jobs. The engine must be new; it is then ready for live operation."""
+        if self.jobs or self.schedules:
+            raise ValueError("adopt_jobs needs a new engine")
+        self.jobs = {
+            job.id: job
+            for job in jobs
+            if not job.ttl_ms
+            or (job.created_ns if job.time_ns is None else job.time_ns)
+            + job.ttl_ms * _NS_PER_MS
+            > now_ns
+        }
         self.begin_replay()
         self.end_replay()
 
@@ -797,50 +792,72 @@ class Engine:
         The job list's per-status lists come from one sort; ready heaps and the deadline heap
         are filled unordered and heapified (lease order and due order depend only on job
         fields, so they equal live operation's). Deadlines pushed during replay are dropped:
-        each job's current ones are pushed here.
+        each job's current ones are pushed here. Each step is one comprehension over the jobs
+        it concerns (the per-job cost is what a restart with many jobs pays).
         """
-        deadline_entries: list[DeadlineEntry] = []
-        push_deadline = deadline_entries.append
-        retention_ns = self.retention_ms * _NS_PER_MS
-        indexed: list[Job] = []
+        pending, running = Status.PENDING, Status.RUNNING
+        indexed = [job for job in self.jobs.values() if not job.run]
         by_created_by = self.by_created_by
         by_created_by.clear()
+        for job in [job for job in indexed if job.meta is not None]:
+            assert job.meta is not None
+            created_by = job.meta.created_by
+            if created_by is not None:
+                by_created_by.setdefault(created_by, set()).add(job.id)
+        waiting = [job for job in indexed if job.status is pending and job.waiting_for_time]
+        ready = [
+            (-job.priority, job.created_ns, job.id, job)
+            for job in indexed
+            if job.status is pending and not job.waiting_for_time
+        ]
+        leased = [job for job in indexed if job.status is running]
         for queue in self.queues.values():
-            queue.ready.clear()
+            queue.ready = []
             queue.ready_len = 0
             queue.scheduled.clear()
             queue.running.clear()
-        pending, running = Status.PENDING, Status.RUNNING
-        for job in self.jobs.values():
-            if job.run:
-                continue
-            indexed.append(job)
-            meta = job.meta
-            if meta is not None and meta.created_by is not None:
-                by_created_by.setdefault(meta.created_by, set()).add(job.id)
-            status = job.status
-            if status is pending:
-                queue = self._queue(job.name)
-                if job.waiting_for_time:
-                    assert job.time_ns is not None
-                    queue.scheduled[job.id] = job
-                    push_deadline((job.time_ns, DeadlineKind.READY, job))
-                else:
-                    queue.push_ready(job, bulk=True)
-            elif status is running:
-                queue = self._queue(job.name)
-                queue.running[job.id] = job
-                assert job.lease_expires_ns is not None
-                push_deadline((job.lease_expires_ns, DeadlineKind.TTR, job))
-            ttl_ms = job.ttl_ms
-            if ttl_ms:
-                base = job.time_ns if job.time_ns is not None else job.created_ns
-                push_deadline((base + ttl_ms * _NS_PER_MS, DeadlineKind.TTL, job))
-            elif job.finished_ns is not None and status.finished:
-                push_deadline((job.finished_ns + retention_ns, DeadlineKind.RETENTION, job))
-        self.by_status.rebuild(indexed)
+        queue_of = self._queue
+        heaps: dict[str, list[ReadyEntry]] = {}
+        for entry in ready:
+            job = entry[3]
+            job.queued = entry
+            heap = heaps.get(job.name)
+            if heap is None:
+                heap = heaps[job.name] = queue_of(job.name).ready
+            heap.append(entry)
+        for job in waiting:
+            queue_of(job.name).scheduled[job.id] = job
+        for job in leased:
+            queue_of(job.name).running[job.id] = job
         for queue in self.queues.values():
+            queue.ready_len = len(queue.ready)
             queue.order()
+        self.by_status.rebuild(indexed)
+        retention_ns = self.retention_ms * _NS_PER_MS
+        deadline_entries: list[DeadlineEntry] = [
+            (job.time_ns, DeadlineKind.READY, job) for job in waiting  # type: ignore[misc]
+        ]
+        deadline_entries += [
+            (job.lease_expires_ns, DeadlineKind.TTR, job)  # type: ignore[misc]
+            for job in leased
+        ]
+        ttl = DeadlineKind.TTL
+        deadline_entries += [
+            (
+                (job.created_ns if job.time_ns is None else job.time_ns)
+                + job.ttl_ms * _NS_PER_MS,
+                ttl,
+                job,
+            )
+            for job in indexed
+            if job.ttl_ms
+        ]
+        retention = DeadlineKind.RETENTION
+        deadline_entries += [
+            (job.finished_ns + retention_ns, retention, job)
+            for job in indexed
+            if not job.ttl_ms and job.finished_ns is not None and job.status.finished
+        ]
         self._deadlines.replace_jobs(deadline_entries)
 
     def replay(self, command: Command, *, logged_ns: int, now_ns: int) -> None:
@@ -851,21 +868,21 @@ class Engine:
         that do not exist are ignored (their job was skipped, or its records were cleaned),
         and so are commands that do not fit the job's state (a duplicate record).
         """
-        if isinstance(command, _SCHEDULE_COMMAND_TYPES):
+        if isinstance(command, _NEW_JOB_COMMAND_TYPES):
+            if command.id in self.jobs:
+                return
+            if command.ttl_ms:
+                base = command.created_ns if type(command) is AddJob else command.time_ns
+                if base is None:
+                    base = command.created_ns
+                if base + command.ttl_ms * _NS_PER_MS <= now_ns:
+                    return
+        elif isinstance(command, _SCHEDULE_COMMAND_TYPES):
             self._replay_schedule(command, logged_ns, now_ns)
             self._commands.clear()
             self._wakeups.clear()
             self._ended_runs.clear()
             return
-        if isinstance(command, AddJob | ScheduleJob | SubmitJob):
-            if command.id in self.jobs:
-                return
-            if command.ttl_ms:
-                base = command.created_ns if isinstance(command, AddJob) else command.time_ns
-                if base is None:
-                    base = command.created_ns
-                if base + command.ttl_ms * _NS_PER_MS <= now_ns:
-                    return
         else:
             job = self.jobs.get(command.id)
             if job is None:
@@ -878,6 +895,17 @@ class Engine:
             self._commands.clear()
         if self._wakeups:
             self._wakeups.clear()
+
+    def replay_new_job(self, job: Job, *, now_ns: int) -> None:
+        """:meth:`replay` of an ``add`` record already made into the job it creates
+        (``commands.decode_add_as_job``): the same checks, and the same apply code
+        (:meth:`_create_job`) as the command takes live."""
+        if job.id in self.jobs:
+            return
+        ttl_ms = job.ttl_ms
+        if ttl_ms and job.created_ns + ttl_ms * _NS_PER_MS <= now_ns:
+            return
+        self._create_job(job)
 
     def record_is_live(self, job_id: bytes, logged_ns: int) -> bool:
         """Whether replay still needs a record of ``job_id`` logged at ``logged_ns``: its job
@@ -1556,13 +1584,13 @@ class Engine:
 
     def _apply(self, command: Command, at_ns: int) -> None:
         """Change state as ``command`` says; shared by live operation and replay."""
+        if isinstance(command, _NEW_JOB_COMMAND_TYPES):
+            self._create_job(_new_job(command))
+            return
         if isinstance(command, _SCHEDULE_COMMAND_TYPES):
             self._apply_schedule(command, at_ns)
             return
         self._touch(command.id)
-        if isinstance(command, AddJob | ScheduleJob | SubmitJob):
-            self._register(_new_job(command))
-            return
         kind = type(command)
         job = self.jobs[command.id]
         if kind is StartAttempt or kind is LeaseBy:
@@ -1689,6 +1717,11 @@ class Engine:
             meta.checkpoint = command.checkpoint
             meta.last_checkpoint_ns = at_ns
         self._deadlines.push(expires_ns, DeadlineKind.TTR, job)
+
+    def _create_job(self, job: Job) -> None:
+        """Apply the creation of a new job (add, schedule, submit; live and replay alike)."""
+        self._touch(job.id)
+        self._register(job)
 
     @staticmethod
     def _meta(job: Job) -> JobMeta:
@@ -1878,6 +1911,8 @@ class Engine:
         self._wakeups.append(Wakeup(waiter.token, Outcome.TIMEOUT))
 
 
+#: a tuple, not a union: ``isinstance`` is cheaper so (replay runs it once per record)
+_NEW_JOB_COMMAND_TYPES = (AddJob, ScheduleJob, SubmitJob)
 _SCHEDULE_COMMAND_TYPES = (
     CreateSchedule,
     AlterSchedule,
@@ -1943,9 +1978,15 @@ _REPLAY_STATUSES: dict[type, frozenset[Status]] = {
 
 
 def _new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
-    """The job a creating command describes."""
+    """The job a creating command describes (pending, not attempted yet)."""
+    if type(command) is AddJob:  # replay's commonest record: positional, no branches
+        return Job(
+            command.id, command.name, command.payload, command.priority, command.ttr_ms,
+            command.ttl_ms, command.max_attempts, command.max_fails, None, command.created_ns,
+            modified_ns=command.created_ns,
+        )
     time_ns = command.time_ns if isinstance(command, SubmitJob | ScheduleJob) else None
-    job = Job(
+    job = Job.new(
         id=command.id,
         name=command.name,
         payload=command.payload,
@@ -1961,7 +2002,9 @@ def _new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
         created_by = (
             (command.created_by_type, command.created_by_id) if command.created_by_type else None
         )
-        job.meta = JobMeta(command.description, command.creator, created_by)
+        job.meta = JobMeta(
+            description=command.description, creator=command.creator, created_by=created_by
+        )
     return job
 
 

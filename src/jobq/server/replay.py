@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from jobq.cmdlog.log import CommandLog
-from jobq.engine.commands import CommandDecodeError, decode_command
+from jobq.engine.commands import CommandDecodeError, decode_add_as_job, decode_command
 from jobq.engine.machine import Engine
 from jobq.server.snapshot import load_snapshot
 
@@ -68,14 +68,21 @@ def _apply_all(log: CommandLog, engine: Engine, now_ns: int) -> int:
     count = 0
     apply = engine.replay
     engine.begin_replay()
+    apply_new_job = engine.replay_new_job
     for record in log.records():
         try:
-            command = decode_command(record.payload)
+            # add records, the bulk of a log of pending jobs, become their jobs directly
+            job = decode_add_as_job(record.payload)
+            if job is None:
+                command = decode_command(record.payload)
         except CommandDecodeError as exc:
             raise ReplayError(
                 f"{record.segment} offset {record.offset}: cannot decode command: {exc}"
             ) from exc
-        apply(command, logged_ns=record.time_ns, now_ns=now_ns)
+        if job is None:
+            apply(command, logged_ns=record.time_ns, now_ns=now_ns)
+        else:
+            apply_new_job(job, now_ns=now_ns)
         count += 1
     engine.end_replay()
     return count

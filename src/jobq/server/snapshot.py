@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import cast
 
 import google_crc32c
 import msgspec
 
 from jobq.cmdlog.segment import list_segments
-from jobq.engine.job import JobRow
+from jobq.engine.job import Job, JobRow
 from jobq.engine.machine import Engine
 
 logger = logging.getLogger("jobq.server")
@@ -51,7 +50,16 @@ class Snapshot(msgspec.Struct, array_like=True):
     jobs: list[JobRow]
 
 
-_decoder = msgspec.msgpack.Decoder(Snapshot)
+class _LoadedSnapshot(msgspec.Struct, array_like=True):
+    """A :class:`Snapshot` as read: each row decoded straight into the job it describes
+    (a job's fields up to ``meta`` are a row's, in order)."""
+
+    version: int
+    segments: list[SegmentStamp]
+    jobs: list[Job]
+
+
+_decoder = msgspec.msgpack.Decoder(_LoadedSnapshot)
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -92,35 +100,33 @@ def load_snapshot(log_dir: str, engine: Engine, now_ns: int) -> int | None:
     path = os.path.join(log_dir, SNAPSHOT_NAME)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            # the header apart, so that the body is read into its own object (not copied
+            # out of the whole file's bytes: a second copy of a large file at peak)
+            header = f.read(len(MAGIC) + 4)
+            body = f.read()
     except FileNotFoundError:
         return None
     except OSError as exc:
         logger.warning("%s: cannot read the snapshot (%s), replaying the log", path, exc)
         return None
     _remove(path)
-    checked = _check(data, log_dir)
-    del data  # the file's bytes are not needed past decoding (RSS)
+    checked = _check(header, body, log_dir)
+    del body  # the file's bytes are not needed past decoding (RSS)
     if isinstance(checked, str):
         logger.info("%s: not used (%s), replaying the log", path, checked)
         return None
-    rows = cast("list[JobRow | None]", checked.jobs)  # set to None as they are used
+    jobs = checked.jobs
     del checked
-    count = len(rows)
-    try:
-        engine.load_jobs(rows, now_ns, consume=True)
-    except (KeyError, ValueError, TypeError) as exc:
-        logger.warning("%s: bad job row (%r), replaying the log", path, exc)
-        return None
-    return count
+    engine.adopt_jobs(jobs, now_ns)
+    return len(jobs)
 
 
-def _check(data: bytes, log_dir: str) -> Snapshot | str:
-    """The snapshot in ``data`` if it is whole and matches ``log_dir``, else why not."""
-    if data[: len(MAGIC)] != MAGIC:
+def _check(header: bytes, body: bytes, log_dir: str) -> _LoadedSnapshot | str:
+    """The snapshot in the file (``header``: magic and CRC; ``body``) if it is whole and
+    matches ``log_dir``, else why not."""
+    if header[: len(MAGIC)] != MAGIC:
         return "not a snapshot file"
-    body = data[len(MAGIC) + 4 :]
-    if google_crc32c.value(body).to_bytes(4, "big") != data[len(MAGIC) : len(MAGIC) + 4]:
+    if google_crc32c.value(body).to_bytes(4, "big") != header[len(MAGIC) :]:
         return "CRC32C mismatch"
     try:
         snapshot = _decoder.decode(body)
