@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean soak fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: lint
 
 bench: bytecode
 	$(PY) -m bench.run_all
+
+# The long load and soak: 200 connections, 1,000,000 jobs a cycle, two cycles (~20-30 min);
+# the short form is tests/load, part of `make test`. Writes bench/out/soak.md.
+soak: bytecode
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .jobq .pytest_cache .mypy_cache .ruff_cache

@@ -16,7 +16,6 @@ would add ~20-27 MiB, well past the limit (~12 MiB at a ~80 MiB RSS).
 from __future__ import annotations
 
 import pytest
-
 from bench.soak import SoakResult, run_soak
 
 JOBS = 30_000
