@@ -64,8 +64,13 @@ def test_rejected_requests_change_nothing(server: LiveServer) -> None:
         for operation, mode in itertools.product(operations, GenerationMode):
 
             @given(case=operation.as_strategy(generation_mode=mode))
-            @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,
-                      suppress_health_check=list(HealthCheck), database=None)
+            @settings(
+                max_examples=MAX_EXAMPLES,
+                deadline=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+                database=None,
+            )
             def check(case: Any) -> None:
                 nonlocal rejected
                 before = _state(http)
