@@ -174,3 +174,13 @@ def test_json_mutated_extension_requests(server: RunningServer, data: bytes) -> 
 @given(byte_mutated())
 def test_byte_mutated_extension_requests(server: RunningServer, data: bytes) -> None:
     _check(server, data)
+
+
+@pytest.mark.parametrize("word", ["submit", "shistory", "jobs"])
+def test_invalid_utf8_in_a_json_string_is_a_client_error(server: RunningServer, word: str) -> None:
+    # found by tests/fuzz/atheris_dispatch.py: msgspec raised UnicodeDecodeError, which
+    # escaped as -SERVER-ERROR Internal error
+    body = b'{"name": "fuzz.\xf3"}'
+    before = _state(server.port)
+    assert _send(server.port, _wire(word, body)) == b"-CLIENT-ERROR Invalid JSON body\r\n"
+    assert _state(server.port) == before
