@@ -37,5 +37,14 @@ bench: bytecode
 soak: bytecode
 	$(PY) -m bench.soak $(SOAK_ARGS)
 
+# Coverage-guided fuzzing of bytes -> parser -> dispatcher -> engine (atheris, the `fuzz`
+# extra); not part of `make test`. Findings land in bench/out/fuzz-crash-*; see docs/fuzzing.md.
+FUZZ_SECONDS ?= 120
+fuzz: $(STAMP)
+	$(PY) -m pip install -q -e '.[fuzz]'
+	mkdir -p bench/out/fuzz-corpus
+	$(PY) -m tests.fuzz.atheris_dispatch -max_total_time=$(FUZZ_SECONDS) \
+		-artifact_prefix=bench/out/fuzz- bench/out/fuzz-corpus
+
 clean:
 	rm -rf $(VENV) .jobq .pytest_cache .mypy_cache .ruff_cache

@@ -125,13 +125,13 @@ def json_mutated(draw: st.DrawFn) -> bytes:
         kind = draw(st.sampled_from(["drop", "unknown", "replace", "replace", "whole"]))
         if kind == "drop" and body:
             del body[draw(st.sampled_from(sorted(body)))]
-        elif kind == "unknown":
+        elif kind == "unknown":  # unknown keys are echoed in the error
             body[draw(st.text(min_size=1, max_size=8))] = draw(json_values)
         elif kind == "replace" and body:
             body[draw(st.sampled_from(sorted(body)))] = draw(json_values)
         elif kind == "whole":
             return _wire(word, json.dumps(draw(json_values)).encode())
-    return _wire(word, json.dumps(body).encode())
+    return _wire(word, json.dumps(body, ensure_ascii=draw(st.booleans())).encode())
 
 
 @st.composite
@@ -154,11 +154,15 @@ def byte_mutated(draw: st.DrawFn) -> bytes:
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def _check(server: RunningServer, data: bytes) -> None:
+def _check(server: RunningServer, data: bytes, framed: bool) -> None:
     before = _state(server.port)
     reply = _send(server.port, data)
     after = _state(server.port)  # the server still serves
     assert b"-SERVER-ERROR" not in reply, (data, reply)
+    if framed:  # a whole request gets exactly one reply, an error one line
+        assert reply.startswith((b"+OK ", b"-")), (data, reply)
+        if reply.startswith(b"-"):
+            assert reply.count(b"\r\n") == 1 and reply.endswith(b"\r\n"), (data, reply)
     rejected = reply.startswith((b"-CLIENT-ERROR", b"-NOT-FOUND")) and reply.count(b"\r\n") == 1
     if rejected:
         assert after == before, (data, reply)
@@ -167,13 +171,13 @@ def _check(server: RunningServer, data: bytes) -> None:
 @settings(FUZZ, max_examples=250)
 @given(json_mutated())
 def test_json_mutated_extension_requests(server: RunningServer, data: bytes) -> None:
-    _check(server, data)
+    _check(server, data, framed=True)
 
 
 @settings(FUZZ, max_examples=150)
 @given(byte_mutated())
 def test_byte_mutated_extension_requests(server: RunningServer, data: bytes) -> None:
-    _check(server, data)
+    _check(server, data, framed=False)
 
 
 @pytest.mark.parametrize("word", ["submit", "shistory", "jobs"])
@@ -183,4 +187,19 @@ def test_invalid_utf8_in_a_json_string_is_a_client_error(server: RunningServer, 
     body = b'{"name": "fuzz.\xf3"}'
     before = _state(server.port)
     assert _send(server.port, _wire(word, body)) == b"-CLIENT-ERROR Invalid JSON body\r\n"
+    assert _state(server.port) == before
+
+
+@pytest.mark.parametrize(
+    ("key", "echoed"), [("re\u0432on", b"re\\u0432on"), ("a\r\nb", b"a\\r\\nb")]
+)
+def test_an_echoed_unknown_key_stays_on_one_latin1_line(
+    server: RunningServer, key: str, echoed: bytes
+) -> None:
+    # found by tests/fuzz/atheris_dispatch.py: a non-latin-1 key dropped the connection
+    # without a reply, and CR LF in a key split the reply in two (the client lost sync)
+    body = json.dumps({"name": "fuzz.q", key: 1}, ensure_ascii=False).encode()
+    before = _state(server.port)
+    reply = _send(server.port, _wire("submit", body) + p.InspectQueue("fuzz.q").to_bytes())
+    assert reply.startswith(b"-CLIENT-ERROR Invalid field " + echoed + b"\r\n+OK 1\r\n")
     assert _state(server.port) == before
