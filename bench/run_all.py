@@ -51,7 +51,7 @@ class Bench:
     full: list[str]
     quick: list[str]
     out_name: str
-    #: first cells of rows -> the summary's wording
+    #: a row's first cell (a regex, whole match) -> the summary's wording ({row}: the cell)
     labels: dict[str, str] = field(default_factory=dict)
     columns: tuple[Column, ...] = ()
     #: extra summary rows read from the report text: (measure, regex with a number, target)
@@ -79,8 +79,8 @@ BENCHMARKS = [
           text_targets=(("server CPU while no schedule is due", r"\(([\d.]+) %\)", "<= 1 %"),)),
     Bench("Spark pipelines", 6, "bench.bench_spark", [],
           ["--rounds", "1", "--seconds", "5", "--files", "5"], "spark.md",
-          labels={"50-step pipeline": "tracking overhead: a pipeline as a jobq job / direct",
-                  "20 files": "adopting a backup at 80% / a full run"}),
+          labels={r"\d+-step pipeline": "tracking overhead: a {row} as a jobq job / direct",
+                  r"\d+ files": "adopting a backup of {row} at 80% / a full run"}),
     Bench("Load and soak: 200 connections", 8, "bench.soak", [],
           ["--jobs", "20000"], "soak.md"),
 ]  # fmt: skip
@@ -178,6 +178,13 @@ class Target:
     met: bool | None
 
 
+def _label(bench: Bench, first_cell: str) -> str:
+    for pattern, wording in bench.labels.items():
+        if re.fullmatch(pattern, first_cell):
+            return wording.format(row=first_cell)
+    return first_cell
+
+
 def targets(bench: Bench, text: str) -> list[Target]:
     """Summary rows from a benchmark's report: every table row with a target column cell
     that is a comparison, the bench's column targets, and its text targets."""
@@ -187,7 +194,7 @@ def targets(bench: Bench, text: str) -> list[Target]:
         for row in rows:
             if len(row) != len(header) or not row:
                 continue
-            name = bench.labels.get(row[0], row[0])
+            name = _label(bench, row[0])
             ratio = next((c for c, h in zip(row, lower, strict=True)
                           if "/" in h and c.endswith("x") and "target" not in h), "")  # fmt: skip
             if "target" in lower:
