@@ -18,6 +18,8 @@ from __future__ import annotations
 import pytest
 from bench.soak import SoakResult, run_soak
 
+pytestmark = pytest.mark.slow
+
 JOBS = 30_000
 TOLERANCE = 0.05
 SLACK_MIB = 8.0
