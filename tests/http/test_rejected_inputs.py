@@ -60,7 +60,7 @@ def test_rejected_requests_change_nothing(server: LiveServer) -> None:
     assert len(operations) >= 8
     failures: list[str] = []
     rejected = 0
-    with httpx.Client(base_url=server.http_url, headers=HEADERS, timeout=10) as http:
+    with httpx.Client(base_url=server.http_url, headers=HEADERS, timeout=30) as http:
         for operation, mode in itertools.product(operations, GenerationMode):
 
             @given(case=operation.as_strategy(generation_mode=mode))
@@ -74,7 +74,7 @@ def test_rejected_requests_change_nothing(server: LiveServer) -> None:
             def check(case: Any) -> None:
                 nonlocal rejected
                 before = _state(http)
-                response = case.call(base_url=server.http_url, headers=HEADERS, timeout=10)
+                response = case.call(base_url=server.http_url, headers=HEADERS, timeout=30)
                 assert response.status_code < 500, (case.as_curl_command(), response.text)
                 if 400 <= response.status_code < 500:
                     rejected += 1
