@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean fault
+.PHONY: run test lint bench clean fault soak fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,20 @@ fault: $(STAMP)
 
 bench: bytecode
 	$(PY) -m bench.run_all
+
+# The long load and soak: 200 connections, 1,000,000 jobs a cycle, two cycles (~20-30 min);
+# the short form is tests/load, part of `make test`. Writes bench/out/soak.md.
+soak: bytecode
+	$(PY) -m bench.soak $(SOAK_ARGS)
+
+# Coverage-guided fuzzing of bytes -> parser -> dispatcher -> engine (atheris, the `fuzz`
+# extra); not part of `make test`. Findings land in bench/out/fuzz-crash-*; see docs/fuzzing.md.
+FUZZ_SECONDS ?= 120
+fuzz: $(STAMP)
+	$(PY) -m pip install -q -e '.[fuzz]'
+	mkdir -p bench/out/fuzz-corpus
+	$(PY) -m tests.fuzz.atheris_dispatch -max_total_time=$(FUZZ_SECONDS) \
+		-artifact_prefix=bench/out/fuzz- bench/out/fuzz-corpus
 
 clean:
 	rm -rf $(VENV) .jobq .pytest_cache .mypy_cache .ruff_cache

@@ -31,7 +31,7 @@ import uuid
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
@@ -57,6 +57,7 @@ class LoadConfig:
     procs: int = 2  # 2: producers and consumers in separate processes; 1: one event loop
     host: str = LOOPBACK
     connect_timeout: float = 10.0
+    keep_samples: bool = False  # LoadResult.samples_ns gets every latency (soak merges runs)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -445,9 +446,13 @@ class LoadResult:
     errors: dict[str, int]
     gen_cpu_s: float  # CPU seconds the generator itself used (all its processes)
     gen_busiest: float  # cores used by the busiest generator process (1.0 = saturated)
+    # op -> sorted latencies in ns, filled only with LoadConfig.keep_samples
+    samples_ns: dict[str, array[int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("samples_ns")
+        return out
 
     def summary(self) -> str:
         names = BEANSTALKD_OPS if self.protocol == "beanstalkd" else {op: op for op in OPS}
@@ -474,8 +479,11 @@ def _merge(cfg: LoadConfig, parts: list[dict[str, Any]]) -> LoadResult:
         sides.update(p)
     prod, cons = sides["producers"], sides["consumers"]
     latency: dict[str, dict[str, float]] = {}
+    samples: dict[str, array[int]] = {}
     for op in OPS:
         vals = sorted(prod["lat"].get(op, array("q")) + cons["lat"].get(op, array("q")))
+        if cfg.keep_samples:
+            samples[op] = array("q", vals)
         if vals:
             latency[op] = {
                 "p50": percentile(vals, 0.50) / 1e6,
@@ -499,6 +507,7 @@ def _merge(cfg: LoadConfig, parts: list[dict[str, Any]]) -> LoadResult:
         errors=dict(errors),
         gen_cpu_s=cpu,
         gen_busiest=busiest / elapsed if elapsed > 0 else 0.0,
+        samples_ns=samples,
     )
 
 

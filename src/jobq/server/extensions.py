@@ -177,7 +177,7 @@ def _body(schema: type[msgspec.Struct], data: bytes) -> Any:
             field = message.split("`")[1] if "`" in message else "?"
             raise BadRequest(f"Invalid field {field}") from exc
         raise BadRequest(f"Invalid body: {message}") from exc
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # bad UTF-8 inside a string
         raise BadRequest("Invalid JSON body") from exc
 
 

@@ -1508,8 +1508,16 @@ def records_reply(records: Sequence[tuple[str, Sequence[tuple[str, FieldValue]]]
 
 
 def error_reply(kind: str, text: str = "") -> bytes:
-    """``-<kind> <text>`` (or ``-<kind>`` without a text)."""
-    return (f"-{kind} {text}\r\n" if text else f"-{kind}\r\n").encode("latin-1")
+    """``-<kind> <text>`` (or ``-<kind>`` without a text).
+
+    A text may echo client input (an unknown JSON key, a schedule name), so it is kept on
+    one line and in latin-1: CR and LF become ``\\r`` and ``\\n``, other characters
+    ``\\uXXXX`` escapes (found by fuzzing: they split the reply or dropped the connection).
+    """
+    if not text:
+        return f"-{kind}\r\n".encode("latin-1")
+    line = text.replace("\r", "\\r").replace("\n", "\\n")
+    return f"-{kind} {line}\r\n".encode("latin-1", "backslashreplace")
 
 
 def client_error(text: str) -> bytes:
