@@ -17,9 +17,12 @@ from .conftest import RunningServer, start_server
 
 IDS = [uuid.UUID(int=n).bytes for n in range(1, 4)]
 
+# TTR and TTL far longer than the test runs (a digit dropped by a mutation still leaves
+# minutes): no timer may change the state between an example's before and after
+TTR_MS, TTL_MS = 3_600_000, 86_400_000
 VALID = [
-    p.Add(IDS[0], "q", 1000, 60000, b"a\r\nb").to_bytes(),
-    p.Schedule(IDS[1], "q", 1000, 60000, b"x", 4_102_444_800 * 10**9).to_bytes(),
+    p.Add(IDS[0], "q", TTR_MS, TTL_MS, b"a\r\nb").to_bytes(),
+    p.Schedule(IDS[1], "q", TTR_MS, TTL_MS, b"x", 4_102_444_800 * 10**9).to_bytes(),
     p.Lease(("q",), 0).to_bytes(),
     p.Complete(IDS[0], b"ok").to_bytes(),
     p.Fail(IDS[0], b"no").to_bytes(),
