@@ -7,8 +7,6 @@ import gc
 import tracemalloc
 import uuid
 
-import pytest
-
 from jobq.engine.machine import Engine
 
 NOW_NS = 1_800_000_000 * 10**9
@@ -32,10 +30,6 @@ def _cycle(engine: Engine, jobs: int) -> None:
     assert not engine.jobs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the deadline heap keeps removed jobs (with payload and result) until their TTL",
-)
 def test_deleted_jobs_leave_no_memory() -> None:
     engine = Engine(started_ns=NOW_NS)
     tracemalloc.start()

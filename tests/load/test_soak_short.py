@@ -44,11 +44,6 @@ def test_every_job_completes_exactly_once_over_200_connections(soak: SoakResult)
         assert {"add", "lease", "complete"} <= cycle.latency_ms.keys()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deleted jobs stay referenced by their TTL/TTR entries in the engine's deadline "
-    "heap (lazy invalidation) until the TTL passes, so RSS grows by a cycle's jobs",
-)
 def test_memory_after_cleaning_does_not_grow(soak: SoakResult) -> None:
     first, last = soak.cycles[0].rss_after_clean_mib, soak.cycles[-1].rss_after_clean_mib
     assert last <= first * (1 + TOLERANCE) + SLACK_MIB, (first, last)

@@ -1,15 +1,19 @@
 """One structure for every deadline: a heap of (deadline_ns, kind, subject).
 
 TTR, TTL, scheduled times and wait timeouts all live here; nothing runs a timer per job.
-Entries are never removed early: the engine checks, when one comes due, whether it still
-describes the subject's state, and ignores it otherwise.
+Entries are not removed one by one: the engine checks, when one comes due, whether it still
+describes the subject's state, and ignores it otherwise. Entries that can never apply again
+(their job was deleted, expired or finished and removed) would otherwise hold the job, its
+payload and result until their deadline (a TTL of days), so the engine counts removed jobs
+(:meth:`note_removed`) and calls :meth:`compact` once they reach half the heap: O(n) work after
+at least n/2 removals, so O(1) a removal.
 """
 
 from __future__ import annotations
 
 import enum
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from jobq.engine.job import Job
 from jobq.engine.schedules import Schedule
@@ -40,10 +44,17 @@ Entry = tuple[int, DeadlineKind, Subject]
 class Deadlines:
     """A min-heap of deadlines with lazy invalidation."""
 
-    __slots__ = ("_heap", "bulk")
+    __slots__ = ("_heap", "bulk", "min_removed", "removed")
+
+    #: removals below which no compaction is worth its pass over the heap
+    MIN_COMPACT_REMOVALS = 4096
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
+        #: subjects removed since the last compaction (:meth:`note_removed`)
+        self.removed = 0
+        #: :meth:`needs_compaction` needs at least this many removals
+        self.min_removed = self.MIN_COMPACT_REMOVALS
         #: while set (during replay), entries are appended unordered; :meth:`end_bulk` orders
         #: them once, which costs O(n) instead of O(n log n)
         self.bulk = False
@@ -71,6 +82,20 @@ class Deadlines:
     def end_bulk(self) -> None:
         self.bulk = False
         heapq.heapify(self._heap)
+
+    def note_removed(self) -> bool:
+        """Count a removed subject (its entries may be dead); return whether enough died
+        since the last compaction for :meth:`compact` to be worth a pass over the heap."""
+        self.removed = removed = self.removed + 1
+        return removed >= self.min_removed and 2 * removed >= len(self._heap) and not self.bulk
+
+    def compact(self, live: Callable[[Entry], bool]) -> int:
+        """Drop the entries ``live`` says can never apply again; return how many."""
+        before = len(self._heap)
+        self._heap = [entry for entry in self._heap if live(entry)]
+        heapq.heapify(self._heap)
+        self.removed = 0
+        return before - len(self._heap)
 
     def next_ns(self) -> int | None:
         """The earliest deadline, possibly stale (waking early is harmless)."""

@@ -1778,6 +1778,8 @@ class Engine:
         del self.jobs[job.id]
         if self._replaying:
             return
+        if self._deadlines.note_removed():
+            self._deadlines.compact(self._deadline_may_apply)
         if not job.run:
             self.by_status.discard(job, job.status)
             meta = job.meta
@@ -1787,6 +1789,13 @@ class Engine:
                     ids.discard(job.id)
                     if not ids:
                         del self.by_created_by[meta.created_by]
+
+    def _deadline_may_apply(self, entry: DeadlineEntry) -> bool:
+        """False for an entry whose job is gone: :meth:`tick` would skip it whenever it came
+        due (a job with the same id later is another object), so dropping it changes
+        nothing but memory."""
+        subject = entry[2]
+        return not isinstance(subject, Job) or self.jobs.get(subject.id) is subject
 
     def _push_expiry(self, job: Job) -> None:
         """The deadline that removes the job: its TTL, or its retention once finished."""
