@@ -132,14 +132,15 @@ def _install_sync_trace(path: str) -> None:
 
 
 def _install_write_errors(flag: str) -> None:
-    original = appender_module.Appender._write_encoded
+    # _write_locked is where every batch, buffered or not, goes to the segment file
+    original = appender_module.Appender._write_locked
 
-    def write_encoded(self: appender_module.Appender, data: bytes | bytearray) -> int:
+    def write_locked(self: appender_module.Appender, data: bytes | bytearray | memoryview) -> int:
         if os.path.exists(flag):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return original(self, data)
 
-    appender_module.Appender._write_encoded = write_encoded  # type: ignore[method-assign]
+    appender_module.Appender._write_locked = write_locked  # type: ignore[method-assign]
 
 
 def install(environ: dict[str, str]) -> None:
