@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from jobq.server import protocol as p
 
 from .conftest import RunningServer, start_server
+from .test_server_fuzz import mutate
 
 B64 = base64.b64encode(b"payload").decode()
 PENDING, LEASED, PAUSED = (f"00000000-0000-4000-8000-00000000000{n}" for n in (1, 2, 3))
@@ -137,18 +138,9 @@ def json_mutated(draw: st.DrawFn) -> bytes:
 @st.composite
 def byte_mutated(draw: st.DrawFn) -> bytes:
     word = draw(st.sampled_from(sorted(VALID)))
-    body = bytearray(json.dumps(VALID[word]).encode())
-    for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["flip", "insert", "delete"]))
-        pos = draw(st.integers(0, max(0, len(body) - 1)))
-        if kind == "flip" and body:
-            body[pos] ^= 1 << draw(st.integers(0, 7))
-        elif kind == "insert":
-            body[pos:pos] = draw(st.binary(min_size=1, max_size=4))
-        elif kind == "delete" and body:
-            del body[pos]
+    body = mutate(draw, json.dumps(VALID[word]).encode(), ("flip", "insert", "delete"))
     size = len(body) + draw(st.sampled_from([0, 0, 0, -1, 1, 5]))
-    return b"%s %d\r\n%s\r\n" % (word.encode(), max(0, size), bytes(body))
+    return b"%s %d\r\n%s\r\n" % (word.encode(), max(0, size), body)
 
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -66,6 +66,9 @@ def _send(port: int, data: bytes) -> bytes:
         return received
 
 
+#: the kinds of mutation :func:`mutate` knows
+MUTATIONS = ("flip", "insert", "delete", "space")
+
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -79,11 +82,12 @@ def test_random_bytes_never_crash_or_change_state(server: RunningServer, data: b
         assert after == before
 
 
-@st.composite
-def mutated(draw: st.DrawFn) -> bytes:
-    data = bytearray(draw(st.sampled_from(VALID)))
+def mutate(draw: st.DrawFn, original: bytes, kinds: tuple[str, ...] = MUTATIONS) -> bytes:
+    """``original`` with 1-4 mutations of the ``kinds`` drawn: a bit flipped, 1-4 random
+    bytes inserted, a byte deleted, a space inserted."""
+    data = bytearray(original)
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["flip", "insert", "delete", "space"]))
+        kind = draw(st.sampled_from(kinds))
         pos = draw(st.integers(0, max(0, len(data) - 1)))
         if kind == "flip" and data:
             data[pos] ^= 1 << draw(st.integers(0, 7))
@@ -94,6 +98,11 @@ def mutated(draw: st.DrawFn) -> bytes:
         elif kind == "space":
             data[pos:pos] = b" "
     return bytes(data)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    return mutate(draw, draw(st.sampled_from(VALID)))
 
 
 @settings(FUZZ, max_examples=200)
