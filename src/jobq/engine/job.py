@@ -223,31 +223,11 @@ class Job(msgspec.Struct, array_like=True, eq=False):
             meta_row,
         )
 
-    @classmethod
-    def from_row(cls, row: JobRow) -> Job:
-        """The job :meth:`row` describes (not queued anywhere yet)."""
-        meta = row[19]
-        return cls(
-            *row[:10],
-            _STATUS_BY_VALUE[row[10]],
-            *row[11:19],
-            None if meta is None else JobMeta.from_state(_meta_state(meta)),
-        )
-
     def __lt__(self, other: Job | JobBound) -> bool:
         """Creation order, then id: the job list's order (and any tie in a heap)."""
         return (self.created_ns, self.id) < (other.created_ns, other.id)
 
 
-def _meta_state(meta: MetaRow) -> tuple[object, ...]:
-    """A meta row with ``created_by`` a tuple again (MessagePack gives a list)."""
-    created_by = meta[2]
-    if created_by is None or type(created_by) is tuple:
-        return meta
-    return (*meta[:2], tuple(created_by), *meta[3:])
-
-
-_STATUS_BY_VALUE: Final = {status.value: status for status in Status}
 
 #: :meth:`JobMeta.state`: every field in order
 MetaRow = tuple[

@@ -762,11 +762,6 @@ class Engine:
             return None
         return [job.row() for job in self.jobs.values() if not job.run]
 
-    def load_jobs(self, rows: list[JobRow], now_ns: int) -> None:
-        """Start from the rows :meth:`export_jobs` made (see :meth:`adopt_jobs`)."""
-        from_row = Job.from_row
-        self.adopt_jobs([from_row(row) for row in rows], now_ns)
-
     def adopt_jobs(self, jobs: list[Job], now_ns: int) -> None:
         """Start from the jobs an engine snapshot holds (:meth:`Job.row`, decoded), instead
         of replaying the log they describe; as replay does, a job whose TTL has passed by
