@@ -79,6 +79,7 @@ __all__ = [
     "Client",
     "ClientError",
     "ConnectionLost",
+    "Heartbeat",
     "HeartbeatReply",
     "JobInfo",
     "JobPage",
@@ -291,6 +292,17 @@ class WorkerLease:
     payload: bytes
     attempt: int
     checkpoint: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """One job's heartbeat, for :meth:`Client.heartbeats` (the fields of ``heartbeat``)."""
+
+    id: JobId
+    worker_id: str
+    fraction_completed: float | None = None
+    running_status: str | None = None
+    checkpoint: Data | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1128,21 +1140,59 @@ class Client:
                 self._drop(conn)
                 raise
 
+    def _call_many(self, calls: Sequence[_Call[Any]]) -> list[Any]:
+        """Send every request in one write, then read their replies in order: each reply's
+        value, or the error it carries as an exception object (not raised). A connection
+        failure raises, for the whole batch. Only for requests that do not block."""
+        if not calls:
+            return []
+        with self._lock:
+            conn = self._usable_conn()
+            try:
+                replies = self._exchange_many(conn, calls)
+            except ConnectionLost:
+                self._drop(conn)
+                raise
+            except p.MalformedReplyError as exc:
+                self._drop(conn)
+                raise ConnectionLost(f"malformed reply: {exc}") from exc
+            except BaseException:
+                self._drop(conn)
+                raise
+        results: list[Any] = []
+        for call, reply in zip(calls, replies, strict=True):
+            try:
+                results.append(_finish(call, reply))
+            except JobqError as exc:
+                results.append(exc)
+        return results
+
     def _exchange(self, conn: _SyncConn, call: _Call[T]) -> p.Reply:
+        return self._exchange_many(conn, (call,))[0]
+
+    def _exchange_many(self, conn: _SyncConn, calls: Sequence[_Call[Any]]) -> list[p.Reply]:
         sock, parser = conn.sock, conn.parser
         sock.settimeout(self.timeout_s)
+        data = (
+            calls[0].request.to_bytes()
+            if len(calls) == 1
+            else b"".join(call.request.to_bytes() for call in calls)
+        )
         try:
-            sock.sendall(call.request.to_bytes())
+            sock.sendall(data)
         except TimeoutError as exc:
             raise ReplyTimeout(f"sending to {self.host}:{self.port} timed out") from exc
         except OSError as exc:
             raise ConnectionLost(f"connection to {self.host}:{self.port} lost: {exc}") from exc
-        parser.expect(_reply_shape(call.request))
-        deadline = _time.monotonic() + self.timeout_s + call.wait_s
-        while True:
+        for call in calls:
+            parser.expect(_reply_shape(call.request))
+        deadline = _time.monotonic() + self.timeout_s + max(call.wait_s for call in calls)
+        replies: list[p.Reply] = []
+        while len(replies) < len(calls):
             reply = parser.next_reply()
             if reply is not None:
-                break
+                replies.append(reply)
+                continue
             remaining = deadline - _time.monotonic()
             if remaining <= 0:
                 raise ReplyTimeout(f"no reply from {self.host}:{self.port} in time")
@@ -1157,11 +1207,11 @@ class Client:
                 raise ConnectionLost(f"{self.host}:{self.port} closed the connection")
             parser.feed(chunk)
         try:
-            parser.next_reply()  # raises RuntimeError if bytes follow the reply
+            parser.next_reply()  # raises RuntimeError if bytes follow the last reply
         except RuntimeError:
-            # more than one reply's worth of bytes: keep this reply, not the connection
+            # more replies' worth of bytes than requests: keep these, not the connection
             self._drop(conn)
-        return reply
+        return replies
 
     # -- producer commands
 
@@ -1318,6 +1368,25 @@ class Client:
         (``continue``) or stop (``pause``, ``cancel``). LeaseLost if the lease is gone."""
         return self._call(
             _ExtCalls.heartbeat(id, worker_id, fraction_completed, running_status, checkpoint)
+        )
+
+    def heartbeats(self, beats: Sequence[Heartbeat]) -> list[HeartbeatReply | JobqError]:
+        """Heartbeat many jobs at once: the requests go out in one write and the replies
+        come back in order, one per heartbeat, each a :class:`HeartbeatReply` or the
+        error for that job (e.g. :class:`LeaseLost`), returned rather than raised. A lost
+        connection raises ConnectionLost for the whole batch. This is how a worker keeps
+        many leases at the cost of one round trip."""
+        return self._call_many(
+            [
+                _ExtCalls.heartbeat(
+                    beat.id,
+                    beat.worker_id,
+                    beat.fraction_completed,
+                    beat.running_status,
+                    beat.checkpoint,
+                )
+                for beat in beats
+            ]
         )
 
     def xcomplete(self, id: JobId, worker_id: str, result: Data | None = None) -> None:
@@ -1595,24 +1664,62 @@ class AsyncClient:
                 self._drop(conn)
                 raise
 
+    async def _call_many(self, calls: Sequence[_Call[Any]]) -> list[Any]:
+        """As :meth:`Client._call_many`: one write, replies in order, errors returned."""
+        if not calls:
+            return []
+        async with self._lock:
+            conn = await self._usable_conn()
+            try:
+                replies = await self._exchange_many(conn, calls)
+            except ConnectionLost:
+                self._drop(conn)
+                raise
+            except p.MalformedReplyError as exc:
+                self._drop(conn)
+                raise ConnectionLost(f"malformed reply: {exc}") from exc
+            except BaseException:
+                self._drop(conn)
+                raise
+        results: list[Any] = []
+        for call, reply in zip(calls, replies, strict=True):
+            try:
+                results.append(_finish(call, reply))
+            except JobqError as exc:
+                results.append(exc)
+        return results
+
     async def _exchange(self, conn: _AsyncConn, call: _Call[T]) -> p.Reply:
+        return (await self._exchange_many(conn, (call,)))[0]
+
+    async def _exchange_many(
+        self, conn: _AsyncConn, calls: Sequence[_Call[Any]]
+    ) -> list[p.Reply]:
         parser = conn.parser
         loop = asyncio.get_running_loop()
         where = f"{self.host}:{self.port}"
+        data = (
+            calls[0].request.to_bytes()
+            if len(calls) == 1
+            else b"".join(call.request.to_bytes() for call in calls)
+        )
         try:
-            conn.writer.write(call.request.to_bytes())
+            conn.writer.write(data)
             async with asyncio.timeout(self.timeout_s):
                 await conn.writer.drain()
         except TimeoutError as exc:
             raise ReplyTimeout(f"sending to {where} timed out") from exc
         except OSError as exc:
             raise ConnectionLost(f"connection to {where} lost: {exc}") from exc
-        parser.expect(_reply_shape(call.request))
-        deadline = loop.time() + self.timeout_s + call.wait_s
-        while True:
+        for call in calls:
+            parser.expect(_reply_shape(call.request))
+        deadline = loop.time() + self.timeout_s + max(call.wait_s for call in calls)
+        replies: list[p.Reply] = []
+        while len(replies) < len(calls):
             reply = parser.next_reply()
             if reply is not None:
-                break
+                replies.append(reply)
+                continue
             try:
                 async with asyncio.timeout_at(deadline):
                     chunk = await conn.reader.read(_RECV_BYTES)
@@ -1624,10 +1731,10 @@ class AsyncClient:
                 raise ConnectionLost(f"{where} closed the connection")
             parser.feed(chunk)
         try:
-            parser.next_reply()  # raises RuntimeError if bytes follow the reply
+            parser.next_reply()  # raises RuntimeError if bytes follow the last reply
         except RuntimeError:
             self._drop(conn)
-        return reply
+        return replies
 
     # -- producer commands
 
@@ -1775,6 +1882,23 @@ class AsyncClient:
         (``continue``) or stop (``pause``, ``cancel``). LeaseLost if the lease is gone."""
         return await self._call(
             _ExtCalls.heartbeat(id, worker_id, fraction_completed, running_status, checkpoint)
+        )
+
+    async def heartbeats(
+        self, beats: Sequence[Heartbeat]
+    ) -> list[HeartbeatReply | JobqError]:
+        """As :meth:`Client.heartbeats`: many jobs' heartbeats in one round trip."""
+        return await self._call_many(
+            [
+                _ExtCalls.heartbeat(
+                    beat.id,
+                    beat.worker_id,
+                    beat.fraction_completed,
+                    beat.running_status,
+                    beat.checkpoint,
+                )
+                for beat in beats
+            ]
         )
 
     async def xcomplete(self, id: JobId, worker_id: str, result: Data | None = None) -> None:

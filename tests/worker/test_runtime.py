@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 import jobq
-from jobq.client import Client, JobTimeout, LeaseLost
+from jobq.client import Client, Heartbeat, HeartbeatReply, JobqError, JobTimeout, LeaseLost
 from jobq.worker import Registry, Runtime
 from tests.worker.conftest import status_is, wait_for
 
@@ -328,3 +328,88 @@ def test_async_client_extensions(address: str) -> None:
             assert (await c.history(job_id))[0]["event"] == "submitted"
 
     asyncio.run(main())
+
+
+def test_batch_heartbeats_in_one_round_trip(client: Client) -> None:
+    ids = [client.submit("batch", ttr_ms=300) for _ in range(3)]
+    for worker in ("w0", "w1", "w2"):
+        client.xlease("batch", worker_id=worker, wait_timeout_ms=1000)
+    stale = client.submit("batch", ttr_ms=100)
+    client.xlease("batch", worker_id="old", wait_timeout_ms=1000)
+    client.xlease("batch", worker_id="new", wait_timeout_ms=3000)  # after the TTR: adopted
+    client.pause(ids[1], reason="later")
+    beats = [
+        Heartbeat(ids[0], "w0", 0.25, "a"),
+        Heartbeat(stale, "old"),
+        Heartbeat(ids[1], "w1", checkpoint=b"cp"),
+        Heartbeat("00000000000000000000000000000000", "w9"),
+        Heartbeat(ids[2], "w2", 0.75),
+    ]
+    outcomes = client.heartbeats(beats)
+    assert len(outcomes) == 5
+    assert outcomes[0] == HeartbeatReply("continue")
+    assert isinstance(outcomes[1], LeaseLost)
+    assert isinstance(outcomes[2], HeartbeatReply) and outcomes[2].action == "pause"
+    assert outcomes[2].reason == "later"
+    assert isinstance(outcomes[3], JobqError) and not isinstance(outcomes[3], HeartbeatReply)
+    assert outcomes[4] == HeartbeatReply("continue")
+    # each heartbeat was applied as if sent alone; the connection is fine afterwards
+    assert client.job(ids[0])["fraction_completed"] == 0.25
+    assert client.job(ids[1])["checkpoint_size"] == 2
+    assert client.job(ids[2])["fraction_completed"] == 0.75
+    assert client.heartbeats([]) == []
+    assert client.heartbeat(ids[0], "w0").action == "continue"
+
+
+class _RecordingClient(Client):
+    """A real client that remembers the size of each heartbeat batch it sent."""
+
+    batches: list[list[str]] = []
+
+    def heartbeats(self, beats):  # type: ignore[no-untyped-def]
+        _RecordingClient.batches.append([str(beat.id) for beat in beats])
+        return super().heartbeats(beats)
+
+
+class _RecordingRuntime(Runtime):
+    def _client(self) -> Client:
+        return _RecordingClient(self.host, self.port, timeout_s=self.timeout_s)
+
+
+def test_a_worker_heartbeats_its_running_jobs_together(
+    address: str, client: Client, registry: Registry, runtimes: list[Runtime]
+) -> None:
+    running = threading.Semaphore(0)
+    finish = threading.Event()
+
+    @registry.handler("many")
+    def many(job: jobq.JobContext) -> bytes:
+        running.release()
+        while not finish.is_set():
+            job.progress(0.5, "working")  # no checkpoint: recorded, sent by the batch
+            time.sleep(0.02)
+        return b"done"
+
+    _RecordingClient.batches = []
+    runtime = _RecordingRuntime(address, registry, grace_s=1.0, lease_wait_ms=200, concurrency=4)
+    runtime.start()
+    runtimes.append(runtime)
+    ids = set()
+    for _ in range(4):  # leased 60 ms apart; a heartbeat is due every 200 ms
+        ids.add(client.submit("many", ttr_ms=600))
+        assert running.acquire(timeout=5)
+        time.sleep(0.06)
+    # after the first heartbeats, the four jobs' heartbeats go out together
+    wait_for(
+        lambda: sum(set(batch) == ids for batch in _RecordingClient.batches) >= 3,
+        what="three batches holding every running job",
+    )
+    for job_id in ids:  # the progress the batches carried
+        job = client.job(job_id)
+        assert job["fraction_completed"] == 0.5 and job["running_status"] == "working"
+    finish.set()
+    for job_id in ids:
+        wait_for(status_is(client, job_id, "succeeded"))
+        assert client.job(job_id)["attempts"] == 1
+    beats = sum(len(batch) for batch in _RecordingClient.batches)
+    assert len(_RecordingClient.batches) < beats / 2

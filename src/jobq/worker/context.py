@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from jobq.client import (
     ClientError,
     ConnectionLost,
     Data,
+    Heartbeat,
+    HeartbeatReply,
     JobqError,
     LeaseLost,
     ServerError,
@@ -34,6 +36,14 @@ log = logging.getLogger("jobq.worker")
 MIN_HEARTBEAT_INTERVAL_S = 0.2
 #: after a heartbeat could not be sent, the next try comes this soon (at most)
 _RETRY_S = 0.25
+
+
+class _Beat(NamedTuple):
+    """A heartbeat being sent, and when it was taken (the next one is due an interval
+    after that)."""
+
+    heartbeat: Heartbeat
+    started: float
 
 
 class JobInterrupt(BaseException):
@@ -149,9 +159,11 @@ class JobContext:
         """Record progress: ``fraction`` done (0.0-1.0), a short ``status`` text, and a
         ``checkpoint`` (bytes or text) that a later attempt receives to resume from.
 
-        With a checkpoint, or when the last heartbeat is ttr/3 old, this sends a heartbeat
-        before it returns (so a returned ``progress(checkpoint=...)`` means the server has
-        it, unless the server was unreachable: then the heartbeat thread sends it). Raises
+        With a checkpoint, this sends a heartbeat before it returns (so a returned
+        ``progress(checkpoint=...)`` means the server has it, unless the server was
+        unreachable: then the heartbeat thread sends it). Without one, the worker's
+        heartbeat thread sends the recorded progress with its next batch (one round trip
+        per interval for all the worker's running jobs). Raises
         :class:`Paused` or :class:`Canceled` when the job was asked to stop, and
         :class:`~jobq.client.LeaseLost` when this worker no longer holds the job.
         """
@@ -171,8 +183,7 @@ class JobContext:
                 self._status = status
             if checkpoint is not None:
                 self._pending_checkpoint = checkpoint
-            send = checkpoint is not None or now >= self._next_heartbeat
-        if send:
+        if checkpoint is not None:
             self._heartbeat(self._client)
         self.check()
 
@@ -211,50 +222,82 @@ class JobContext:
             return self._next_heartbeat
 
     def _heartbeat(self, client: Client) -> None:
-        """Send one heartbeat with the recorded progress; never raises for server or
+        """Send one heartbeat with the recorded progress now; never raises for server or
         connection trouble (it is logged and retried soon)."""
-        with self._send_lock:
-            with self._lock:
-                if self._end or self._lost is not None:
-                    return
-                fraction, status = self._fraction, self._status
-                checkpoint = self._pending_checkpoint
-            started = time.monotonic()
-            try:
-                reply = client.heartbeat(
+        beat = self._begin_heartbeat(wait=True)
+        if beat is None:
+            return
+        outcome: HeartbeatReply | JobqError
+        try:
+            outcome = client.heartbeat(
+                self.id,
+                self.worker_id,
+                fraction_completed=beat.heartbeat.fraction_completed,
+                running_status=beat.heartbeat.running_status,
+                checkpoint=beat.heartbeat.checkpoint,
+            )
+        except JobqError as exc:
+            outcome = exc
+        except BaseException:
+            self._send_lock.release()
+            raise
+        self._end_heartbeat(beat, outcome)
+
+    def _begin_heartbeat(self, *, wait: bool) -> _Beat | None:
+        """Take this job's send lock (waiting for it, or not at all: None if another
+        heartbeat of this job is being sent) and the heartbeat to send; None, with the
+        lock released, when the job needs none. :meth:`_end_heartbeat` releases it."""
+        if not self._send_lock.acquire(blocking=wait):
+            return None
+        with self._lock:
+            if self._end or self._lost is not None:
+                self._send_lock.release()
+                return None
+            return _Beat(
+                Heartbeat(
                     self.id,
                     self.worker_id,
-                    fraction_completed=fraction,
-                    running_status=status,
-                    checkpoint=checkpoint,
-                )
-            except LeaseLost as exc:
-                with self._lock:
-                    self._lost = exc.text or "Lease not held"
-                log.warning("job %s: lease lost (%s)", self.id, exc.text)
-                return
-            except (ConnectionLost, ServerError) as exc:
-                with self._lock:
-                    self._next_heartbeat = time.monotonic() + min(
-                        self.heartbeat_interval_s, _RETRY_S
-                    )
-                log.warning("job %s: heartbeat failed: %s", self.id, exc)
-                return
-            except (ClientError, JobqError) as exc:
-                with self._lock:
-                    self._next_heartbeat = started + self.heartbeat_interval_s
-                log.error("job %s: heartbeat refused: %s", self.id, exc)
-                return
+                    self._fraction,
+                    self._status,
+                    self._pending_checkpoint,
+                ),
+                time.monotonic(),
+            )
+
+    def _end_heartbeat(self, beat: _Beat, outcome: HeartbeatReply | JobqError) -> None:
+        """Record what the server said to ``beat`` (or why it was not sent), then release
+        the send lock taken by :meth:`_begin_heartbeat`."""
+        try:
+            self._record_outcome(beat, outcome)
+        finally:
+            self._send_lock.release()
+
+    def _record_outcome(self, beat: _Beat, outcome: HeartbeatReply | JobqError) -> None:
+        if isinstance(outcome, LeaseLost):
             with self._lock:
-                self._next_heartbeat = started + self.heartbeat_interval_s
-                if self._pending_checkpoint is checkpoint:
-                    self._pending_checkpoint = None
-                if reply.action in ("pause", "cancel"):
-                    if self._request is None:
-                        log.info("job %s: %s requested (%s)", self.id, reply.action, reply.reason)
-                    self._request = (reply.action, reply.reason)
-                elif reply.action == "continue":
-                    self._request = None  # a pause request withdrawn by resume
+                self._lost = outcome.text or "Lease not held"
+            log.warning("job %s: lease lost (%s)", self.id, outcome.text)
+            return
+        if isinstance(outcome, (ConnectionLost, ServerError)):
+            with self._lock:
+                self._next_heartbeat = time.monotonic() + min(self.heartbeat_interval_s, _RETRY_S)
+            log.warning("job %s: heartbeat failed: %s", self.id, outcome)
+            return
+        if isinstance(outcome, (ClientError, JobqError)):
+            with self._lock:
+                self._next_heartbeat = beat.started + self.heartbeat_interval_s
+            log.error("job %s: heartbeat refused: %s", self.id, outcome)
+            return
+        with self._lock:
+            self._next_heartbeat = beat.started + self.heartbeat_interval_s
+            if self._pending_checkpoint is beat.heartbeat.checkpoint:
+                self._pending_checkpoint = None
+            if outcome.action in ("pause", "cancel"):
+                if self._request is None:
+                    log.info("job %s: %s requested (%s)", self.id, outcome.action, outcome.reason)
+                self._request = (outcome.action, outcome.reason)
+            elif outcome.action == "continue":
+                self._request = None  # a pause request withdrawn by resume
 
     def _claim(self, end: str) -> bool:
         """Mark the job as ending (``finishing`` or ``released``); False if it already is."""
