@@ -41,7 +41,10 @@ from bench.loadgen import BEANSTALKD_OPS, OPS, LoadConfig, LoadResult, generator
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "bench" / "out"
-SERVERS = ("beanstalkd", "jobq")
+SERVERS = ("beanstalkd", "jobq", "python-noop")
+#: the reference: a Python server that does nothing (bench/noop_server.py), the ceiling for
+#: any Python server with this generator on this machine
+NOOP = "python-noop"
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class Scenario:
     target_ratio: float  # jobq/beanstalkd throughput must be at least this
 
     def durability(self, server: str) -> str:
+        if server == NOOP:
+            return "none (no log, no state)"
         if server == "jobq":
             return f"--cmdlog-sync {self.jobq_sync}"
         return f"-f {self.beanstalkd_fsync_ms}"
@@ -136,6 +141,9 @@ def start_server(server: str, sc: Scenario, data_dir: Path, bs_binary: str) -> S
     if server == "beanstalkd":
         return beanstalkd_server(data_dir, sc.beanstalkd_fsync_ms, binary=bs_binary).start()
     port = free_port()
+    if server == NOOP:
+        argv = [sys.executable, "-m", "bench.noop_server", "--port", str(port)]
+        return ServerProcess(NOOP, argv, port, data_dir / "noop.log").start(ready_timeout=30.0)
     jobq_data = data_dir / "jobq"
     jobq_data.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -269,6 +277,23 @@ def report(
             ratio = j / b if b > 0 else float("nan")
             ok = "PASS" if ratio >= sc.target_ratio else "FAIL"
             lines.append(f"| {name} | {ratio:.2f}x | >= {sc.target_ratio:g}x | {ok} |")
+        lines.append("")
+    if NOOP in servers and "beanstalkd" in servers:
+        lines.append(
+            f"The ceiling for a Python server: `{NOOP}` (bench/noop_server.py, uvloop and "
+            "asyncio Protocols like jobq's server, canned replies, no log, no engine) with the "
+            "same generator in the same rounds:"
+        )
+        lines.append("")
+        lines.append(f"| scenario | {NOOP} / beanstalkd | jobq / {NOOP} |")
+        lines.append("|---|---:|---:|")
+        for name, per_server in results.items():
+            b, n = per_server["beanstalkd"]["median"], per_server[NOOP]["median"]
+            j = per_server["jobq"]["median"] if "jobq" in per_server else float("nan")
+            lines.append(
+                f"| {name} | {n / b if b > 0 else float('nan'):.2f}x "
+                f"| {j / n if n > 0 else float('nan'):.2f}x |"
+            )
         lines.append("")
     if capacity:
         lines.append("## Load generator capacity")

@@ -1,0 +1,59 @@
+"""The ceiling of a Python workq server: a no-op server on uvloop with asyncio Protocols (the
+structure jobq's server has), which answers every add, lease and complete at once from
+canned replies and keeps no state, no log and no engine.
+
+    python -m bench.noop_server --port PORT
+
+bench_e2e runs it beside beanstalkd and jobq with the same load generator: whatever jobq
+does per request, it cannot be faster than this on the same machine, so its rate over
+beanstalkd's bounds what any Python server can reach there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import uvloop
+
+from bench.loadgen import _fake_replies, _payload
+
+_JOB_ID = b"00000000-0000-4000-8000-000000000000"
+
+
+class NoopProtocol(asyncio.Protocol):
+    def __init__(self, lease_reply: bytes) -> None:
+        self.lease_reply = lease_reply
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+
+    def data_received(self, data: bytes) -> None:
+        reply, self.buf = _fake_replies(self.buf + data, self.lease_reply)
+        if reply and self.transport is not None:
+            self.transport.write(reply)
+
+
+async def serve(port: int, payload_size: int) -> None:
+    payload = _payload(payload_size)
+    lease_reply = b"+OK 1\r\n%s bench 60000 %d\r\n%s\r\n" % (_JOB_ID, len(payload), payload)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: NoopProtocol(lease_reply), "127.0.0.1", port, backlog=1024
+    )
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--payload-size", type=int, default=100)
+    args = ap.parse_args()
+    uvloop.run(serve(args.port, args.payload_size))
+
+
+if __name__ == "__main__":
+    main()
