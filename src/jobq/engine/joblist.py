@@ -61,11 +61,15 @@ class StatusIndex:
         """Replace the contents with ``jobs``, each under its status: one sort on a C-level
         key instead of a sorted insert (and Python-level comparisons) per job."""
         ordered = sorted(jobs, key=_CREATION_ORDER)
-        # one filtering pass per status: hashing an Enum member is a Python-level call
-        self._lists = {
-            status: _presorted([job for job in ordered if job.status is status])
-            for status in Status
-        }
+        # one filtering pass per status (hashing an Enum member is a Python-level call), and
+        # none once every job is placed: a restart's jobs are mostly of one status
+        lists: dict[Status, SortedList] = {}
+        left = len(ordered)
+        for status in Status:
+            of_status = [job for job in ordered if job.status is status] if left else []
+            left -= len(of_status)
+            lists[status] = _presorted(of_status)
+        self._lists = lists
 
     def discard(self, job: Job, status: Status) -> None:
         self._lists[status].discard(job)
