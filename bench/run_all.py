@@ -373,19 +373,31 @@ def main(argv: list[str] | None = None) -> int:
         if bench.module == "bench.soak":
             found = soak_targets(table_path.with_suffix(".json"))
         rows.extend(found)
+        measured = dt.datetime.fromtimestamp(table_path.stat().st_mtime, dt.UTC)
         sections.append(
             f"## {bench.title} (issue {bench.issue})\n\n"
-            f"Reproduce: `.venv/bin/python -m {bench.module} {used}`{note}\n\n" + text
+            f"Reproduce: `.venv/bin/python -m {bench.module} {used}`{note}; measured "
+            f"{measured:%Y-%m-%d %H:%M} UTC\n\n" + text
         )
     load_after = os.getloadavg()
-    header = (
-        "# Benchmark results\n\n"
-        f"Written by `python -m bench.run_all{' --quick' if args.quick else ''}` "
-        f"(`make bench`) on {started:%Y-%m-%d %H:%M} UTC, on {machine()}.\n"
-        f"Load average (1, 5, 15 min) at the start {_load(load_before)}, at the end "
-        f"{_load(load_after)}. The machine is shared and noisy: every figure is a median of "
-        "several runs, with the peer measured in the same run.\n\n"
-    )
+    if args.collect_only:
+        header = (
+            "# Benchmark results\n\n"
+            f"Collected by `python -m bench.run_all --collect-only` on "
+            f"{started:%Y-%m-%d %H:%M} UTC, on {machine()}, from the tables the benchmarks "
+            "left in bench/out: each section says when it was measured (`make bench` runs "
+            "them all at once). The machine is shared and noisy: every figure is a median of "
+            "several runs, with the peer measured in the same run.\n\n"
+        )
+    else:
+        header = (
+            "# Benchmark results\n\n"
+            f"Written by `python -m bench.run_all{' --quick' if args.quick else ''}` "
+            f"(`make bench`) on {started:%Y-%m-%d %H:%M} UTC, on {machine()}.\n"
+            f"Load average (1, 5, 15 min) at the start {_load(load_before)}, at the end "
+            f"{_load(load_after)}. The machine is shared and noisy: every figure is a median "
+            "of several runs, with the peer measured in the same run.\n\n"
+        )
     if args.quick:
         header += "**Quick run: few rounds, small sizes. These are not the published numbers.**\n\n"
     out_path.parent.mkdir(parents=True, exist_ok=True)
