@@ -61,6 +61,10 @@ DEFAULT_BUFFER_BYTES: Final = 64 * 1024
 _new_lock = threading.Lock
 
 
+def _no_budget() -> None:
+    """The budget refill of an appender that does not buffer (``always``)."""
+
+
 class AppendFunction(Protocol):
     """``append(payload, time_ns=None)``: see :class:`Appender`."""
 
@@ -176,11 +180,15 @@ class Appender:
         # append() buffering under "os" and "interval": timed records already encoded
         # (_encoded) come before the untimed payloads (_pending), which get their time when
         # written. append() only adds to _pending; writers take a prefix of it under _lock.
+        # _pending is never rebound: append() holds its bound append method.
         self._pending: list[bytes] = []
-        self._pending_bytes = 0
         self._encoded: list[bytes] = []
         self._buffer_bytes = buffer_bytes
-        self.append = self._append_committed if sync == "always" else self._append_buffered
+        self._refill_budget: Callable[[], None] = _no_budget
+        if sync == "always":
+            self.append = self._append_committed
+        else:
+            self.append, self._refill_budget = self._buffered_append()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if sync == "interval" and start_sync_thread:
@@ -223,17 +231,40 @@ class Appender:
         """True while appended records wait in user space to be written."""
         return bool(self._pending or self._encoded)
 
-    def _append_buffered(self, payload: bytes, time_ns: int | None = None) -> None:
-        """``append`` under ``os`` and ``interval``: buffer the record (see the class)."""
-        if time_ns is None:
-            self._pending.append(payload)
-        else:
-            with self._lock:
-                self._encode_pending()
-                self._encoded.append(encode_record(payload, time_ns))
-        self._pending_bytes += len(payload)
-        if self._pending_bytes >= self._buffer_bytes:  # close() sets the limit to -1
-            self.flush()
+    def _buffered_append(self) -> tuple[AppendFunction, Callable[[], None]]:
+        """``append`` under ``os`` and ``interval`` (see the class), and the function that
+        gives it a full buffer's budget again (``_lock`` held, after the buffer is taken).
+
+        ``append`` is a closure rather than a method so that the common call (an untimed
+        record, buffer not full) is a list append and a subtraction on local cells, with no
+        attribute lookups and no lock: ``list.append`` is atomic. The budget counts down the
+        payload bytes the buffer may still take; an append racing a hand-off on another
+        thread may leave it a record's length off, which only moves the next hand-off.
+        """
+        push = self._pending.append
+        budget = self._buffer_bytes
+
+        def append(payload: bytes, time_ns: int | None = None) -> None:
+            nonlocal budget
+            if time_ns is None:
+                push(payload)
+            else:
+                self._append_timed(payload, time_ns)
+            budget -= len(payload)
+            if budget <= 0:  # the buffer is full (close() makes it -1: the flush raises)
+                self.flush()
+
+        def refill() -> None:
+            nonlocal budget
+            budget = self._buffer_bytes
+
+        return append, refill
+
+    def _append_timed(self, payload: bytes, time_ns: int) -> None:
+        """Buffer a record with its own time, after the untimed ones queued before it."""
+        with self._lock:
+            self._encode_pending()
+            self._encoded.append(encode_record(payload, time_ns))
 
     def _encode_pending(self) -> None:
         """Encode the untimed payloads queued so far into ``_encoded`` (``_lock`` held)."""
@@ -251,7 +282,7 @@ class Appender:
         encoded = self._encoded
         if not count and not encoded:
             return b""
-        self._pending_bytes = 0
+        self._refill_budget()
         if count:
             batch = pending[:count]
             del pending[:count]
@@ -566,6 +597,7 @@ class Appender:
                 return
             self._closed = True
             self._buffer_bytes = -1  # the next append() flushes, which raises
+            self._refill_budget()
             try:
                 if self._tail_dirty:
                     os.ftruncate(self._fd, self._size)
