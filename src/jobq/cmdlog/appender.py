@@ -22,8 +22,11 @@ meanwhile, it hands them to the *committer* thread instead of leading on, and re
 caller; the committer writes and fsyncs group after group while records keep coming (taking
 everything queued during the previous fsync each time) and goes idle when none are left. So
 appenders only queue and wait, and appenders that wait at the same moment share one write
-and one fsync. :meth:`write` plus :meth:`wait_synced` is the same idea for callers that batch
-themselves (the asyncio server): whoever waits first fsyncs for everyone written so far.
+and one fsync. A done group is woken as a chain: the committer releases the first waiting
+appender only and goes on with the next group, and each woken appender releases the next
+before it returns (see :class:`_Group`). :meth:`write` plus :meth:`wait_synced` is the same
+idea for callers that batch themselves (the asyncio server): whoever waits first fsyncs for
+everyone written so far.
 """
 
 from __future__ import annotations
@@ -59,6 +62,13 @@ DEFAULT_SEGMENT_SIZE_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_BUFFER_BYTES: Final = 64 * 1024
 
 _new_lock = threading.Lock
+#: how long an appender under ``always`` waits for its wake-up before it checks whether its
+#: group is done anyway (only matters when an appender before it was interrupted)
+_CHAIN_TIMEOUT_S: Final = 0.05
+
+
+def _no_budget() -> None:
+    """The budget refill of an appender that does not buffer (``always``)."""
 
 
 class AppendFunction(Protocol):
@@ -70,16 +80,36 @@ class AppendFunction(Protocol):
 class _Group:
     """Records queued for one write and one fsync under ``always``, and its outcome.
 
-    Each entry is ``(payload, time_ns, wake)``: ``wake`` is a lock its appender holds and
-    waits on (None for the appender that commits the group itself); the committer releases
-    it once the group is done, with :attr:`error` set if the write or fsync failed.
+    ``payloads`` and ``times`` are the records in order (``times`` holds each record's
+    ``time_ns``, None for untimed ones; ``timed`` says whether any is not None). Every
+    appender but the one that commits the group inline waits on its own lock in
+    ``wakes``, which it holds. Once the group is written and fsynced (or failed, with
+    :attr:`error` set), :attr:`done` is set and the committer releases ``wakes[0]`` only;
+    each woken appender releases the next lock before it returns (a chain), so the
+    committer wakes one thread per group instead of all of them, and each appender wakes
+    up when the one before it is running, rather than all at once fighting for the GIL.
     """
 
-    __slots__ = ("entries", "error")
+    __slots__ = ("done", "error", "payloads", "timed", "times", "wakes")
 
     def __init__(self) -> None:
-        self.entries: list[tuple[bytes, int | None, threading.Lock | None]] = []
+        self.payloads: list[bytes] = []
+        self.times: list[int | None] = []
+        self.timed = False
+        self.wakes: list[threading.Lock] = []
+        self.done = False
         self.error: BaseException | None = None
+
+    def wait(self, index: int) -> None:
+        """Wait until the group is done (as ``wakes[index]``), then wake the next one."""
+        wake = self.wakes[index]
+        # the timeout only matters if the chain broke (an appender before us interrupted
+        # while it waited): then we notice ``done`` ourselves
+        while not wake.acquire(timeout=_CHAIN_TIMEOUT_S):
+            if self.done:
+                break
+        if index + 1 < len(self.wakes):
+            self.wakes[index + 1].release()
 
 
 class Appender:
@@ -176,11 +206,15 @@ class Appender:
         # append() buffering under "os" and "interval": timed records already encoded
         # (_encoded) come before the untimed payloads (_pending), which get their time when
         # written. append() only adds to _pending; writers take a prefix of it under _lock.
+        # _pending is never rebound: append() holds its bound append method.
         self._pending: list[bytes] = []
-        self._pending_bytes = 0
         self._encoded: list[bytes] = []
         self._buffer_bytes = buffer_bytes
-        self.append = self._append_committed if sync == "always" else self._append_buffered
+        self._refill_budget: Callable[[], None] = _no_budget
+        if sync == "always":
+            self.append = self._append_committed
+        else:
+            self.append, self._refill_budget = self._buffered_append()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if sync == "interval" and start_sync_thread:
@@ -223,17 +257,40 @@ class Appender:
         """True while appended records wait in user space to be written."""
         return bool(self._pending or self._encoded)
 
-    def _append_buffered(self, payload: bytes, time_ns: int | None = None) -> None:
-        """``append`` under ``os`` and ``interval``: buffer the record (see the class)."""
-        if time_ns is None:
-            self._pending.append(payload)
-        else:
-            with self._lock:
-                self._encode_pending()
-                self._encoded.append(encode_record(payload, time_ns))
-        self._pending_bytes += len(payload)
-        if self._pending_bytes >= self._buffer_bytes:  # close() sets the limit to -1
-            self.flush()
+    def _buffered_append(self) -> tuple[AppendFunction, Callable[[], None]]:
+        """``append`` under ``os`` and ``interval`` (see the class), and the function that
+        gives it a full buffer's budget again (``_lock`` held, after the buffer is taken).
+
+        ``append`` is a closure rather than a method so that the common call (an untimed
+        record, buffer not full) is a list append and a subtraction on local cells, with no
+        attribute lookups and no lock: ``list.append`` is atomic. The budget counts down the
+        payload bytes the buffer may still take; an append racing a hand-off on another
+        thread may leave it a record's length off, which only moves the next hand-off.
+        """
+        push = self._pending.append
+        budget = self._buffer_bytes
+
+        def append(payload: bytes, time_ns: int | None = None) -> None:
+            nonlocal budget
+            if time_ns is None:
+                push(payload)
+            else:
+                self._append_timed(payload, time_ns)
+            budget -= len(payload)
+            if budget <= 0:  # the buffer is full (close() makes it -1: the flush raises)
+                self.flush()
+
+        def refill() -> None:
+            nonlocal budget
+            budget = self._buffer_bytes
+
+        return append, refill
+
+    def _append_timed(self, payload: bytes, time_ns: int) -> None:
+        """Buffer a record with its own time, after the untimed ones queued before it."""
+        with self._lock:
+            self._encode_pending()
+            self._encoded.append(encode_record(payload, time_ns))
 
     def _encode_pending(self) -> None:
         """Encode the untimed payloads queued so far into ``_encoded`` (``_lock`` held)."""
@@ -251,7 +308,7 @@ class Appender:
         encoded = self._encoded
         if not count and not encoded:
             return b""
-        self._pending_bytes = 0
+        self._refill_budget()
         if count:
             batch = pending[:count]
             del pending[:count]
@@ -304,16 +361,20 @@ class Appender:
             if self._refusing:
                 raise LogClosedError(self.directory)
             group = self._group
-            wake: threading.Lock | None
+            group.payloads.append(payload)
+            group.times.append(time_ns)
+            if time_ns is not None:
+                group.timed = True
             if self._committing:
-                wake = held = _new_lock()
-                held.acquire()
+                wake = _new_lock()
+                wake.acquire()
+                index = len(group.wakes)
+                group.wakes.append(wake)
             else:
                 self._committing = True
-                wake = None
-            group.entries.append((payload, time_ns, wake))
-        if wake is not None:
-            wake.acquire()  # until the committer has written and fsynced our group
+                index = -1
+        if index >= 0:
+            group.wait(index)  # until the committer has written and fsynced our group
         else:
             # nobody was committing: commit inline, then hand anything queued meanwhile to
             # the committer thread rather than leading on (our caller is waiting)
@@ -321,7 +382,7 @@ class Appender:
                 self._commit_group()
             finally:
                 with self._queue_lock:
-                    if self._group.entries:
+                    if self._group.payloads:
                         self._hand_to_committer()
                     else:
                         self._go_idle()
@@ -329,30 +390,24 @@ class Appender:
             raise group.error
 
     def _commit_group(self) -> None:
-        """While committing: write and fsync every queued record at once, wake their
-        appenders."""
+        """While committing: write and fsync every queued record at once, then start the
+        chain of wake-ups of their appenders."""
         with self._queue_lock:
             group = self._group
             self._group = _Group()
-        entries = group.entries
         try:
             now = self._clock_ns()
-            stamp = entries[0][1]
-            if all(entry[1] == stamp for entry in entries):
-                data = encode_records(
-                    [entry[0] for entry in entries], now if stamp is None else stamp
-                )
-            else:  # records with the same logged time share one encoding pass
+            if not group.timed:
+                data = encode_records(group.payloads, now)
+            else:  # runs of records with the same logged time share one encoding pass
+                payloads, times = group.payloads, group.times
                 chunks: list[bytes] = []
                 start = 0
-                for index in range(1, len(entries) + 1):
-                    if index == len(entries) or entries[index][1] != entries[start][1]:
-                        stamp = entries[start][1]
+                for index in range(1, len(times) + 1):
+                    if index == len(times) or times[index] != times[start]:
+                        stamp = times[start]
                         chunks.append(
-                            encode_records(
-                                [entry[0] for entry in entries[start:index]],
-                                now if stamp is None else stamp,
-                            )
+                            encode_records(payloads[start:index], now if stamp is None else stamp)
                         )
                         start = index
                 data = b"".join(chunks)
@@ -360,9 +415,9 @@ class Appender:
             self.sync()
         except BaseException as exc:
             group.error = exc
-        for _, _, wake in entries:
-            if wake is not None:
-                wake.release()
+        group.done = True
+        if group.wakes:
+            group.wakes[0].release()
 
     def _hand_to_committer(self) -> None:
         """Hand the committing over to the committer thread (``_queue_lock`` held)."""
@@ -386,7 +441,7 @@ class Appender:
             while True:
                 self._commit_group()
                 with self._queue_lock:
-                    if not self._group.entries:
+                    if not self._group.payloads:
                         self._go_idle()
                         break
 
@@ -566,6 +621,7 @@ class Appender:
                 return
             self._closed = True
             self._buffer_bytes = -1  # the next append() flushes, which raises
+            self._refill_budget()
             try:
                 if self._tail_dirty:
                     os.ftruncate(self._fd, self._size)
