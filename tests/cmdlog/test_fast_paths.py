@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from jobq.cmdlog import (
     LogClosedError,
     Record,
 )
-from jobq.cmdlog import appender as appender_module
 from jobq.cmdlog.errors import RecordError
 from jobq.cmdlog.record import (
     HEADER_LEN,
@@ -235,82 +233,3 @@ def test_a_lone_always_appender_commits_inline_without_a_thread(log_dir: Path) -
         assert fsync.calls == 5
         assert log.appender.synced == log.appender.written
         assert not any(t.name == "jobq-cmdlog-commit" for t in threading.enumerate())
-
-
-class _GatedFsync:
-    """An fsync that blocks each call until the test opens its gate."""
-
-    def __init__(self) -> None:
-        self.gates = [threading.Event(), threading.Event()]
-        self.calls = 0
-
-    def __call__(self, fd: int) -> None:
-        gate = self.gates[min(self.calls, len(self.gates) - 1)]
-        self.calls += 1
-        gate.wait()
-
-
-def _wait_until(
-    condition: Callable[[], bool], *, tries: int = 1_000_000, required: bool = True
-) -> None:
-    """Yield to the other threads until ``condition`` holds (a state, not a timer), at
-    most ``tries`` times."""
-    for _ in range(tries):
-        if condition():
-            return
-        os.sched_yield()
-    if required:
-        raise AssertionError("condition never held")
-
-
-def test_woken_appenders_return_only_after_their_groups_fsync(log_dir: Path) -> None:
-    # A commits alone (fsync 1); B, C, D queue meanwhile and form the next group; each
-    # returns only once fsync 2 has returned, however the group's wake-ups are passed on
-    fsync = _GatedFsync()
-    returned: list[str] = []
-    log = CommandLog.open(log_dir, sync="always", fsync=fsync)
-
-    def appender(name: str) -> None:
-        log.append(name.encode())
-        returned.append(name)
-
-    first = threading.Thread(target=appender, args=("A",))
-    first.start()
-    _wait_until(lambda: fsync.calls == 1)
-    others = [threading.Thread(target=appender, args=(name,)) for name in "BCD"]
-    for t in others:
-        t.start()
-    _wait_until(lambda: len(log.appender._group.payloads) == 3)
-    assert returned == []
-    fsync.gates[0].set()
-    first.join()
-    _wait_until(lambda: fsync.calls == 2)
-    _wait_until(lambda: len(returned) > 1, tries=20_000, required=False)  # give B-D a chance
-    assert returned == ["A"]
-    fsync.gates[1].set()
-    for t in others:
-        t.join()
-    assert sorted(returned) == ["A", "B", "C", "D"]
-    log.close()
-    with CommandLog.open(log_dir, sync="os") as again:
-        assert next(p for _, p in again.payloads()) == b"A"
-        assert sorted(p for _, p in again.payloads()) == [b"A", b"B", b"C", b"D"]
-
-
-def test_a_broken_wake_chain_still_lets_the_rest_return(monkeypatch: pytest.MonkeyPatch) -> None:
-    # an appender interrupted while it waited never passes its wake-up on: the ones after it
-    # notice that their group is done by themselves
-    monkeypatch.setattr(appender_module, "_CHAIN_TIMEOUT_S", 0.001)
-    group = appender_module._Group()
-    for _ in range(3):
-        wake = threading.Lock()
-        wake.acquire()
-        group.wakes.append(wake)
-    waiters = [threading.Thread(target=group.wait, args=(index,), daemon=True) for index in (1, 2)]
-    for t in waiters:
-        t.start()
-    group.done = True
-    group.wakes[0].release()  # nobody waits as wakes[0]: the chain stops here
-    for t in waiters:
-        t.join(timeout=30)
-        assert not t.is_alive()

@@ -407,7 +407,9 @@ class Appender:
                     if index == len(times) or times[index] != times[start]:
                         stamp = times[start]
                         chunks.append(
-                            encode_records(payloads[start:index], now if stamp is None else stamp)
+                            encode_records(
+                                payloads[start:index], now if stamp is None else stamp
+                            )
                         )
                         start = index
                 data = b"".join(chunks)
