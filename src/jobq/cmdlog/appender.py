@@ -62,9 +62,6 @@ DEFAULT_SEGMENT_SIZE_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_BUFFER_BYTES: Final = 64 * 1024
 
 _new_lock = threading.Lock
-#: how long an appender under ``always`` waits for its wake-up before it checks whether its
-#: group is done anyway (only matters when an appender before it was interrupted)
-_CHAIN_TIMEOUT_S: Final = 0.05
 
 
 def _no_budget() -> None:
@@ -80,36 +77,16 @@ class AppendFunction(Protocol):
 class _Group:
     """Records queued for one write and one fsync under ``always``, and its outcome.
 
-    ``payloads`` and ``times`` are the records in order (``times`` holds each record's
-    ``time_ns``, None for untimed ones; ``timed`` says whether any is not None). Every
-    appender but the one that commits the group inline waits on its own lock in
-    ``wakes``, which it holds. Once the group is written and fsynced (or failed, with
-    :attr:`error` set), :attr:`done` is set and the committer releases ``wakes[0]`` only;
-    each woken appender releases the next lock before it returns (a chain), so the
-    committer wakes one thread per group instead of all of them, and each appender wakes
-    up when the one before it is running, rather than all at once fighting for the GIL.
+    Each entry is ``(payload, time_ns, wake)``: ``wake`` is a lock its appender holds and
+    waits on (None for the appender that commits the group itself); the committer releases
+    it once the group is done, with :attr:`error` set if the write or fsync failed.
     """
 
-    __slots__ = ("done", "error", "payloads", "timed", "times", "wakes")
+    __slots__ = ("entries", "error")
 
     def __init__(self) -> None:
-        self.payloads: list[bytes] = []
-        self.times: list[int | None] = []
-        self.timed = False
-        self.wakes: list[threading.Lock] = []
-        self.done = False
+        self.entries: list[tuple[bytes, int | None, threading.Lock | None]] = []
         self.error: BaseException | None = None
-
-    def wait(self, index: int) -> None:
-        """Wait until the group is done (as ``wakes[index]``), then wake the next one."""
-        wake = self.wakes[index]
-        # the timeout only matters if the chain broke (an appender before us interrupted
-        # while it waited): then we notice ``done`` ourselves
-        while not wake.acquire(timeout=_CHAIN_TIMEOUT_S):
-            if self.done:
-                break
-        if index + 1 < len(self.wakes):
-            self.wakes[index + 1].release()
 
 
 class Appender:
@@ -361,20 +338,16 @@ class Appender:
             if self._refusing:
                 raise LogClosedError(self.directory)
             group = self._group
-            group.payloads.append(payload)
-            group.times.append(time_ns)
-            if time_ns is not None:
-                group.timed = True
+            wake: threading.Lock | None
             if self._committing:
-                wake = _new_lock()
-                wake.acquire()
-                index = len(group.wakes)
-                group.wakes.append(wake)
+                wake = held = _new_lock()
+                held.acquire()
             else:
                 self._committing = True
-                index = -1
-        if index >= 0:
-            group.wait(index)  # until the committer has written and fsynced our group
+                wake = None
+            group.entries.append((payload, time_ns, wake))
+        if wake is not None:
+            wake.acquire()  # until the committer has written and fsynced our group
         else:
             # nobody was committing: commit inline, then hand anything queued meanwhile to
             # the committer thread rather than leading on (our caller is waiting)
@@ -382,7 +355,7 @@ class Appender:
                 self._commit_group()
             finally:
                 with self._queue_lock:
-                    if self._group.payloads:
+                    if self._group.entries:
                         self._hand_to_committer()
                     else:
                         self._go_idle()
@@ -390,25 +363,29 @@ class Appender:
             raise group.error
 
     def _commit_group(self) -> None:
-        """While committing: write and fsync every queued record at once, then start the
-        chain of wake-ups of their appenders."""
+        """While committing: write and fsync every queued record at once, wake their
+        appenders."""
         with self._queue_lock:
             group = self._group
             self._group = _Group()
+        entries = group.entries
         try:
             now = self._clock_ns()
-            if not group.timed:
-                data = encode_records(group.payloads, now)
-            else:  # runs of records with the same logged time share one encoding pass
-                payloads, times = group.payloads, group.times
+            stamp = entries[0][1]
+            if all(entry[1] == stamp for entry in entries):
+                data = encode_records(
+                    [entry[0] for entry in entries], now if stamp is None else stamp
+                )
+            else:  # records with the same logged time share one encoding pass
                 chunks: list[bytes] = []
                 start = 0
-                for index in range(1, len(times) + 1):
-                    if index == len(times) or times[index] != times[start]:
-                        stamp = times[start]
+                for index in range(1, len(entries) + 1):
+                    if index == len(entries) or entries[index][1] != entries[start][1]:
+                        stamp = entries[start][1]
                         chunks.append(
                             encode_records(
-                                payloads[start:index], now if stamp is None else stamp
+                                [entry[0] for entry in entries[start:index]],
+                                now if stamp is None else stamp,
                             )
                         )
                         start = index
@@ -417,9 +394,9 @@ class Appender:
             self.sync()
         except BaseException as exc:
             group.error = exc
-        group.done = True
-        if group.wakes:
-            group.wakes[0].release()
+        for _, _, wake in entries:
+            if wake is not None:
+                wake.release()
 
     def _hand_to_committer(self) -> None:
         """Hand the committing over to the committer thread (``_queue_lock`` held)."""
@@ -443,7 +420,7 @@ class Appender:
             while True:
                 self._commit_group()
                 with self._queue_lock:
-                    if not self._group.payloads:
+                    if not self._group.entries:
                         self._go_idle()
                         break
 

@@ -140,14 +140,14 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
     and the records are assembled by C loops (see :func:`_encode_same_size` for the common
     batch, and a ``map`` of one ``struct`` pack per record for mixed sizes).
     """
-    distinct = set(map(len, payloads))
+    sizes = list(map(len, payloads))
+    distinct = set(sizes)
     if not distinct:
         return b""
     time_bytes = encode_time(time_ns)
     if len(distinct) == 1:
         (size,) = distinct
         return _encode_same_size(payloads, time_bytes + encode_uvarint(size))
-    sizes = list(map(len, payloads))
     heads = {size: time_bytes + encode_uvarint(size) for size in distinct}
     head_crcs = {size: crc32c_value(head) for size, head in heads.items()}
     layouts = {size: _record_layout(len(head), size) for size, head in heads.items()}
