@@ -22,11 +22,8 @@ meanwhile, it hands them to the *committer* thread instead of leading on, and re
 caller; the committer writes and fsyncs group after group while records keep coming (taking
 everything queued during the previous fsync each time) and goes idle when none are left. So
 appenders only queue and wait, and appenders that wait at the same moment share one write
-and one fsync. A done group is woken as a chain: the committer releases the first waiting
-appender only and goes on with the next group, and each woken appender releases the next
-before it returns (see :class:`_Group`). :meth:`write` plus :meth:`wait_synced` is the same
-idea for callers that batch themselves (the asyncio server): whoever waits first fsyncs for
-everyone written so far.
+and one fsync. :meth:`write` plus :meth:`wait_synced` is the same idea for callers that batch
+themselves (the asyncio server): whoever waits first fsyncs for everyone written so far.
 """
 
 from __future__ import annotations
