@@ -9,6 +9,7 @@ import sys
 import uuid
 
 import pytest
+
 from jobq.engine.compaction import MIN_TABLE_BYTES
 from jobq.engine.machine import Engine
 from jobq.server import memory
