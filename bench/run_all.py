@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -244,11 +245,24 @@ def soak_targets(path: Path) -> list[Target]:
         Target(8, f"{conns}: every job completed exactly once", "yes" if every_once else "no",
                "", "all", every_once),
         Target(8, "jobs left in the engine after cleaning", str(left), "", "0", left == 0),
+        *(_return_target(r, n, c) for n, c in enumerate(cycles, 1) if "rss_return" in r),
         Target(8, f"RSS after cleaning, cycle {len(cycles)} vs 1 (baseline after start "
                f"{r['baseline_rss_mib']:.0f} MiB)", f"{first:.1f} -> {last:.1f} MiB", "",
                f"<= {limit:.1f} MiB (+{r['rss_tolerance']:.0%} + {r['rss_slack_mib']:.0f} MiB)",
                last <= limit),
     ]  # fmt: skip
+
+
+def _return_target(r: dict[str, Any], n: int, c: dict[str, Any]) -> Target:
+    """Cycle ``n``'s RSS after cleaning against the baseline + ``rss_return`` of its growth."""
+    base = r["baseline_rss_mib"]
+    limit = base + r["rss_return"] * (c["peak_rss_mib"] - base)
+    return Target(
+        8, f"RSS after cleaning, cycle {n} ({r.get('malloc', 'pymalloc')}; baseline "
+        f"{base:.0f} MiB, peak {c['peak_rss_mib']:.0f} MiB)", f"{c['rss_after_clean_mib']:.1f} MiB",
+        "", f"<= {limit:.1f} MiB (baseline + {r['rss_return']:.0%} of the growth)",
+        c["rss_after_clean_mib"] <= limit,
+    )  # fmt: skip
 
 
 def summary(rows: list[Target]) -> str:

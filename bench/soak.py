@@ -7,11 +7,15 @@ closed-loop generator of ``bench.loadgen`` (producers ``add``, consumers ``lease
 ``complete``; one request in flight per connection), then removes every finished job with a
 workq ``delete`` (listed with the ``jobs`` extension, deleted over one pipelined connection).
 The server's RSS is read from ``/proc`` at the baseline (after start), at the peak of each
-cycle (``VmHWM``) and after each cycle's jobs are deleted; the engine's job count comes from
-``/metrics`` (``jobq_jobs``). A leak shows as RSS after cleaning that grows from one cycle to
-the next; the soak fails when the last cycle's RSS after cleaning exceeds the first's by more
-than ``--rss-tolerance`` (a fraction) plus ``--rss-slack-mib``, when a job is left in the
-engine after cleaning, or when a job did not complete exactly once.
+cycle (``VmHWM``), right after each cycle's jobs are deleted and ``--settle`` seconds later
+(after the server's housekeeping compacted the engine and handed free memory back: that is
+"RSS after cleaning"); the engine's job count comes from ``/metrics`` (``jobq_jobs``).
+
+The soak fails when a job did not complete exactly once, when a job is left in the engine
+after cleaning, when RSS after cleaning does not come back near the baseline (above baseline
++ ``--rss-return`` of the cycle's growth from baseline to peak), or when it grows from the
+first cycle to the last by more than ``--rss-tolerance`` (a fraction) plus
+``--rss-slack-mib``. ``--malloc system`` runs the server with ``PYTHONMALLOC=malloc``.
 
 The report (markdown) goes to ``bench/out/soak.md``, the numbers to ``bench/out/soak.json``.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import sys
@@ -37,6 +42,8 @@ from bench.loadgen import OPS, LoadConfig, percentile, run_load
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "bench" / "out"
 QUEUE = "soak"
+#: two of the server's housekeeping passes (``jobq.server.core.COMPACT_INTERVAL_S``) and a bit
+SETTLE_S = 11.0
 _METRIC = re.compile(rb'^jobq_jobs\{status="(\w+)"\} (\S+)$', re.M)
 
 
@@ -106,6 +113,9 @@ class Cycle:
     engine_jobs_before_clean: dict[str, int]
     deleted: int
     clean_seconds: float
+    #: right after the last delete, before the server's housekeeping ran
+    rss_after_delete_mib: float
+    #: ``settle_s`` after the last delete
     rss_after_clean_mib: float
     engine_jobs_after_clean: dict[str, int]
     latency_ms: dict[str, dict[str, float]]
@@ -121,6 +131,9 @@ class SoakResult:
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # over all cycles
     rss_tolerance: float = 0.0
     rss_slack_mib: float = 0.0
+    rss_return: float = 0.10
+    settle_s: float = 0.0
+    malloc: str = "pymalloc"
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -157,8 +170,44 @@ def run_soak(
     sync: str = "interval",
     data_root: Path | None = None,
     log: Any = print,
+    *,
+    rss_return: float = 0.10,
+    settle_s: float = SETTLE_S,
+    malloc: str = "pymalloc",
 ) -> SoakResult:
     """Start a server, run ``cycles`` cycles of ``jobs`` jobs, check memory and job counts."""
+    saved = os.environ.get("PYTHONMALLOC")
+    if malloc == "system":
+        os.environ["PYTHONMALLOC"] = "malloc"
+    else:
+        os.environ.pop("PYTHONMALLOC", None)
+    try:
+        return _run_soak(
+            jobs, producers, consumers, cycles, rss_tolerance, rss_slack_mib, duration, sync,
+            data_root, log, rss_return, settle_s, malloc,
+        )  # fmt: skip
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONMALLOC", None)
+        else:
+            os.environ["PYTHONMALLOC"] = saved
+
+
+def _run_soak(
+    jobs: int,
+    producers: int,
+    consumers: int,
+    cycles: int,
+    rss_tolerance: float,
+    rss_slack_mib: float,
+    duration: float,
+    sync: str,
+    data_root: Path | None,
+    log: Any,
+    rss_return: float,
+    settle_s: float,
+    malloc: str,
+) -> SoakResult:
     port, http_port = free_port(), free_port()
     jobq = str(Path(sys.executable).with_name("jobq"))
     with tempfile.TemporaryDirectory(prefix="jobq-soak-", dir=data_root) as tmp:
@@ -173,6 +222,7 @@ def run_soak(
             result = SoakResult(
                 producers, consumers, jobs, _mib(base),
                 rss_tolerance=rss_tolerance, rss_slack_mib=rss_slack_mib,
+                rss_return=rss_return, settle_s=settle_s, malloc=malloc,
             )  # fmt: skip
             log(f"baseline RSS {_mib(base):.1f} MiB")
             all_samples: dict[str, array[int]] = {op: array("q") for op in OPS}
@@ -192,6 +242,8 @@ def run_soak(
                 deleted = delete_jobs(port, ids)
                 clean_s = time.monotonic() - t0
                 after = engine_jobs(http_port)
+                rss_deleted = rss_kib(server.pid)["VmRSS"]
+                time.sleep(settle_s)  # the server's housekeeping (every 5 s) runs meanwhile
                 rss_after = rss_kib(server.pid)["VmRSS"]
                 cycle = Cycle(
                     jobs=jobs, completed=res.completed, produced=res.produced,
@@ -200,6 +252,7 @@ def run_soak(
                     peak_rss_mib=_mib(rss_before["VmHWM"]),
                     rss_before_clean_mib=_mib(rss_before["VmRSS"]),
                     engine_jobs_before_clean=before, deleted=deleted, clean_seconds=clean_s,
+                    rss_after_delete_mib=_mib(rss_deleted),
                     rss_after_clean_mib=_mib(rss_after), engine_jobs_after_clean=after,
                     latency_ms=_latency(res.samples_ns),
                 )  # fmt: skip
@@ -208,7 +261,8 @@ def run_soak(
                 log(
                     f"cycle {n}: before cleaning {before} RSS {cycle.rss_before_clean_mib:.1f} "
                     f"MiB (peak {cycle.peak_rss_mib:.1f}); deleted {deleted} in {clean_s:.1f} s;"
-                    f" after {after} RSS {cycle.rss_after_clean_mib:.1f} MiB"
+                    f" after {after} RSS {cycle.rss_after_delete_mib:.1f} MiB, "
+                    f"{settle_s:.0f} s later {cycle.rss_after_clean_mib:.1f} MiB"
                 )
                 result.failures.extend(_check_cycle(n, cycle))
             result.latency_ms = _latency(all_samples)
@@ -244,16 +298,33 @@ def _check_cycle(n: int, c: Cycle) -> list[str]:
     return out
 
 
+def return_limit_mib(r: SoakResult, c: Cycle) -> float:
+    """Highest RSS after cleaning that counts as back to the baseline: the baseline plus
+    ``rss_return`` of the cycle's growth from the baseline to its peak."""
+    return r.baseline_rss_mib + r.rss_return * (c.peak_rss_mib - r.baseline_rss_mib)
+
+
 def _check_memory(r: SoakResult) -> list[str]:
-    """RSS after cleaning must not grow from the first cycle to the last (beyond tolerance)."""
+    """RSS after cleaning must come back near the baseline after every cycle, and must not
+    grow from the first cycle to the last (beyond tolerance)."""
+    out = []
+    for n, c in enumerate(r.cycles, 1):
+        limit = return_limit_mib(r, c)
+        if c.rss_after_clean_mib > limit:
+            out.append(
+                f"cycle {n}: RSS after cleaning {c.rss_after_clean_mib:.1f} MiB, not back near "
+                f"the baseline {r.baseline_rss_mib:.1f} MiB (limit {limit:.1f})"
+            )
     if len(r.cycles) < 2:
-        return []
+        return out
     first = r.cycles[0].rss_after_clean_mib
     limit = first * (1 + r.rss_tolerance) + r.rss_slack_mib
     last = r.cycles[-1].rss_after_clean_mib
     if last > limit:
-        return [f"RSS after cleaning grew from {first:.1f} to {last:.1f} MiB (limit {limit:.1f})"]
-    return []
+        out.append(
+            f"RSS after cleaning grew from {first:.1f} to {last:.1f} MiB (limit {limit:.1f})"
+        )
+    return out
 
 
 def report(r: SoakResult, command: str) -> str:
@@ -261,11 +332,13 @@ def report(r: SoakResult, command: str) -> str:
     lines = [
         f"{r.producers} producer + {r.consumers} consumer connections, {r.jobs_per_cycle:,} "
         f"jobs per cycle, {len(r.cycles)} cycles on one `jobq server` (`--cmdlog-sync "
-        "interval`); finished jobs removed with `delete` after each cycle.",
+        f"interval`, allocator: {r.malloc}); finished jobs removed with `delete` after each "
+        f"cycle; RSS after cleaning read {r.settle_s:.0f} s after the last delete.",
         "",
         "| cycle | jobs/s | add p50/p99 ms | lease p50/p99 ms | complete p50/p99 ms "
-        "| peak RSS MiB | RSS after cleaning MiB | jobs left | errors |",
-        "|---|---:|---|---|---|---:|---:|---:|---:|",
+        "| peak RSS MiB | RSS right after deletes MiB | RSS after cleaning MiB "
+        "| limit MiB | jobs left | errors |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for n, c in enumerate(r.cycles, 1):
         lat = " | ".join(
@@ -276,7 +349,8 @@ def report(r: SoakResult, command: str) -> str:
         left = sum(c.engine_jobs_after_clean.values())
         lines.append(
             f"| {n} | {c.jobs_per_s:,.0f} | {lat} | {c.peak_rss_mib:.1f} | "
-            f"{c.rss_after_clean_mib:.1f} | {left} | {sum(c.errors.values())} |"
+            f"{c.rss_after_delete_mib:.1f} | {c.rss_after_clean_mib:.1f} | "
+            f"{return_limit_mib(r, c):.1f} | {left} | {sum(c.errors.values())} |"
         )
     lat_all = ", ".join(
         f"{op} p50 {v['p50']:.2f} ms p99 {v['p99']:.2f} ms" for op, v in r.latency_ms.items()
@@ -284,9 +358,10 @@ def report(r: SoakResult, command: str) -> str:
     lines += [
         "",
         f"All cycles: {lat_all}.",
-        f"Baseline RSS (after start) {r.baseline_rss_mib:.1f} MiB; RSS after cleaning, last "
-        f"cycle minus first: {r.rss_growth_mib:+.1f} MiB (limit: +{r.rss_tolerance:.0%} "
-        f"+ {r.rss_slack_mib:.0f} MiB).",
+        f"Baseline RSS (after start) {r.baseline_rss_mib:.1f} MiB; the limit after cleaning "
+        f"is the baseline + {r.rss_return:.0%} of the cycle's growth to its peak. RSS after "
+        f"cleaning, last cycle minus first: {r.rss_growth_mib:+.1f} MiB (limit: "
+        f"+{r.rss_tolerance:.0%} + {r.rss_slack_mib:.0f} MiB).",
         f"Result: {'PASS' if not r.failures else 'FAIL: ' + '; '.join(r.failures)}",
         "",
         f"Reproduce: `{command}`",
@@ -304,6 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=1800.0, help="time limit per cycle, s")
     ap.add_argument("--rss-tolerance", type=float, default=0.05, help="allowed RSS growth")
     ap.add_argument("--rss-slack-mib", type=float, default=8.0, help="... plus this much")
+    ap.add_argument("--rss-return", type=float, default=0.10,
+                    help="RSS after cleaning may exceed the baseline by this share of the "
+                    "cycle's growth to its peak")  # fmt: skip
+    ap.add_argument("--settle", type=float, default=SETTLE_S,
+                    help="seconds from the last delete to reading RSS after cleaning")  # fmt: skip
+    ap.add_argument("--malloc", choices=("pymalloc", "system"), default="pymalloc",
+                    help="the server's allocator (system: PYTHONMALLOC=malloc)")  # fmt: skip
     ap.add_argument("--sync", choices=("always", "interval", "os"), default="interval")
     ap.add_argument("--out", type=Path, default=OUT_DIR / "soak.md")
     a = ap.parse_args(argv)
@@ -311,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--cycles must be at least 1")
     r = run_soak(
         a.jobs, a.producers, a.consumers, a.cycles, a.rss_tolerance, a.rss_slack_mib,
-        a.duration, a.sync,
+        a.duration, a.sync, rss_return=a.rss_return, settle_s=a.settle, malloc=a.malloc,
     )  # fmt: skip
     args = " ".join(argv if argv is not None else sys.argv[1:])
     text = report(r, f".venv/bin/python -m bench.soak {args}".rstrip())

@@ -1,5 +1,6 @@
 """The engine frees what it removes: a cycle of add, lease, complete and delete leaves no
-memory behind (traced with tracemalloc, no server, a fixed clock)."""
+memory behind, and after a compaction (``Engine.compact``) the engine is back to the memory it
+had before the first job (traced with tracemalloc, no server, a fixed clock)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,25 @@ def test_deleted_jobs_leave_no_memory() -> None:
         tracemalloc.stop()
     # a kept job costs ~0.5 KiB here (20,000 jobs: ~10 MiB); allow 1 MiB of noise
     assert second - first < 1024 * 1024, (first, second)
+
+
+def test_compaction_returns_to_the_memory_before_the_first_job() -> None:
+    engine = Engine(started_ns=NOW_NS)
+    tracemalloc.start()
+    try:
+        _cycle(engine, 10)  # the queue and the first small tables exist
+        engine.compact()
+        gc.collect()
+        baseline = tracemalloc.get_traced_memory()[0]
+        _cycle(engine, JOBS)
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0]
+        engine.compact()
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    # without compaction the job table sized for 20,000 jobs stays (~0.6 MiB), with the
+    # deadline entries (and jobs) of the last removals; allow 64 KiB of noise
+    assert kept - baseline > 256 * 1024, (baseline, kept)
+    assert after - baseline < 64 * 1024, (baseline, after)

@@ -89,6 +89,12 @@ class Deadlines:
         self.removed = removed = self.removed + 1
         return removed >= self.min_removed and 2 * removed >= len(self._heap) and not self.bulk
 
+    def worth_compacting(self) -> bool:
+        """Whether subjects removed since the last compaction may be half the heap (the
+        periodic :meth:`Engine.compact`, which also catches the last few thousand removals
+        :meth:`note_removed` leaves behind)."""
+        return self.removed > 0 and 2 * self.removed >= len(self._heap) and not self.bulk
+
     def compact(self, live: Callable[[Entry], bool]) -> int:
         """Drop the entries ``live`` says can never apply again; return how many."""
         before = len(self._heap)

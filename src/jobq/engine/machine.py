@@ -36,6 +36,7 @@ from jobq.engine.commands import (
     TimeoutAttempt,
     WorkqCommand,
 )
+from jobq.engine.compaction import CompactStats, oversized
 from jobq.engine.deadlines import DeadlineKind, Deadlines
 from jobq.engine.deadlines import Entry as DeadlineEntry
 from jobq.engine.errors import (
@@ -263,6 +264,34 @@ class Engine:
     def next_deadline_ns(self) -> int | None:
         """When :meth:`tick` has work next (possibly earlier: waking early is harmless)."""
         return self._deadlines.next_ns()
+
+    # ------------------------------------------------------------------ memory
+
+    def compact(self) -> CompactStats:
+        """Give back memory that removed jobs and finished waits still hold; no state
+        changes (the server calls this periodically, off the request path).
+
+        Drops deadline entries of removed jobs and finished waits once removals may be half
+        the heap, stale ready-heap entries once they are half their heap, lease requests
+        that timed out or whose caller left, and rebuilds the job table (and a queue's
+        running or scheduled table) once it is several times larger than its jobs need:
+        each part costs O(1) amortised per removal (see ``compaction.py``).
+        """
+        if self._replaying:
+            return CompactStats()
+        deadline_entries = ready_entries = waiters = tables = 0
+        if self._deadlines.worth_compacting():
+            deadline_entries = self._deadlines.compact(self._deadline_may_apply)
+        for queue in self.queues.values():
+            ready, waiting, rebuilt = queue.compact()
+            ready_entries += ready
+            waiters += waiting
+            tables += rebuilt
+        if oversized(self.jobs):
+            # a new dict, not cleared and refilled: the cleaner's thread reads ``jobs``
+            self.jobs = dict(self.jobs)
+            tables += 1
+        return CompactStats(deadline_entries, ready_entries, waiters, tables)
 
     # ------------------------------------------------------------------ client operations
 
@@ -1786,10 +1815,12 @@ class Engine:
                         del self.by_created_by[meta.created_by]
 
     def _deadline_may_apply(self, entry: DeadlineEntry) -> bool:
-        """False for an entry whose job is gone: :meth:`tick` would skip it whenever it came
-        due (a job with the same id later is another object), so dropping it changes
-        nothing but memory."""
+        """False for an entry whose job is gone or whose wait is over: :meth:`tick` would
+        skip it whenever it came due (a job with the same id later is another object), so
+        dropping it changes nothing but memory."""
         subject = entry[2]
+        if isinstance(subject, Waiter):
+            return not subject.done  # a finished wait's timeout is skipped when due
         return not isinstance(subject, Job) or self.jobs.get(subject.id) is subject
 
     def _push_expiry(self, job: Job) -> None:

@@ -11,6 +11,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING
 
+from jobq.engine.compaction import oversized
 from jobq.engine.job import Job, Status
 
 if TYPE_CHECKING:
@@ -65,6 +66,30 @@ class Queue:
                 return entry
             heapq.heappop(ready)
         return None
+
+    def compact(self) -> tuple[int, int, int]:
+        """Drop stale ready entries (once they are at least half the heap) and lease
+        requests that are over; rebuild oversized tables. Returns (ready entries dropped,
+        waiters dropped, tables rebuilt); nothing a lease or listing sees changes."""
+        ready_dropped = waiters_dropped = tables = 0
+        ready = self.ready
+        if len(ready) > 2 * self.ready_len:
+            live = [entry for entry in ready if self._live(entry)]
+            heapq.heapify(live)
+            ready_dropped = len(ready) - len(live)
+            self.ready = live
+        waiters = self.waiters
+        if any(waiter.done for waiter in waiters):
+            kept = deque(waiter for waiter in waiters if not waiter.done)
+            waiters_dropped = len(waiters) - len(kept)
+            self.waiters = kept
+        if oversized(self.running):
+            self.running = dict(self.running)
+            tables += 1
+        if oversized(self.scheduled):
+            self.scheduled = dict(self.scheduled)
+            tables += 1
+        return ready_dropped, waiters_dropped, tables
 
     def ready_jobs(self, limit: int) -> list[Job]:
         """Up to ``limit`` ready jobs in lease order (for inspection)."""

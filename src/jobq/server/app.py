@@ -163,6 +163,7 @@ async def serve(
     stop_event = stop or asyncio.Event()
     core.on_fatal = stop_event.set
     core.tick()  # deadlines that passed while the server was down
+    core.start_housekeeping()
     token = encode_token(config.auth_token)
     server = await loop.create_server(
         lambda: Connection(core, max_connections=config.max_connections, auth_token=token),

@@ -14,6 +14,12 @@ again, so service resumes by itself once the disk accepts writes.
 
 Deadlines live in the engine; the core keeps one loop timer, armed for the engine's
 earliest deadline.
+
+Memory: every ``COMPACT_INTERVAL_S`` :meth:`Core.housekeeping` asks the engine to drop what
+removed jobs and finished waits still hold (``Engine.compact``, amortised O(1) a removal) and,
+once a compaction rebuilt a table or at least ``TRIM_AFTER_REMOVED_JOBS`` jobs left since the
+last time, hands the C heap's free pages back to the OS in a worker thread (``memory.py``).
+None of it runs on a request's path.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from jobq.engine.waiters import Wakeup
 from jobq.server import protocol as p
 from jobq.server.dispatch import Dispatcher
 from jobq.server.extensions import Deferred
+from jobq.server.memory import release_free_memory
 
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
@@ -37,6 +44,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("jobq.server")
 
 _NS_PER_S = 1_000_000_000
+#: how often the engine is compacted (:meth:`Core.housekeeping`)
+COMPACT_INTERVAL_S = 5.0
+#: jobs removed (from the highest count seen) before freed memory goes back to the OS
+TRIM_AFTER_REMOVED_JOBS = 10_000
 
 
 class WallClock:
@@ -124,6 +135,11 @@ class Core:
         self.on_fatal: Callable[[], None] | None = None
         #: how long start-up replay took (for /metrics)
         self.replay_seconds = 0.0
+        self._housekeeping_timer: asyncio.TimerHandle | None = None
+        #: the most jobs seen by :meth:`housekeeping` since memory was last handed back
+        self._jobs_high = len(engine.jobs)
+        #: how many times freed memory was handed back to the OS (for tests and /metrics)
+        self.trims = 0
         engine.begin()
 
     def _server_info(self) -> p.ServerInfo:
@@ -221,6 +237,35 @@ class Core:
         if commands or wakeups:
             self._schedule_flush()
         self._arm_timer()
+
+    # ------------------------------------------------------------------ memory
+
+    def start_housekeeping(self) -> None:
+        """Compact the engine every ``COMPACT_INTERVAL_S`` until :meth:`close`."""
+        if not self._closed:
+            self._housekeeping_timer = self.loop.call_later(
+                COMPACT_INTERVAL_S, self._housekeeping_due
+            )
+
+    def _housekeeping_due(self) -> None:
+        self._housekeeping_timer = None
+        self.housekeeping()
+        self.start_housekeeping()
+
+    def housekeeping(self) -> bool:
+        """Compact the engine; hand freed memory back to the OS (in a worker thread) once a
+        table was rebuilt or ``TRIM_AFTER_REMOVED_JOBS`` jobs left. Returns whether it did."""
+        stats = self.engine.compact()
+        jobs = len(self.engine.jobs)
+        self._jobs_high = max(self._jobs_high, jobs)
+        if stats.dropped or stats.tables:
+            logger.debug("compacted the engine: %s", stats)
+        if not stats.tables and self._jobs_high - jobs < TRIM_AFTER_REMOVED_JOBS:
+            return False
+        self._jobs_high = jobs
+        self.trims += 1
+        self.loop.run_in_executor(None, release_free_memory)
+        return True
 
     # ------------------------------------------------------------------ the log
 
@@ -329,3 +374,6 @@ class Core:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._housekeeping_timer is not None:
+            self._housekeeping_timer.cancel()
+            self._housekeeping_timer = None

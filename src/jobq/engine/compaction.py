@@ -1,0 +1,46 @@
+"""What :meth:`Engine.compact` reports, and when a hash table is worth rebuilding.
+
+The engine drops garbage lazily (deadline and ready-heap entries of removed jobs, lease
+requests that timed out or whose caller left), and Python's dicts never shrink when entries
+are deleted: a job table that once held a million jobs keeps its ~40 MiB after they are
+gone. Compaction gives that memory back without changing any state; every part of it runs
+only once at least half of what it scans is garbage (or a table is several times larger
+than its entries need), so its cost is O(1) amortised per removal.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sized
+from dataclasses import dataclass
+
+#: a table smaller than this is never rebuilt (not worth a pass)
+MIN_TABLE_BYTES = 64 * 1024
+#: a grown dict uses up to ~120 bytes an entry; above this many it is rebuilt, which
+#: happens only after its entries fell to about a quarter of what it was sized for
+MAX_TABLE_BYTES_PER_ENTRY = 512
+
+
+def oversized(table: Sized) -> bool:
+    """Whether ``table`` holds far more memory than its entries need (a copy is
+    right-sized)."""
+    return sys.getsizeof(table) > MIN_TABLE_BYTES + MAX_TABLE_BYTES_PER_ENTRY * len(table)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactStats:
+    """What one compaction dropped or rebuilt."""
+
+    #: deadline entries whose job is gone or whose wait is over
+    deadline_entries: int = 0
+    #: ready-heap entries of jobs no longer ready
+    ready_entries: int = 0
+    #: lease requests that timed out or were withdrawn, still queued on their names
+    waiters: int = 0
+    #: hash tables (the job table, a queue's running or scheduled jobs) rebuilt smaller
+    tables: int = 0
+
+    @property
+    def dropped(self) -> int:
+        """Entries dropped in all."""
+        return self.deadline_entries + self.ready_entries + self.waiters

@@ -1,0 +1,46 @@
+"""Handing freed memory back to the operating system (glibc's ``malloc_trim``).
+
+glibc keeps memory that the process freed for later allocations: after a million jobs are
+deleted, tens of MiB of the C heap (large tables, buffers) stay resident although free.
+``malloc_trim(0)`` returns every whole free page in every malloc arena. It is a C call of a
+few milliseconds on a large heap, so the server makes it in a worker thread, and only after
+a compaction or after many jobs were removed (``Core.housekeeping``). Elsewhere than glibc
+(musl, macOS) there is no such call and this does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+from collections.abc import Callable
+
+logger = logging.getLogger("jobq.server")
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_malloc_trim = _find_malloc_trim()
+
+
+def trim_available() -> bool:
+    """Whether this C library has ``malloc_trim`` (glibc)."""
+    return _malloc_trim is not None
+
+
+def release_free_memory() -> bool:
+    """Return the C heap's free pages to the OS; whether anything was released."""
+    if _malloc_trim is None:
+        return False
+    return bool(_malloc_trim(0))
