@@ -42,8 +42,9 @@ from bench.loadgen import OPS, LoadConfig, percentile, run_load
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "bench" / "out"
 QUEUE = "soak"
-#: two of the server's housekeeping passes (``jobq.server.core.COMPACT_INTERVAL_S``) and a bit
-SETTLE_S = 11.0
+#: a pass of the soak server's log cleaner (every 10 s) after two of its housekeeping passes
+#: (``jobq.server.core.COMPACT_INTERVAL_S``): both free memory and hand it back
+SETTLE_S = 25.0
 _METRIC = re.compile(rb'^jobq_jobs\{status="(\w+)"\} (\S+)$', re.M)
 
 
@@ -243,7 +244,7 @@ def _run_soak(
                 clean_s = time.monotonic() - t0
                 after = engine_jobs(http_port)
                 rss_deleted = rss_kib(server.pid)["VmRSS"]
-                time.sleep(settle_s)  # the server's housekeeping (every 5 s) runs meanwhile
+                time.sleep(settle_s)  # the server's housekeeping and log cleaner run meanwhile
                 rss_after = rss_kib(server.pid)["VmRSS"]
                 cycle = Cycle(
                     jobs=jobs, completed=res.completed, produced=res.produced,

@@ -18,6 +18,7 @@ from jobq.engine.schedules import register_job_type_validator
 from jobq.http.auth import encode_token
 from jobq.server.core import Core, WallClock
 from jobq.server.history import read_history
+from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
 from jobq.server.snapshot import write_snapshot
 from jobq.server.tcp import Connection
@@ -93,6 +94,9 @@ async def _clean_periodically(core: Core, log: CommandLog, interval_ms: int) -> 
                 stats.records_dropped,
                 stats.bytes_reclaimed,
             )
+            # a rewrite reads and writes whole segments in this worker thread: hand what it
+            # freed back to the OS too (memory.py), not only after the engine shrank
+            await loop.run_in_executor(None, release_free_memory)
 
 
 def _save_snapshot(log_dir: str, engine: Engine) -> None:
