@@ -155,10 +155,12 @@ def jobq_worker_heartbeats(tmp: Path, running: int, seconds: float) -> float:
         server.stop()
 
 
-def beanstalkd_batched_touches(tmp: Path, running: int, seconds: float) -> float:
-    """beanstalkd, each connection touching its reserved jobs once a second in one write."""
+def beanstalkd_touches(tmp: Path, running: int, seconds: float, *, batched: bool) -> float:
+    """beanstalkd with ``running`` reserved jobs on 10 connections, each job touched once a
+    second: ``batched``, each connection sends its touches in one write a second; else one
+    touch at a time, paced evenly."""
     port = free_port()
-    server = beanstalkd_server(tmp / "bhbb", 1000, port=port).start()
+    server = beanstalkd_server(tmp / ("bhbb" if batched else "bhb"), 1000, port=port).start()
     try:
         with socket.create_connection((LOOPBACK, port)) as producer:
             for _ in range(running):
@@ -176,49 +178,19 @@ def beanstalkd_batched_touches(tmp: Path, running: int, seconds: float) -> float
                     _read_exact(conn, int(header.split()[2]) + 2)
                 batch = b"".join(b"touch " + job_id + b"\r\n" for job_id in ids)
 
-                def step(i: int) -> None:
+                def touch_all(i: int) -> None:
                     conn.sendall(batch)
                     for _ in ids:
                         _read_line(conn)
 
-                _paced(1, seconds, step)
-
-        threads = [threading.Thread(target=touch_loop) for _ in range(CONNECTIONS)]
-        before = cpu_seconds(server.pid)
-        started = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return (cpu_seconds(server.pid) - before) / (time.monotonic() - started)
-    finally:
-        server.stop()
-
-
-def beanstalkd_touches(tmp: Path, running: int, seconds: float) -> float:
-    port = free_port()
-    server = beanstalkd_server(tmp / "bhb", 1000, port=port).start()
-    try:
-        with socket.create_connection((LOOPBACK, port)) as producer:
-            for _ in range(running):
-                producer.sendall(b"put 0 0 60 2\r\n{}\r\n")
-                _read_line(producer)
-        per_conn = running // CONNECTIONS
-
-        def touch_loop() -> None:
-            with socket.create_connection((LOOPBACK, port)) as conn:
-                ids = []
-                for _ in range(per_conn):
-                    conn.sendall(b"reserve-with-timeout 5\r\n")
-                    header = _read_line(conn)
-                    ids.append(header.split()[1])
-                    _read_exact(conn, int(header.split()[2]) + 2)
-
-                def step(i: int) -> None:
+                def touch_one(i: int) -> None:
                     conn.sendall(b"touch " + ids[i % per_conn] + b"\r\n")
                     _read_line(conn)
 
-                _paced(per_conn, seconds, step)
+                if batched:
+                    _paced(1, seconds, touch_all)
+                else:
+                    _paced(per_conn, seconds, touch_one)
 
         threads = [threading.Thread(target=touch_loop) for _ in range(CONNECTIONS)]
         before = cpu_seconds(server.pid)
@@ -338,11 +310,11 @@ def main(argv: list[str] | None = None) -> str:
                 jobq_worker_heartbeats(tmp / f"jw{round_}", args.running, args.seconds)
             )
             bean_runs.append(
-                beanstalkd_batched_touches(tmp / f"bb{round_}", args.running, args.seconds)
+                beanstalkd_touches(tmp / f"bb{round_}", args.running, args.seconds, batched=True)
             )
             jobq_single.append(jobq_heartbeats(tmp / f"j{round_}", args.running, args.seconds))
             bean_single.append(
-                beanstalkd_touches(tmp / f"b{round_}", args.running, args.seconds)
+                beanstalkd_touches(tmp / f"b{round_}", args.running, args.seconds, batched=False)
             )
             print(f"heartbeat round {round_ + 1}: workers: jobq {jobq_runs[-1]:.1%}, "
                   f"beanstalkd {bean_runs[-1]:.1%}; one request per job: jobq "

@@ -1003,6 +1003,18 @@ def _finish(call: _Call[T], reply: p.Reply) -> T:
     return call.convert(reply)
 
 
+def _outcomes(calls: Sequence[_Call[Any]], replies: Sequence[p.Reply]) -> list[Any]:
+    """Each call's value, or the error its reply carries as an exception object (for
+    pipelined calls, where one error must not hide the other replies)."""
+    results: list[Any] = []
+    for call, reply in zip(calls, replies, strict=True):
+        try:
+            results.append(_finish(call, reply))
+        except JobqError as exc:
+            results.append(exc)
+    return results
+
+
 def _readable_now(fileno: int) -> bool:
     """True if the socket has bytes or an EOF/error waiting (never blocks)."""
     try:
@@ -1159,13 +1171,7 @@ class Client:
             except BaseException:
                 self._drop(conn)
                 raise
-        results: list[Any] = []
-        for call, reply in zip(calls, replies, strict=True):
-            try:
-                results.append(_finish(call, reply))
-            except JobqError as exc:
-                results.append(exc)
-        return results
+        return _outcomes(calls, replies)
 
     def _exchange(self, conn: _SyncConn, call: _Call[T]) -> p.Reply:
         return self._exchange_many(conn, (call,))[0]
@@ -1681,13 +1687,7 @@ class AsyncClient:
             except BaseException:
                 self._drop(conn)
                 raise
-        results: list[Any] = []
-        for call, reply in zip(calls, replies, strict=True):
-            try:
-                results.append(_finish(call, reply))
-            except JobqError as exc:
-                results.append(exc)
-        return results
+        return _outcomes(calls, replies)
 
     async def _exchange(self, conn: _AsyncConn, call: _Call[T]) -> p.Reply:
         return (await self._exchange_many(conn, (call,)))[0]
