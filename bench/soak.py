@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import socket
 import sys
@@ -177,43 +176,13 @@ def run_soak(
     malloc: str = "pymalloc",
 ) -> SoakResult:
     """Start a server, run ``cycles`` cycles of ``jobs`` jobs, check memory and job counts."""
-    saved = os.environ.get("PYTHONMALLOC")
-    if malloc == "system":
-        os.environ["PYTHONMALLOC"] = "malloc"
-    else:
-        os.environ.pop("PYTHONMALLOC", None)
-    try:
-        return _run_soak(
-            jobs, producers, consumers, cycles, rss_tolerance, rss_slack_mib, duration, sync,
-            data_root, log, rss_return, settle_s, malloc,
-        )  # fmt: skip
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONMALLOC", None)
-        else:
-            os.environ["PYTHONMALLOC"] = saved
-
-
-def _run_soak(
-    jobs: int,
-    producers: int,
-    consumers: int,
-    cycles: int,
-    rss_tolerance: float,
-    rss_slack_mib: float,
-    duration: float,
-    sync: str,
-    data_root: Path | None,
-    log: Any,
-    rss_return: float,
-    settle_s: float,
-    malloc: str,
-) -> SoakResult:
     port, http_port = free_port(), free_port()
     jobq = str(Path(sys.executable).with_name("jobq"))
     with tempfile.TemporaryDirectory(prefix="jobq-soak-", dir=data_root) as tmp:
+        # the allocator is chosen in the server's environment (`env` execs it: same pid)
+        allocator = ["PYTHONMALLOC=malloc"] if malloc == "system" else ["-u", "PYTHONMALLOC"]
         argv = [
-            jobq, "server", "--listen", f"{LOOPBACK}:{port}", "--data-dir", tmp,
+            "env", *allocator, jobq, "server", "--listen", f"{LOOPBACK}:{port}", "--data-dir", tmp,
             "--cmdlog-sync", sync, "--cmdlog-clean-int", "10000",
             "--http", f"{LOOPBACK}:{http_port}",
         ]  # fmt: skip

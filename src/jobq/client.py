@@ -1015,6 +1015,12 @@ def _outcomes(calls: Sequence[_Call[Any]], replies: Sequence[p.Reply]) -> list[A
     return results
 
 
+def _out_of_step(outcomes: list[Any]) -> bool:
+    """Whether a reply was not of the shape its request expects (its conversion raised
+    ConnectionLost): the connection can then carry no further request."""
+    return any(isinstance(outcome, ConnectionLost) for outcome in outcomes)
+
+
 def _readable_now(fileno: int) -> bool:
     """True if the socket has bytes or an EOF/error waiting (never blocks)."""
     try:
@@ -1133,24 +1139,10 @@ class Client:
         return conn if conn is not None else self._connect()
 
     def _call(self, call: _Call[T]) -> T:
-        with self._lock:
-            conn = self._usable_conn()
-            try:
-                reply = self._exchange(conn, call)
-                return _finish(call, reply)
-            except ConnectionLost:
-                self._drop(conn)
-                raise
-            except p.MalformedReplyError as exc:
-                self._drop(conn)
-                raise ConnectionLost(f"malformed reply: {exc}") from exc
-            except JobqError:
-                raise
-            except BaseException:
-                # interrupted mid-request (KeyboardInterrupt, a bug): the stream's position
-                # is unknown, so the connection cannot carry another request
-                self._drop(conn)
-                raise
+        outcome = self._call_many((call,))[0]
+        if isinstance(outcome, JobqError):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
 
     def _call_many(self, calls: Sequence[_Call[Any]]) -> list[Any]:
         """Send every request in one write, then read their replies in order: each reply's
@@ -1161,7 +1153,7 @@ class Client:
         with self._lock:
             conn = self._usable_conn()
             try:
-                replies = self._exchange_many(conn, calls)
+                outcomes = _outcomes(calls, self._exchange_many(conn, calls))
             except ConnectionLost:
                 self._drop(conn)
                 raise
@@ -1169,12 +1161,13 @@ class Client:
                 self._drop(conn)
                 raise ConnectionLost(f"malformed reply: {exc}") from exc
             except BaseException:
+                # interrupted mid-request (KeyboardInterrupt, a bug): the stream's position
+                # is unknown, so the connection cannot carry another request
                 self._drop(conn)
                 raise
-        return _outcomes(calls, replies)
-
-    def _exchange(self, conn: _SyncConn, call: _Call[T]) -> p.Reply:
-        return self._exchange_many(conn, (call,))[0]
+            if _out_of_step(outcomes):
+                self._drop(conn)
+            return outcomes
 
     def _exchange_many(self, conn: _SyncConn, calls: Sequence[_Call[Any]]) -> list[p.Reply]:
         sock, parser = conn.sock, conn.parser
@@ -1652,23 +1645,10 @@ class AsyncClient:
         return conn if conn is not None else await self._connect()
 
     async def _call(self, call: _Call[T]) -> T:
-        async with self._lock:
-            conn = await self._usable_conn()
-            try:
-                reply = await self._exchange(conn, call)
-                return _finish(call, reply)
-            except ConnectionLost:
-                self._drop(conn)
-                raise
-            except p.MalformedReplyError as exc:
-                self._drop(conn)
-                raise ConnectionLost(f"malformed reply: {exc}") from exc
-            except JobqError:
-                raise
-            except BaseException:
-                # cancelled or interrupted mid-request: the connection is out of step
-                self._drop(conn)
-                raise
+        outcome = (await self._call_many((call,)))[0]
+        if isinstance(outcome, JobqError):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
 
     async def _call_many(self, calls: Sequence[_Call[Any]]) -> list[Any]:
         """As :meth:`Client._call_many`: one write, replies in order, errors returned."""
@@ -1677,7 +1657,7 @@ class AsyncClient:
         async with self._lock:
             conn = await self._usable_conn()
             try:
-                replies = await self._exchange_many(conn, calls)
+                outcomes = _outcomes(calls, await self._exchange_many(conn, calls))
             except ConnectionLost:
                 self._drop(conn)
                 raise
@@ -1685,12 +1665,12 @@ class AsyncClient:
                 self._drop(conn)
                 raise ConnectionLost(f"malformed reply: {exc}") from exc
             except BaseException:
+                # cancelled or interrupted mid-request: the connection is out of step
                 self._drop(conn)
                 raise
-        return _outcomes(calls, replies)
-
-    async def _exchange(self, conn: _AsyncConn, call: _Call[T]) -> p.Reply:
-        return (await self._exchange_many(conn, (call,)))[0]
+            if _out_of_step(outcomes):
+                self._drop(conn)
+            return outcomes
 
     async def _exchange_many(
         self, conn: _AsyncConn, calls: Sequence[_Call[Any]]
