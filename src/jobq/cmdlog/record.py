@@ -29,8 +29,9 @@ errors name the file and the record's byte offset.
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import lru_cache
 from itertools import chain, repeat, starmap
 from typing import Final, NamedTuple, cast
 
@@ -64,6 +65,10 @@ MIN_RECORD_LEN: Final = TIME_LEN + 1 + CRC_LEN
 _HEADER = struct.Struct(">4sI")
 _CRC = struct.Struct(">I")
 _ZERO_CRC = bytes(CRC_LEN)
+_CRC = struct.Struct(">I")
+#: ``array("I")`` holds native-order 32-bit ints; records carry big-endian CRCs
+_SWAP_CRCS: Final = sys.byteorder == "little"
+assert array("I").itemsize == CRC_LEN
 _EMPTY = (b"",)
 _TIME_AND_SIZE = struct.Struct(">BqiHB")
 _TIME = struct.Struct(">Bqi")
@@ -119,16 +124,22 @@ def parse_header(data: bytes, path: str) -> int:
 def encode_record(payload: bytes, time_ns: int) -> bytes:
     """One record: TIME, SIZE, PAYLOAD, CRC."""
     head = encode_time(time_ns) + encode_uvarint(len(payload))
-    return _record_layout(len(head), len(payload)).pack(
-        head, payload, crc32c_extend(crc32c_value(head), payload)
-    )
+    return b"".join((head, payload, _CRC.pack(crc32c_extend(crc32c_value(head), payload))))
 
 
-@lru_cache(maxsize=512)
-def _record_layout(head_len: int, size: int) -> struct.Struct:
-    """The whole record as one ``struct`` layout: TIME+SIZE (``head_len`` bytes), a
-    payload of ``size`` bytes, the CRC; one pack builds a record."""
-    return struct.Struct(f">{head_len}s{size}sI")
+def _crc_block(crcs: Iterable[int]) -> bytes:
+    """The CRCs, each as four big-endian bytes, back to back.
+
+    An ``array`` rather than ``struct.pack(f">{n}I", ...)``: the module-level ``struct``
+    functions cache a compiled layout per format string (up to 100, then all dropped), so a
+    new batch size left a small long-lived object among the jobs allocated at that moment,
+    and such stragglers keep the allocator's arenas from going back to the OS after the jobs
+    are gone (docs/server.md, "Memory after cleaning").
+    """
+    block = array("I", crcs)
+    if _SWAP_CRCS:
+        block.byteswap()
+    return block.tobytes()
 
 
 def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
@@ -138,7 +149,7 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
     that extends the CRC of TIME+SIZE over the payload), but no Python code runs per
     record: TIME is encoded once, TIME+SIZE and its CRC once per distinct payload size,
     and the records are assembled by C loops (see :func:`_encode_same_size` for the common
-    batch, and a ``map`` of one ``struct`` pack per record for mixed sizes).
+    batch, and one join of each record's TIME+SIZE, payload and CRC for mixed sizes).
     """
     sizes = list(map(len, payloads))
     distinct = set(sizes)
@@ -150,15 +161,9 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
         return _encode_same_size(payloads, time_bytes + encode_uvarint(size))
     heads = {size: time_bytes + encode_uvarint(size) for size in distinct}
     head_crcs = {size: crc32c_value(head) for size, head in heads.items()}
-    layouts = {size: _record_layout(len(head), size) for size, head in heads.items()}
+    crcs = map(_CRC.pack, _crcs_after(map(head_crcs.__getitem__, sizes), payloads))
     return b"".join(
-        map(
-            struct.Struct.pack,
-            map(layouts.__getitem__, sizes),
-            map(heads.__getitem__, sizes),
-            payloads,
-            _crcs_after(map(head_crcs.__getitem__, sizes), payloads),
-        )
+        chain.from_iterable(zip(map(heads.__getitem__, sizes), payloads, crcs, strict=True))
     )
 
 
@@ -175,7 +180,7 @@ def _encode_same_size(payloads: Sequence[bytes], head: bytes) -> bytes:
     out = bytearray(_ZERO_CRC + head).join(chain(_EMPTY, payloads, _EMPTY))
     del out[:CRC_LEN]
     del out[-len(head) :]
-    crcs = struct.pack(f">{len(payloads)}I", *_crcs_after(crc32c_value(head), payloads))
+    crcs = _crc_block(_crcs_after(crc32c_value(head), payloads))
     crc_at = record_len - CRC_LEN
     for k in range(CRC_LEN):
         out[crc_at + k :: record_len] = crcs[k::CRC_LEN]

@@ -17,8 +17,10 @@ earliest deadline.
 
 Memory: every ``COMPACT_INTERVAL_S`` :meth:`Core.housekeeping` asks the engine to drop what
 removed jobs and finished waits still hold (``Engine.compact``, amortised O(1) a removal) and,
-once a compaction rebuilt a table or at least ``TRIM_AFTER_REMOVED_JOBS`` jobs left since the
-last time, hands the C heap's free pages back to the OS in a worker thread (``memory.py``).
+once a compaction rebuilt a table or at least ``TRIM_AFTER_REMOVED_JOBS`` jobs (or most of
+the jobs there were) left since the last time, hands the C heap's free pages back to the OS
+in a worker thread (``memory.py``); when few jobs are left it first empties CPython's free
+lists with a full collection.
 None of it runs on a request's path.
 """
 
@@ -36,7 +38,7 @@ from jobq.engine.waiters import Wakeup
 from jobq.server import protocol as p
 from jobq.server.dispatch import Dispatcher
 from jobq.server.extensions import Deferred
-from jobq.server.memory import release_free_memory
+from jobq.server.memory import empty_free_lists, release_free_memory
 
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
@@ -48,6 +50,9 @@ _NS_PER_S = 1_000_000_000
 COMPACT_INTERVAL_S = 5.0
 #: jobs removed (from the highest count seen) before freed memory goes back to the OS
 TRIM_AFTER_REMOVED_JOBS = 10_000
+#: at most this many jobs left for :meth:`Core.housekeeping` to run a full collection, which
+#: walks every object the collector tracks (a job is one: tens of ms for 50,000)
+COLLECT_MAX_JOBS = 50_000
 
 
 class WallClock:
@@ -260,10 +265,14 @@ class Core:
         self._jobs_high = max(self._jobs_high, jobs)
         if stats.dropped or stats.tables:
             logger.debug("compacted the engine: %s", stats)
-        if not stats.tables and self._jobs_high - jobs < TRIM_AFTER_REMOVED_JOBS:
+        removed = self._jobs_high - jobs
+        # many jobs gone, or most of the jobs there were (the last few thousand of a batch)
+        if not stats.tables and removed < min(TRIM_AFTER_REMOVED_JOBS, self._jobs_high // 2 + 1):
             return False
         self._jobs_high = jobs
         self.trims += 1
+        if jobs <= COLLECT_MAX_JOBS:
+            empty_free_lists()
         self.loop.run_in_executor(None, release_free_memory)
         return True
 

@@ -6,12 +6,22 @@ deleted, tens of MiB of the C heap (large tables, buffers) stay resident althoug
 few milliseconds on a large heap, so the server makes it in a worker thread, and only after
 a compaction or after many jobs were removed (``Core.housekeeping``). Elsewhere than glibc
 (musl, macOS) there is no such call and this does nothing.
+
+That is the whole story on the system allocator, the server's default (``jobq.entry``). On
+CPython's own small-object allocator (``JOBQ_ALLOCATOR=pymalloc``) it is not: pymalloc returns
+a 1 MiB arena to the OS only once every object in it is gone, so one small object that
+outlives the jobs around it keeps its arena resident. For that case too the server avoids
+making long-lived small objects while jobs come and go (``datetime`` formatting, the
+``struct`` module's format cache, decoders made on first use), and empties CPython's free
+lists (up to 2,000 freed tuples of each size, lists, dicts...) when few jobs are left:
+:func:`empty_free_lists`. docs/server.md, "Memory", has the measurements.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 from collections.abc import Callable
 
@@ -44,3 +54,9 @@ def release_free_memory() -> bool:
     if _malloc_trim is None:
         return False
     return bool(_malloc_trim(0))
+
+
+def empty_free_lists() -> int:
+    """A full collection: frees unreachable cycles and empties CPython's free lists, whose
+    cached objects would each keep an allocator arena resident. Returns objects freed."""
+    return gc.collect()
