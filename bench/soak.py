@@ -15,7 +15,8 @@ The soak fails when a job did not complete exactly once, when a job is left in t
 after cleaning, when RSS after cleaning does not come back near the baseline (above baseline
 + ``--rss-return`` of the cycle's growth from baseline to peak), or when it grows from the
 first cycle to the last by more than ``--rss-tolerance`` (a fraction) plus
-``--rss-slack-mib``. ``--malloc system`` runs the server with ``PYTHONMALLOC=malloc``.
+``--rss-slack-mib``. ``--malloc`` picks the server's allocator: ``system`` (its default,
+``PYTHONMALLOC=malloc``, set by ``jobq.entry``) or ``pymalloc`` (``JOBQ_ALLOCATOR=pymalloc``).
 
 The report (markdown) goes to ``bench/out/soak.md``, the numbers to ``bench/out/soak.json``.
 """
@@ -133,7 +134,7 @@ class SoakResult:
     rss_slack_mib: float = 0.0
     rss_return: float = 0.10
     settle_s: float = 0.0
-    malloc: str = "pymalloc"
+    malloc: str = "system"
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -173,14 +174,16 @@ def run_soak(
     *,
     rss_return: float = 0.10,
     settle_s: float = SETTLE_S,
-    malloc: str = "pymalloc",
+    malloc: str = "system",
 ) -> SoakResult:
     """Start a server, run ``cycles`` cycles of ``jobs`` jobs, check memory and job counts."""
     port, http_port = free_port(), free_port()
     jobq = str(Path(sys.executable).with_name("jobq"))
     with tempfile.TemporaryDirectory(prefix="jobq-soak-", dir=data_root) as tmp:
         # the allocator is chosen in the server's environment (`env` execs it: same pid)
-        allocator = ["PYTHONMALLOC=malloc"] if malloc == "system" else ["-u", "PYTHONMALLOC"]
+        allocator = ["-u", "PYTHONMALLOC", "-u", "JOBQ_ALLOCATOR"]
+        if malloc == "pymalloc":
+            allocator.append("JOBQ_ALLOCATOR=pymalloc")
         argv = [
             "env", *allocator, jobq, "server", "--listen", f"{LOOPBACK}:{port}", "--data-dir", tmp,
             "--cmdlog-sync", sync, "--cmdlog-clean-int", "10000",
@@ -354,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cycle's growth to its peak")  # fmt: skip
     ap.add_argument("--settle", type=float, default=SETTLE_S,
                     help="seconds from the last delete to reading RSS after cleaning")  # fmt: skip
-    ap.add_argument("--malloc", choices=("pymalloc", "system"), default="pymalloc",
+    ap.add_argument("--malloc", choices=("pymalloc", "system"), default="system",
                     help="the server's allocator (system: PYTHONMALLOC=malloc)")  # fmt: skip
     ap.add_argument("--sync", choices=("always", "interval", "os"), default="interval")
     ap.add_argument("--out", type=Path, default=OUT_DIR / "soak.md")

@@ -1,5 +1,5 @@
-"""``python -m jobq``: the command line."""
+"""``python -m jobq``: the command line (a server command on the system allocator: entry.py)."""
 
-from jobq.cli import main
+from jobq.entry import main
 
 main()

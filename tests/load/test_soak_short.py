@@ -1,8 +1,8 @@
 """The short form of the soak (``bench/soak.py``): 200 connections through a real server.
 
 100 producer and 100 consumer connections push 30,000 jobs through one ``jobq server``
-(with the system allocator, ``PYTHONMALLOC=malloc``, as docs/server.md recommends for a job
-count that swings) twice; after each cycle every finished job is deleted. Checked: every job
+(on the system allocator, ``PYTHONMALLOC=malloc``, the server's default: ``jobq.entry``)
+twice; after each cycle every finished job is deleted. Checked: every job
 is added and completed exactly once (no error reply, the engine holds exactly the cycle's
 jobs, all succeeded, and each is deleted once), nothing is left in the engine after
 cleaning, RSS after cleaning comes back near the baseline, and it does not grow from the
@@ -35,7 +35,7 @@ def soak() -> SoakResult:
     return run_soak(
         JOBS, producers=100, consumers=100, cycles=2, rss_tolerance=TOLERANCE,
         rss_slack_mib=SLACK_MIB, duration=120.0, log=lambda _line: None, rss_return=RETURN,
-        settle_s=6.0, malloc="system",
+        settle_s=6.0,
     )  # fmt: skip
 
 

@@ -798,6 +798,11 @@ class Engine:
         ``run`` jobs. The engine must be new; it is then ready for live operation."""
         if self.jobs or self.schedules:
             raise ValueError("adopt_jobs needs a new engine")
+        # one string per queue name, as replay and live operation share it (decoding makes
+        # one per job: ~60 bytes a job)
+        names: dict[str, str] = {}
+        for job in jobs:
+            job.name = names.setdefault(job.name, job.name)
         self.jobs = {
             job.id: job
             for job in jobs

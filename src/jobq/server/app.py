@@ -151,6 +151,10 @@ async def serve(
             " (from the snapshot of the last clean stop)" if stats.records == 0 and stats.jobs
             else "",
         )
+        if stats.records or stats.jobs:
+            # decoding the snapshot or the log freed its buffers and temporary objects: hand
+            # those pages back before serving (a few ms; ~100 MiB at 500,000 jobs)
+            release_free_memory()
     history = None
     if log is not None:
         log_dir = str(config.log_dir)
