@@ -10,8 +10,9 @@ has the measurements.
 
 The allocator is fixed when the interpreter starts, so these two commands re-execute the
 process once, same pid and same command line, with ``PYTHONMALLOC=malloc`` set (a second
-interpreter start, 20-90 ms here, before anything else is imported). A ``PYTHONMALLOC`` already set is left alone, and
-``JOBQ_ALLOCATOR=pymalloc`` keeps CPython's allocator. Every other command starts directly.
+interpreter start, 20-90 ms here, before anything else is imported). A ``PYTHONMALLOC``
+already set is left alone, and ``JOBQ_ALLOCATOR=pymalloc`` keeps CPython's allocator.
+Every other command starts directly.
 
 Unless ``GLIBC_TUNABLES`` is already set, the re-execution also fixes two of glibc's
 thresholds (:data:`GLIBC_TUNABLES`): ``free`` then never trims the heap top on its own (the

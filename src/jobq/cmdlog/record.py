@@ -65,7 +65,6 @@ MIN_RECORD_LEN: Final = TIME_LEN + 1 + CRC_LEN
 _HEADER = struct.Struct(">4sI")
 _CRC = struct.Struct(">I")
 _ZERO_CRC = bytes(CRC_LEN)
-_CRC = struct.Struct(">I")
 #: ``array("I")`` holds native-order 32-bit ints; records carry big-endian CRCs
 _SWAP_CRCS: Final = sys.byteorder == "little"
 assert array("I").itemsize == CRC_LEN
@@ -134,7 +133,7 @@ def _crc_block(crcs: Iterable[int]) -> bytes:
     functions cache a compiled layout per format string (up to 100, then all dropped), so a
     new batch size left a small long-lived object among the jobs allocated at that moment,
     and such stragglers keep the allocator's arenas from going back to the OS after the jobs
-    are gone (docs/server.md, "Memory after cleaning").
+    are gone (docs/server.md, "Memory").
     """
     block = array("I", crcs)
     if _SWAP_CRCS:

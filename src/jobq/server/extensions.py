@@ -164,7 +164,7 @@ class NoBody(msgspec.Struct, forbid_unknown_fields=True):
 
 #: one decoder per body schema, all made at import: made on first use, each would be a small
 #: long-lived object among the jobs of that moment, keeping memory from going back to the OS
-#: after those jobs are gone (docs/server.md, "Memory after cleaning")
+#: after those jobs are gone (docs/server.md, "Memory")
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {
     schema: msgspec.json.Decoder(schema)
     for schema in (
@@ -210,7 +210,7 @@ def format_time(unix_ns: int | None) -> str | None:
     # not datetime's strftime or isoformat: in the server they leave a few small strings
     # behind now and then (a few hundred per million calls, unreachable), long-lived objects
     # among the jobs that keep memory from going back to the OS after the jobs are gone
-    # (docs/server.md, "Memory after cleaning")
+    # (docs/server.md, "Memory")
     return (
         f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}"
         f".{ns // 1_000_000:03d}Z"
