@@ -233,3 +233,88 @@ def test_a_lone_always_appender_commits_inline_without_a_thread(log_dir: Path) -
         assert fsync.calls == 5
         assert log.appender.synced == log.appender.written
         assert not any(t.name == "jobq-cmdlog-commit" for t in threading.enumerate())
+
+
+def _reference_decode(data: bytes) -> tuple[list[tuple[int, int, bytes]], tuple[type, int] | None]:
+    """Records as ``(offset, time_ns, payload)`` and the first error as ``(type, offset)``,
+    one record at a time straight from the spec (no runs, no caches)."""
+    from google_crc32c import value as crc32c
+
+    from jobq.cmdlog.gotime import decode_time
+    from jobq.cmdlog.varint import VarintError, decode_uvarint
+
+    records: list[tuple[int, int, bytes]] = []
+    pos = HEADER_LEN
+    while pos < len(data):
+        if pos + 15 >= len(data):
+            return records, (IncompleteRecordError, pos)
+        try:
+            size, after = decode_uvarint(data, pos + 15)
+        except VarintError as exc:
+            kind = IncompleteRecordError if "truncated" in str(exc) else CorruptRecordError
+            return records, (kind, pos)
+        end = after + size + 4
+        if end > len(data):
+            return records, (IncompleteRecordError, pos)
+        if crc32c(data[pos : after + size]) != int.from_bytes(data[after + size : end], "big"):
+            return records, (CorruptRecordError, pos)
+        try:
+            time_ns = decode_time(data, pos)
+        except ValueError:
+            return records, (CorruptRecordError, pos)
+        records.append((pos, time_ns, data[after : after + size]))
+        pos = end
+    return records, None
+
+
+@given(
+    runs=st.lists(
+        st.tuples(
+            st.integers(min_value=1, max_value=3000),  # records
+            st.sampled_from([0, 1, 40, 100, 127, 128]),  # payload size
+            st.integers(min_value=0, max_value=3),  # time
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    damage=st.lists(st.integers(min_value=0, max_value=10**7), max_size=2),
+    cut=st.integers(min_value=0, max_value=300),
+)
+@settings(max_examples=150, deadline=None)
+def test_long_runs_of_one_head_read_like_the_spec(
+    runs: list[tuple[int, int, int]], damage: list[int], cut: int
+) -> None:
+    # write() batches are runs of records with one TIME+SIZE, which the readers check a
+    # whole run at a time: every record and every error must be what record-by-record
+    # decoding gives, wherever the damage falls (head, payload, CRC) and wherever it ends
+    body = bytearray()
+    serial = 0
+    for count, size, time_ns in runs:
+        payloads = []
+        for _ in range(count):
+            serial += 1
+            payloads.append(serial.to_bytes(4, "big")[-size:] * (size // 4 + 1))
+        body += encode_records([p[:size] for p in payloads], time_ns)
+    for at in damage:
+        body[at % len(body)] ^= 1 << (at % 8)
+    data = encode_header() + bytes(body[: len(body) - cut % (len(body) + 1)])
+    expected, error = _reference_decode(data)
+
+    got: list[tuple[int, int, bytes]] = []
+    got_error = None
+    try:
+        for r in decode_records(data, "p", "x.log", 2):
+            got.append((r.offset, r.time_ns, r.payload))
+    except RecordError as exc:
+        got_error = (type(exc), exc.offset)
+    assert got == expected
+    assert got_error == error
+
+    raw: list[tuple[int, bytes]] = []
+    raw_error = None
+    try:
+        raw.extend(decode_payloads(data, "p"))
+    except RecordError as exc:
+        raw_error = (type(exc), exc.offset)
+    assert raw == [(t, p) for _, t, p in expected]
+    assert raw_error == error

@@ -75,6 +75,14 @@ _NS_PER_S = 1_000_000_000
 #: the whole record (TIME, one SIZE byte, PAYLOAD, CRC) for each payload size below 128:
 #: one pack or unpack per record on the fast paths
 _SMALL_RECORDS: Final = tuple(struct.Struct(f">{TIME_LEN}sB{size}sI") for size in range(0x80))
+#: the PAYLOAD alone of such a record, for reading a run of them with one iter_unpack
+_SMALL_PAYLOADS: Final = tuple(
+    struct.Struct(f"{TIME_LEN + 1}x{size}s{CRC_LEN}x") for size in range(0x80)
+)
+#: the fewest and the most records one run check looks at (the most grows from the fewest
+#: while runs fill it: a short run costs little, a long one is checked in big steps)
+_RUN_MIN: Final = 16
+_RUN_MAX: Final = 8192
 
 
 class Record(NamedTuple):
@@ -186,7 +194,7 @@ def _encode_same_size(payloads: Sequence[bytes], head: bytes) -> bytes:
     return bytes(out)
 
 
-def _crcs_after(head_crcs: Iterable[int], payloads: Iterable[bytes]) -> Iterator[int]:
+def _crcs_after(head_crcs: int | Iterable[int], payloads: Iterable[bytes]) -> Iterator[int]:
     """The CRC of each record from the CRC of its TIME+SIZE (an int for all, or one per
     record): ``starmap`` over ``zip`` calls the C function with zip's reused argument
     tuple, cheaper than ``map`` (google_crc32c's functions take a tuple)."""
@@ -222,6 +230,13 @@ def end_of_record_reaching(data: bytes, pos: int, need: int) -> int:
 # TIME is decoded, and the CRC of TIME+SIZE computed, only when they differ from the
 # previous record's (records of one write() batch share them), so a record costs one
 # unpack and one CRC over its payload. Anything else goes through _decode_general.
+#
+# After such a record, when the next one starts with the same TIME+SIZE (the rest of a
+# write() batch), _same_head_run checks a whole run of them at once with C loops (strided
+# slices for the heads, one unpack for the payloads, one CRC block compared by stride), and
+# the readers yield the run without Python code per record. A run stops before the first
+# record whose head differs or whose CRC does not match; the per-record loop then decodes
+# that record and raises or goes on exactly as it would have without the run.
 
 
 def _read_size(data: bytes, pos: int, end: int, path: str, start: int) -> tuple[int, int]:
@@ -292,6 +307,35 @@ def _decode_general(data: bytes, pos: int, end: int, path: str) -> tuple[int, by
     return (seconds - GO_UNIX_OFFSET_S) * _NS_PER_S + nanos, data[p:q], q + CRC_LEN
 
 
+def _same_head_run(
+    data: bytes, pos: int, limit: int, record_len: int, head: bytes, head_crc: int
+) -> list[bytes]:
+    """The payloads of the sound records from ``pos`` on (at most ``limit`` of them) that
+    have ``head`` (TIME+SIZE, one SIZE byte) and so ``record_len`` bytes each: they end
+    before the first record with another head, one that does not fit, or a CRC mismatch."""
+    count = min(limit, (len(data) - pos) // record_len)
+    run_end = pos + count * record_len
+    for k in range(len(head)):  # how many records in a row start with head
+        column = data[pos + k : run_end : record_len]
+        count = len(column) - len(column.lstrip(head[k : k + 1]))
+        if count == 0:
+            return []
+        run_end = pos + count * record_len
+    payloads = list(
+        chain.from_iterable(_SMALL_PAYLOADS[head[-1]].iter_unpack(memoryview(data)[pos:run_end]))
+    )
+    crcs = _crc_block(_crcs_after(head_crc, payloads))
+    crc_at = pos + record_len - CRC_LEN
+    for k in range(CRC_LEN):
+        if data[crc_at + k : run_end : record_len] != crcs[k::CRC_LEN]:
+            # keep the records before the first mismatch; the caller reports that one
+            for index in range(count):
+                at = crc_at + index * record_len
+                if data[at : at + CRC_LEN] != crcs[index * CRC_LEN : (index + 1) * CRC_LEN]:
+                    return payloads[:index]
+    return payloads
+
+
 def decode_records(
     data: bytes, path: str, segment: str, version: int, start: int = HEADER_LEN
 ) -> Iterator[Record]:
@@ -307,8 +351,10 @@ def decode_records(
     cls = Record
     last_time: bytes | None = None
     last_size = -1
+    head = b""
     head_crc = 0
     time_ns = 0
+    run_limit = _RUN_MIN
     while pos < end:
         if pos + TIME_LEN >= end:
             raise _ends_inside_time(path, pos, end)
@@ -320,7 +366,8 @@ def decode_records(
                 raise _runs_past_end(path, pos, q, end)
             time_bytes, _, payload, stored_crc = layout.unpack_from(data, pos)
             if time_bytes != last_time or size != last_size:
-                head_crc = crc32c_value(data[pos : pos + TIME_LEN + 1])
+                head = data[pos : pos + TIME_LEN + 1]
+                head_crc = crc32c_value(head)
                 decoded = _decode_time(time_bytes)
                 if decoded is None:
                     if crc32c_extend(head_crc, payload) != stored_crc:
@@ -332,6 +379,16 @@ def decode_records(
             if crc32c_extend(head_crc, payload) != stored_crc:
                 raise _crc_mismatch(path, pos)
             yield new(cls, (segment, pos, version, time_ns, payload))
+            if data.startswith(head, q):
+                record_len = q - pos
+                run = _same_head_run(data, q, run_limit, record_len, head, head_crc)
+                if run:
+                    pos = q
+                    q += len(run) * record_len
+                    offsets = range(pos, q, record_len)
+                    fields = zip(repeat(segment), offsets, repeat(version), repeat(time_ns), run)
+                    yield from map(new, repeat(cls), fields)
+                run_limit = min(2 * run_limit, _RUN_MAX) if len(run) == run_limit else _RUN_MIN
         else:
             record_time_ns, payload, q = _decode_general(data, pos, end, path)
             yield new(cls, (segment, pos, version, record_time_ns, payload))
@@ -346,8 +403,10 @@ def decode_payloads(data: bytes, path: str, start: int = HEADER_LEN) -> Iterator
     small = _SMALL_RECORDS
     last_time: bytes | None = None
     last_size = -1
+    head = b""
     head_crc = 0
     time_ns = 0
+    run_limit = _RUN_MIN
     while pos < end:
         if pos + TIME_LEN >= end:
             raise _ends_inside_time(path, pos, end)
@@ -359,7 +418,8 @@ def decode_payloads(data: bytes, path: str, start: int = HEADER_LEN) -> Iterator
                 raise _runs_past_end(path, pos, q, end)
             time_bytes, _, payload, stored_crc = layout.unpack_from(data, pos)
             if time_bytes != last_time or size != last_size:
-                head_crc = crc32c_value(data[pos : pos + TIME_LEN + 1])
+                head = data[pos : pos + TIME_LEN + 1]
+                head_crc = crc32c_value(head)
                 decoded = _decode_time(time_bytes)
                 if decoded is None:
                     if crc32c_extend(head_crc, payload) != stored_crc:
@@ -371,6 +431,13 @@ def decode_payloads(data: bytes, path: str, start: int = HEADER_LEN) -> Iterator
             if crc32c_extend(head_crc, payload) != stored_crc:
                 raise _crc_mismatch(path, pos)
             yield (time_ns, payload)
+            if data.startswith(head, q):
+                record_len = q - pos
+                run = _same_head_run(data, q, run_limit, record_len, head, head_crc)
+                if run:
+                    q += len(run) * record_len
+                    yield from zip(repeat(time_ns), run)
+                run_limit = min(2 * run_limit, _RUN_MAX) if len(run) == run_limit else _RUN_MIN
         else:
             record_time_ns, payload, q = _decode_general(data, pos, end, path)
             yield (record_time_ns, payload)
