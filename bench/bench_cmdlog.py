@@ -8,6 +8,7 @@ writes it to ``bench/out/cmdlog.md``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import statistics
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobq.cmdlog import CommandLog, SyncPolicy
+from jobq.cmdlog.aio import AsyncAppender
 from jobq.cmdlog.record import encode_header, encode_record
 
 #: payload size of every benchmark record, in bytes
@@ -173,6 +175,37 @@ def group_commit(n: int) -> Case:
     return body
 
 
+def group_commit_tasks(n: int) -> Case:
+    """``GROUP_THREADS`` asyncio tasks on one event loop (uvloop, as the server runs), each
+    awaiting ``AsyncAppender.append`` record after record: the concurrent appenders of an
+    asyncio program, which is how the server's connections append."""
+    import uvloop
+
+    per_task = n // GROUP_THREADS
+
+    def body(directory: str, timer: Timer) -> int:
+        log = CommandLog.open(directory, sync="always")
+
+        async def run() -> None:
+            appender = AsyncAppender(log)
+
+            async def task() -> None:
+                for _ in range(per_task):
+                    await appender.append(PAYLOAD)
+
+            timer.start()
+            await asyncio.gather(*(task() for _ in range(GROUP_THREADS)))
+            timer.stop()
+
+        try:
+            uvloop.run(run())
+        finally:
+            log.close()
+        return per_task * GROUP_THREADS
+
+    return body
+
+
 def read_rate(n: int) -> tuple[str, Callable[[], float], Callable[[], float]]:
     """A log of ``n`` records; measures ``records()`` and ``payloads()`` over it."""
     directory = _workdir()
@@ -211,6 +244,7 @@ def main() -> None:
     batch_names = [f"write() batches of {size}, sync=os" for size in BATCH_SIZES]
     sync_batch_name = f"write() batches of {SYNC_BATCH_RECORDS} + wait_synced, sync=always"
     group_name = f"append, sync=always, {GROUP_THREADS} threads"
+    tasks_name = f"AsyncAppender.append, sync=always, {GROUP_THREADS} asyncio tasks"
     cases: dict[str, Case] = {
         raw_name: raw_buffered(n_fast),
         "append, sync=os": append("os", n_fast),
@@ -223,6 +257,7 @@ def main() -> None:
         fsync_name: raw_fsync_each(n_fsync),
         "append, sync=always, 1 thread": append("always", n_fsync),
         group_name: group_commit(n_group),
+        tasks_name: group_commit_tasks(n_group),
         sync_batch_name: write_batches(n_group, SYNC_BATCH_RECORDS, wait_synced=True),
     }
     if args.only:
@@ -259,6 +294,7 @@ def main() -> None:
         "append, sync=interval": (raw, ""),
         "append, sync=always, 1 thread": (raw_fsync, ""),
         group_name: (raw_fsync, ">= 20x fsync per record"),
+        tasks_name: (raw_fsync, ">= 20x fsync per record"),
         sync_batch_name: (raw_fsync, ""),
     }
     command = (

@@ -1,0 +1,149 @@
+"""Appending from coroutines: group commit on an asyncio event loop.
+
+Under ``always``, :meth:`CommandLog.append <jobq.cmdlog.log.CommandLog.append>` makes each
+concurrent appender a thread that sleeps until its group's fsync, and every record then
+costs a thread wake-up and a GIL hand-off. In an asyncio program the concurrent appenders
+are tasks on one loop, and :class:`AsyncAppender` serves them without a thread each:
+
+- :meth:`AsyncAppender.append` queues the record and returns a future to await;
+- at the end of the loop iteration, everything queued is written with one write;
+- one fsync at a time runs in the appender's own thread and covers everything written
+  before it began; when it ends, the futures of its records resolve, and what was queued
+  meanwhile is written and fsynced next, together.
+
+So appenders that wait at the same moment share one write and one fsync, as the server's
+batches do (``jobq.server.core``), whatever the log's own sync policy. A failed write or
+fsync is raised in every appender whose record it carried; a later append tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from itertools import repeat
+
+from jobq.cmdlog.errors import LogClosedError
+from jobq.cmdlog.log import CommandLog
+
+
+class AsyncAppender:
+    """Durable appends to ``log`` from tasks on the running event loop (create it there).
+
+    ``await append(payload)`` returns once the record is fsynced. :meth:`drain` waits until
+    every record appended so far is, and :meth:`close` also refuses appends from then on
+    and stops the fsync thread (it does not close ``log``).
+    """
+
+    def __init__(self, log: CommandLog) -> None:
+        self._log = log
+        self._loop = asyncio.get_running_loop()
+        self._queued: list[bytes] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._in_flight: list[asyncio.Future[None]] = []
+        self._flush_scheduled = False
+        self._syncing = False
+        self._closed = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        # the fsync thread, started on the first flush; _kick starts one fsync
+        self._kick = threading.Lock()
+        self._kick.acquire()
+        self._thread: threading.Thread | None = None
+        #: fsyncs this appender ran (each covering one or more records)
+        self.sync_count = 0
+
+    def append(self, payload: bytes) -> asyncio.Future[None]:
+        """Append one record: await the returned future, which resolves once the record
+        is on disk (a plain method, not a coroutine: no coroutine object per record)."""
+        if self._closed:
+            raise LogClosedError(self._log.path)
+        future = self._loop.create_future()
+        self._queued.append(payload)
+        self._waiters.append(future)
+        if not (self._flush_scheduled or self._syncing):
+            self._flush_scheduled = True
+            self._idle.clear()
+            self._loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        """Write what is queued and start its fsync (unless one is running: its end
+        calls this again)."""
+        self._flush_scheduled = False
+        if self._syncing:
+            return
+        payloads, waiters = self._queued, self._waiters
+        if not payloads:
+            self._idle.set()
+            return
+        self._queued, self._waiters = [], []
+        try:
+            self._log.write(payloads)
+        except Exception as exc:  # an OSError, or the log closed under us
+            _settle(waiters, exc)
+            self._flush()
+            return
+        self._syncing = True
+        self._in_flight = waiters
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run_syncer, name="jobq-cmdlog-async-sync", daemon=True
+            )
+            self._thread.start()
+        self._kick.release()
+
+    def _run_syncer(self) -> None:
+        """The fsync thread: one :meth:`CommandLog.sync` per kick, its outcome handed back
+        to the loop (a dedicated thread rather than the loop's executor: fewer hand-offs
+        per fsync, measured ~10% more appends a second with 64 tasks)."""
+        while True:
+            self._kick.acquire()
+            if self._closed and not self._syncing:
+                return
+            error: BaseException | None = None
+            try:
+                self._log.sync()
+            except BaseException as exc:
+                error = exc
+            try:
+                self._loop.call_soon_threadsafe(self._synced, error)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                return
+
+    def _synced(self, error: BaseException | None) -> None:
+        self._syncing = False
+        self.sync_count += 1
+        waiters, self._in_flight = self._in_flight, []
+        _settle(waiters, error)
+        self._flush()
+
+    async def drain(self) -> None:
+        """Return once every record appended so far is on disk (or has failed)."""
+        await self._idle.wait()
+
+    async def close(self) -> None:
+        """Refuse appends from now on, wait for those already made, stop the thread."""
+        self._closed = True
+        await self.drain()
+        if self._thread is not None:
+            self._kick.release()
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+
+
+def _settle(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    if error is None:
+        try:
+            # one C loop for the common case: every appender still waiting
+            deque(map(asyncio.Future.set_result, waiters, repeat(None)), maxlen=0)
+            return
+        except asyncio.InvalidStateError:
+            pass  # an appender was cancelled: settle the rest one by one
+    for waiter in waiters:
+        if waiter.done():  # its appender was cancelled; the record is written all the same
+            continue
+        if error is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(error)

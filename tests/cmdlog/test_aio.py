@@ -1,0 +1,139 @@
+"""AsyncAppender: group commit for tasks on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from jobq.cmdlog import CommandLog, LogClosedError
+from jobq.cmdlog.aio import AsyncAppender
+
+from .conftest import read_all
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class DurableSize:
+    """An fsync that remembers how many bytes of the segment it made durable, and can be
+    told to fail."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.calls = 0
+        self.fail: OSError | None = None
+        self.release = threading.Event()
+        self.release.set()
+
+    def __call__(self, fd: int) -> None:
+        self.release.wait()
+        if self.fail is not None:
+            raise self.fail
+        self.calls += 1
+        self.size = os.fstat(fd).st_size
+
+
+def test_each_append_returns_once_its_record_is_fsynced_and_waiters_share_fsyncs(
+    log_dir: Path,
+) -> None:
+    fsync = DurableSize()
+    tasks_n, per_task = 64, 20
+
+    async def main() -> list[bytes]:
+        with CommandLog.open(log_dir, sync="always", fsync=fsync) as log:
+            appender = AsyncAppender(log)
+            segment = log_dir / "000000001.log"
+
+            async def task(t: int) -> None:
+                for i in range(per_task):
+                    payload = f"task {t:02d} record {i:02d}".encode()
+                    await appender.append(payload)
+                    # what the last fsync covered holds this record
+                    assert payload in segment.read_bytes()[: fsync.size]
+
+            await asyncio.gather(*(task(t) for t in range(tasks_n)))
+            await appender.close()
+            assert appender.sync_count == fsync.calls
+            return [r.payload for r in log.records()]
+
+    payloads = asyncio.run(main())
+    assert sorted(payloads) == sorted(
+        f"task {t:02d} record {i:02d}".encode() for t in range(tasks_n) for i in range(per_task)
+    )
+    # every task has one record in flight at a time: a fsync covers many tasks' records
+    assert fsync.calls <= tasks_n * per_task // 8
+    # and each task's records are in its own order
+    for t in range(tasks_n):
+        mine = [p for p in payloads if p.startswith(f"task {t:02d} ".encode())]
+        assert mine == sorted(mine)
+
+
+def test_a_failed_fsync_is_raised_in_its_appenders_and_the_next_append_retries(
+    log_dir: Path,
+) -> None:
+    fsync = DurableSize()
+
+    async def main() -> None:
+        with CommandLog.open(log_dir, sync="always", fsync=fsync) as log:
+            appender = AsyncAppender(log)
+            fsync.fail = OSError(5, "Input/output error")
+            results = await asyncio.gather(
+                *(appender.append(b"doomed %d" % i) for i in range(5)), return_exceptions=True
+            )
+            assert all(isinstance(r, OSError) and r.errno == 5 for r in results)
+            fsync.fail = None
+            await appender.append(b"after")
+            assert b"after" in (log_dir / "000000001.log").read_bytes()[: fsync.size]
+            await appender.close()
+            assert "jobq-cmdlog-async-sync" not in [t.name for t in threading.enumerate()]
+            with pytest.raises(LogClosedError):
+                await appender.append(b"closed")
+
+    asyncio.run(main())
+    assert read_all(log_dir)[-1] == b"after"
+
+
+def test_appends_made_during_a_fsync_share_the_next_one(log_dir: Path) -> None:
+    fsync = DurableSize()
+
+    async def main() -> None:
+        with CommandLog.open(log_dir, sync="always", fsync=fsync) as log:
+            appender = AsyncAppender(log)
+            fsync.release.clear()  # the first fsync blocks until released
+            first = asyncio.ensure_future(appender.append(b"first"))
+            await asyncio.sleep(0)  # the first record is written, its fsync has started
+            await asyncio.sleep(0)
+            later = [asyncio.ensure_future(appender.append(b"later %d" % i)) for i in range(10)]
+            await asyncio.sleep(0)
+            for _ in range(3):  # loop iterations in which a flush would write them
+                await asyncio.sleep(0)
+            assert not first.done()
+            assert not any(f.done() for f in later)
+            # one fsync at a time: the later records wait, queued, for the first to end
+            assert b"later" not in (log_dir / "000000001.log").read_bytes()
+            fsync.release.set()
+            await asyncio.gather(first, *later)
+            await appender.drain()
+            assert fsync.calls == 2
+
+    asyncio.run(main())
+    assert read_all(log_dir) == [b"first"] + [b"later %d" % i for i in range(10)]
+
+
+def test_a_cancelled_appender_does_not_disturb_the_others(log_dir: Path) -> None:
+    async def main() -> None:
+        with CommandLog.open(log_dir, sync="always") as log:
+            appender = AsyncAppender(log)
+            doomed = asyncio.ensure_future(appender.append(b"cancelled"))
+            kept = asyncio.ensure_future(appender.append(b"kept"))
+            await asyncio.sleep(0)
+            doomed.cancel()
+            await kept
+            await appender.drain()
+
+    asyncio.run(main())
+    # the cancelled appender's record was already queued: it is written all the same
+    assert read_all(log_dir) == [b"cancelled", b"kept"]
