@@ -1,0 +1,139 @@
+"""Group commit under ``sync=always``: a wave of clients answered by one fsync shares the
+next one (``Core._hold_for_wave``), and nothing is acknowledged before its fsync."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+
+from jobq.cmdlog import CommandLog
+from jobq.engine.machine import Engine
+from jobq.server import protocol as p
+from jobq.server.core import Core, Slot
+
+NOW_NS = 1_800_000_000 * 10**9
+
+
+class Client:
+    """A connection as the core sees it: collects the replies it is given."""
+
+    def __init__(self) -> None:
+        self.replies: list[bytes] = []
+        self.slots: list[Slot] = []
+
+    def slot_ready(self) -> None:
+        while self.slots and self.slots[0].data is not None:
+            data = self.slots.pop(0).data
+            assert data is not None
+            self.replies.append(data)
+
+    def unblock(self) -> None:
+        pass
+
+    def add(self, core: Core) -> None:
+        slot = Slot(self)
+        self.slots.append(slot)
+        request = p.Add(uuid.uuid4().bytes, "q", 60_000, 3_600_000, b"payload")
+        core.execute(self, request, slot)
+
+
+class CountingSync:
+    """An fsync that counts its calls and records how much of the segment each covered."""
+
+    def __init__(self) -> None:
+        self.covered: list[int] = []
+
+    def __call__(self, fd: int) -> None:
+        self.covered.append(os.fstat(fd).st_size)
+
+
+async def _settle(core: Core, syncs: int) -> None:
+    """Let the loop run until the core has finished ``syncs`` fsyncs (they run in a thread)."""
+    for _ in range(2000):
+        if core.syncs >= syncs and not core._syncing:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"{core.syncs} fsyncs, expected {syncs}")
+
+
+def test_a_wave_shares_one_fsync_and_a_late_batch_goes_when_the_gather_ends(
+    tmp_path: Path,
+) -> None:
+    fsync = CountingSync()
+
+    async def main() -> None:
+        log = CommandLog.open(tmp_path / "log", sync="always", fsync=fsync)
+        core = Core(Engine(started_ns=NOW_NS), log, sync_always=True, clock=lambda: NOW_NS)
+        clients = [Client() for _ in range(8)]
+        try:
+            # a first wave of 8 adds in one loop iteration: one write, one fsync
+            for client in clients:
+                client.add(core)
+            await _settle(core, 1)
+            assert all(len(c.replies) == 1 for c in clients)
+
+            # the 8 clients answer one by one, each in its own loop iteration: the first
+            # arrival alone does not take the next fsync, the batch waits for the wave
+            written = log.appender.written
+            for client in clients[:7]:
+                client.add(core)
+                await asyncio.sleep(0)  # the flush this add scheduled runs, and holds
+                assert log.appender.written == written  # held: not even written
+                assert len(client.replies) == 1  # and nothing acknowledged
+            clients[7].add(core)
+            await _settle(core, 2)
+            assert all(len(c.replies) == 2 for c in clients)
+            assert core.syncs == 2
+            # the second fsync covered all 8 records: one write of the whole wave
+            assert len(fsync.covered) == 2
+
+            # a wave of 8 answered, then only 3 of them come back: the batch is held until
+            # the gather ends (its timer, called here), then goes with what it has
+            written = log.appender.written
+            for client in clients[:3]:
+                client.add(core)
+            await asyncio.sleep(0)
+            assert core.syncs == 2 and log.appender.written == written
+            assert core._gather is not None
+            core._gather.cancel()
+            core._end_gather()
+            await _settle(core, 3)
+            assert [len(c.replies) for c in clients] == [3, 3, 3, 2, 2, 2, 2, 2]
+
+            # the last batch acknowledged 3, so a lone add is held; a drain (shutdown) ends
+            # any hold
+            clients[0].add(core)
+            await asyncio.sleep(0)
+            assert core.syncs == 3
+            await core.drain_pending()
+            assert core.syncs == 4 and len(clients[0].replies) == 4
+        finally:
+            core.close()
+            log.close()
+        records = [r.payload for r in CommandLog.open(tmp_path / "log", sync="os").records()]
+        assert len(records) == 8 + 8 + 3 + 1
+
+    asyncio.run(main())
+
+
+def test_without_a_wave_a_lone_client_is_never_held(tmp_path: Path) -> None:
+    fsync = CountingSync()
+
+    async def main() -> None:
+        log = CommandLog.open(tmp_path / "log", sync="always", fsync=fsync)
+        core = Core(Engine(started_ns=NOW_NS), log, sync_always=True, clock=lambda: NOW_NS)
+        client = Client()
+        try:
+            for round_ in range(1, 6):
+                client.add(core)
+                await asyncio.sleep(0)
+                assert core._gather is None
+                await _settle(core, round_)
+                assert len(client.replies) == round_
+        finally:
+            core.close()
+            log.close()
+
+    asyncio.run(main())
