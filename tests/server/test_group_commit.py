@@ -137,3 +137,28 @@ def test_without_a_wave_a_lone_client_is_never_held(tmp_path: Path) -> None:
             log.close()
 
     asyncio.run(main())
+
+
+def test_a_failed_fsync_acknowledges_nothing_of_its_batch_and_stops_the_server(
+    tmp_path: Path,
+) -> None:
+    from .conftest import start_server
+
+    server = start_server(tmp_path, sync="always")
+    conn = server.connect()
+    job_id = uuid.uuid4()
+    ok = conn.request(f"add {job_id} q 60000 3600000 1\r\nx\r\n".encode(), "add")
+    assert ok == p.Ok()
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    server.core.log.appender._fsync = failing_fsync  # type: ignore[union-attr]
+    second = uuid.uuid4()
+    reply = conn.request(f"add {second} q 60000 3600000 1\r\ny\r\n".encode(), "add")
+    assert reply == p.Error("SERVER-ERROR", "Command log sync failed")
+    # the server stops by itself, with a failure status, and writes no snapshot
+    status = server.stop()
+    assert server.error is None, repr(server.error)
+    assert status == 1
+    assert not (tmp_path / "data" / "cmdlog" / "engine.snapshot").exists()

@@ -227,7 +227,14 @@ async def serve(
             if isinstance(conn, Connection) and conn.transport is not None:
                 conn.transport.close()
         if log is not None:
-            log.close()
+            try:
+                log.close()
+            except OSError as exc:
+                # after a failed fsync the last one fails too; the log on disk is what
+                # replay will find, so say so and stop without a snapshot
+                logger.critical("closing the command log failed: %s", exc)
+                if core.fatal_error is None:
+                    core.fatal_error = exc
             if core.fatal_error is None:
                 _save_snapshot(str(config.log_dir), engine)
         logger.info("stopped")

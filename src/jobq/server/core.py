@@ -6,7 +6,7 @@ Theory of operation
 Every request a connection parses runs at once, in the event-loop thread, inside the engine's
 open transaction; its reply waits in the connection's ordered reply slots. Once per loop
 iteration :meth:`Core.flush` writes every command of the batch with one write. On success
-the transaction commits and, under ``sync=always``, one fsync in a worker thread covers the
+the transaction commits and, under ``sync=always``, one fsync in the sync thread covers the
 whole batch (group commit: requests arriving meanwhile form the next batch). Only then are
 the batch's replies and wakeups released. If the write fails, the engine rolls the batch
 back and every reply that depended on it becomes ``-SERVER-ERROR``; the next batch tries
@@ -30,8 +30,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
+from jobq.cmdlog.aio import SyncThread
 from jobq.engine.commands import encode_command
 from jobq.engine.machine import Command, Engine
 from jobq.engine.waiters import Wakeup
@@ -141,6 +143,8 @@ class Core:
         # gathering a wave under sync=always (_hold_for_wave)
         self._wave = 0
         self._gather: asyncio.TimerHandle | None = None
+        #: runs the fsyncs under sync=always (started on the first)
+        self._syncer: SyncThread | None = None
         self._gather_over = False
         self._draining = False
         self._sync_started_s = 0.0
@@ -332,8 +336,9 @@ class Core:
             self._syncing = True
             assert self.log is not None
             self._sync_started_s = time.perf_counter()
-            future = self.loop.run_in_executor(None, self.log.sync)
-            future.add_done_callback(lambda f: self._synced(f, batch))
+            if self._syncer is None:
+                self._syncer = SyncThread(self.log, self.loop, "jobq-cmdlog-sync-always")
+            self._syncer.start(partial(self._synced, batch))
             self._arm_timer()
             return
         self._release(batch)
@@ -368,12 +373,11 @@ class Core:
         self._gather_over = True
         self._schedule_flush()
 
-    def _synced(self, future: asyncio.Future[int], batch: Batch) -> None:
+    def _synced(self, batch: Batch, exc: BaseException | None) -> None:
         self._syncing = False
         self.syncs += 1
         self.last_sync_s = time.perf_counter() - self._sync_started_s
         self._wave = _acknowledged(batch)
-        exc = future.exception()
         if exc is not None:
             # the kernel may have dropped what it could not write: nothing in this batch can
             # be acknowledged, and the log's state on disk is unknown, so stop (replay decides)
@@ -449,3 +453,6 @@ class Core:
         if self._gather is not None:
             self._gather.cancel()
             self._gather = None
+        if self._syncer is not None:
+            self._syncer.stop()  # a daemon thread: ends after an fsync still running
+            self._syncer = None
