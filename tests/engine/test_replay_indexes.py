@@ -89,3 +89,30 @@ def test_job_list_and_lease_order_after_bulk_build() -> None:
     # the earliest deadline is the leased job's TTR, as live
     assert replayed.next_deadline_ns() == live.next_deadline_ns()
     assert heapq.nsmallest(1, replayed._deadlines._heap)[0][2].id == jid(5)
+
+
+def test_retention_and_queues_after_bulk_build() -> None:
+    # a finished job without TTL stays for the server's retention and then goes, after a
+    # restart as live; a name whose jobs have all finished gets no queue from a restart
+    live = Engine(retention_ms=5_000)
+    clock = Clock()
+    add(live, clock, 1, name="done", ttl_ms=0)
+    add(live, clock, 2, name="q")
+    live.lease(["done"], wait_timeout_ms=0, token=None, now_ns=clock.now_ns)
+    live.complete(jid(1), b"ok", now_ns=clock.now_ns)
+    log = [(command, clock.now_ns) for command in live.drain()[0]]
+    replayed = Engine(retention_ms=5_000)
+    replayed.begin_replay()
+    for command, logged_ns in log:
+        replayed.replay(command, logged_ns=logged_ns, now_ns=clock.now_ns)
+    replayed.end_replay()
+    assert set(replayed.queues) == {"q"}
+    assert replayed.jobs[jid(1)].status is Status.SUCCEEDED
+    clock.advance(4_999)
+    replayed.tick(clock.now_ns)
+    assert jid(1) in replayed.jobs
+    clock.advance(2)
+    for engine in (live, replayed):
+        engine.tick(clock.now_ns)
+        assert jid(1) not in engine.jobs
+        assert jid(2) in engine.jobs

@@ -66,7 +66,7 @@ from jobq.engine.extensions import (
 )
 from jobq.engine.job import TRANSITIONS, Job, JobMeta, JobRow, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
-from jobq.engine.queues import Queue, ReadyEntry
+from jobq.engine.queues import Queue
 from jobq.engine.schedules import (
     DEFAULT_CATCHUP_MS,
     ErrorPolicy,
@@ -800,17 +800,21 @@ class Engine:
             raise ValueError("adopt_jobs needs a new engine")
         # one string per queue name, as replay and live operation share it (decoding makes
         # one per job: ~60 bytes a job)
+        # one pass (each job visited once: see _rebuild_indexes)
         names: dict[str, str] = {}
+        same_name = names.setdefault
+        kept: dict[bytes, Job] = {}
         for job in jobs:
-            job.name = names.setdefault(job.name, job.name)
-        self.jobs = {
-            job.id: job
-            for job in jobs
-            if not job.ttl_ms
-            or (job.created_ns if job.time_ns is None else job.time_ns)
-            + job.ttl_ms * _NS_PER_MS
-            > now_ns
-        }
+            name = job.name
+            job.name = same_name(name, name)
+            ttl_ms = job.ttl_ms
+            if (
+                not ttl_ms
+                or (job.created_ns if job.time_ns is None else job.time_ns) + ttl_ms * _NS_PER_MS
+                > now_ns
+            ):
+                kept[job.id] = job
+        self.jobs = kept
         self.begin_replay()
         self.end_replay()
 
@@ -821,72 +825,60 @@ class Engine:
         The job list's per-status lists come from one sort; ready heaps and the deadline heap
         are filled unordered and heapified (lease order and due order depend only on job
         fields, so they equal live operation's). Deadlines pushed during replay are dropped:
-        each job's current ones are pushed here. Each step is one comprehension over the jobs
-        it concerns (the per-job cost is what a restart with many jobs pays).
+        each job's current ones are pushed here. One pass over the jobs does the rest: a
+        restart's cost is memory traffic (each job's fields read from wherever the job
+        lies), so every job is visited once rather than once per index (a pass each cost
+        0.05-0.3 s at 500,000 jobs on this VM).
         """
         pending, running = Status.PENDING, Status.RUNNING
-        indexed = [job for job in self.jobs.values() if not job.run]
-        by_created_by = self.by_created_by
-        by_created_by.clear()
-        for job in [job for job in indexed if job.meta is not None]:
-            assert job.meta is not None
-            created_by = job.meta.created_by
-            if created_by is not None:
-                by_created_by.setdefault(created_by, set()).add(job.id)
-        waiting = [job for job in indexed if job.status is pending and job.waiting_for_time]
-        ready = [
-            (-job.priority, job.created_ns, job.id, job)
-            for job in indexed
-            if job.status is pending and not job.waiting_for_time
-        ]
-        leased = [job for job in indexed if job.status is running]
         for queue in self.queues.values():
             queue.ready = []
             queue.ready_len = 0
             queue.scheduled.clear()
             queue.running.clear()
+        by_created_by = self.by_created_by
+        by_created_by.clear()
+        queues = self.queues
         queue_of = self._queue
-        heaps: dict[str, list[ReadyEntry]] = {}
-        for entry in ready:
-            job = entry[3]
-            job.queued = entry
-            heap = heaps.get(job.name)
-            if heap is None:
-                heap = heaps[job.name] = queue_of(job.name).ready
-            heap.append(entry)
-        for job in waiting:
-            queue_of(job.name).scheduled[job.id] = job
-        for job in leased:
-            queue_of(job.name).running[job.id] = job
-        for queue in self.queues.values():
+        retention_ns = self.retention_ms * _NS_PER_MS
+        ttl, retention = DeadlineKind.TTL, DeadlineKind.RETENTION
+        ready_kind, ttr = DeadlineKind.READY, DeadlineKind.TTR
+        indexed: list[Job] = []
+        index = indexed.append
+        deadline_entries: list[DeadlineEntry] = []
+        deadline = deadline_entries.append
+        for job in self.jobs.values():
+            if job.run:
+                continue
+            index(job)
+            status = job.status
+            # only jobs waiting or running have a queue (as live operation makes them)
+            if status is pending:
+                own = queues.get(job.name) or queue_of(job.name)
+                if job.waiting_for_time:
+                    own.scheduled[job.id] = job
+                    deadline((job.time_ns, ready_kind, job))  # type: ignore[arg-type]
+                else:
+                    entry = (-job.priority, job.created_ns, job.id, job)
+                    job.queued = entry
+                    own.ready.append(entry)
+            elif status is running:
+                own = queues.get(job.name) or queue_of(job.name)
+                own.running[job.id] = job
+                deadline((job.lease_expires_ns, ttr, job))  # type: ignore[arg-type]
+            ttl_ms = job.ttl_ms
+            if ttl_ms:
+                start_ns = job.created_ns if job.time_ns is None else job.time_ns
+                deadline((start_ns + ttl_ms * _NS_PER_MS, ttl, job))
+            elif job.finished_ns is not None and status.finished:
+                deadline((job.finished_ns + retention_ns, retention, job))
+            meta = job.meta
+            if meta is not None and meta.created_by is not None:
+                by_created_by.setdefault(meta.created_by, set()).add(job.id)
+        for queue in queues.values():
             queue.ready_len = len(queue.ready)
             queue.order()
         self.by_status.rebuild(indexed)
-        retention_ns = self.retention_ms * _NS_PER_MS
-        deadline_entries: list[DeadlineEntry] = [
-            (job.time_ns, DeadlineKind.READY, job) for job in waiting  # type: ignore[misc]
-        ]
-        deadline_entries += [
-            (job.lease_expires_ns, DeadlineKind.TTR, job)  # type: ignore[misc]
-            for job in leased
-        ]
-        ttl = DeadlineKind.TTL
-        deadline_entries += [
-            (
-                (job.created_ns if job.time_ns is None else job.time_ns)
-                + job.ttl_ms * _NS_PER_MS,
-                ttl,
-                job,
-            )
-            for job in indexed
-            if job.ttl_ms
-        ]
-        retention = DeadlineKind.RETENTION
-        deadline_entries += [
-            (job.finished_ns + retention_ns, retention, job)
-            for job in indexed
-            if not job.ttl_ms and job.finished_ns is not None and job.status.finished
-        ]
         self._deadlines.replace_jobs(deadline_entries)
 
     def replay(self, command: Command, *, logged_ns: int, now_ns: int) -> None:
