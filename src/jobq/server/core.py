@@ -147,7 +147,7 @@ class Core:
         self._sync_started_s = 0.0
         #: how long the last fsync took, from the loop's point of view (seconds)
         self.last_sync_s = 0.0
-        #: batches fsynced under sync=always (for tests and /metrics)
+        #: batches fsynced under sync=always (for tests)
         self.syncs = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_ns: int | None = None
@@ -351,9 +351,8 @@ class Core:
         it and take the one after: two fsyncs a wave. So once the last batch acknowledged
         more than one change, the next is held until it holds as many changes as that one
         did (replies and woken waits: :func:`_acknowledged`), or for at most as long as the
-        last fsync took (capped at ``GATHER_MAX_S``),
-        whichever comes first; then the wave shares one fsync. Nothing is acknowledged
-        earlier than without the wait.
+        last fsync took (capped at ``GATHER_MAX_S``), whichever comes first; then the wave
+        shares one fsync. Nothing is acknowledged earlier than without the wait.
         """
         if self._gather_over or self._draining or _acknowledged(batch) >= self._wave:
             if self._gather is not None:
