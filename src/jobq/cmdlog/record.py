@@ -326,13 +326,12 @@ def _same_head_run(
     )
     crcs = _crc_block(_crcs_after(head_crc, payloads))
     crc_at = pos + record_len - CRC_LEN
-    for k in range(CRC_LEN):
-        if data[crc_at + k : run_end : record_len] != crcs[k::CRC_LEN]:
-            # keep the records before the first mismatch; the caller reports that one
-            for index in range(count):
-                at = crc_at + index * record_len
-                if data[at : at + CRC_LEN] != crcs[index * CRC_LEN : (index + 1) * CRC_LEN]:
-                    return payloads[:index]
+    if any(data[crc_at + k : run_end : record_len] != crcs[k::CRC_LEN] for k in range(CRC_LEN)):
+        # keep the records before the first mismatch; the caller reports that one
+        for index in range(count):
+            at = crc_at + index * record_len
+            if data[at : at + CRC_LEN] != crcs[index * CRC_LEN : (index + 1) * CRC_LEN]:
+                return payloads[:index]
     return payloads
 
 

@@ -142,7 +142,6 @@ class Core:
         # gathering a wave under sync=always (_hold_for_wave)
         self._wave = 0
         self._gather: asyncio.TimerHandle | None = None
-        self._gather_over = False
         self._draining = False
         self._sync_started_s = 0.0
         #: how long the last fsync took, from the loop's point of view (seconds)
@@ -354,11 +353,10 @@ class Core:
         last fsync took (capped at ``GATHER_MAX_S``), whichever comes first; then the wave
         shares one fsync. Nothing is acknowledged earlier than without the wait.
         """
-        if self._gather_over or self._draining or _acknowledged(batch) >= self._wave:
+        if self._draining or _acknowledged(batch) >= self._wave:
             if self._gather is not None:
                 self._gather.cancel()
                 self._gather = None
-            self._gather_over = False
             return False
         if self._gather is None:
             self._gather = self.loop.call_later(
@@ -368,7 +366,7 @@ class Core:
 
     def _end_gather(self) -> None:
         self._gather = None
-        self._gather_over = True
+        self._wave = 0  # the wave is as complete as it gets: the next flush goes
         self._schedule_flush()
 
     def _synced(self, batch: Batch, future: asyncio.Future[int]) -> None:

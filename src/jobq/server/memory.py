@@ -19,18 +19,22 @@ lists (up to 2,000 freed tuples of each size, lists, dicts...) when few jobs are
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 from collections.abc import Callable
 
 logger = logging.getLogger("jobq.server")
 
+
+@functools.cache
 def _find_malloc_trim() -> Callable[[int], int] | None:
     """``malloc_trim`` from the C library the process runs on, or None (not glibc).
 
-    Looked up on first use rather than at import: ``ctypes`` costs milliseconds of start-up
-    the server spends before it listens, and the symbol comes from the process itself
-    (``CDLL(None)``), not through ``ctypes.util.find_library``, which would import more still.
+    Looked up on first use (then cached) rather than at import: ``ctypes`` costs
+    milliseconds of start-up the server spends before it listens, and the symbol comes from
+    the process itself (``CDLL(None)``), not through ``ctypes.util.find_library``, which
+    would import more still.
     """
     import ctypes
 
@@ -43,26 +47,14 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
-_malloc_trim: Callable[[int], int] | None = None
-_looked_up = False
-
-
-def _trim_function() -> Callable[[int], int] | None:
-    global _malloc_trim, _looked_up
-    if not _looked_up:
-        _malloc_trim = _find_malloc_trim()  # two threads racing here find the same one
-        _looked_up = True
-    return _malloc_trim
-
-
 def trim_available() -> bool:
     """Whether this C library has ``malloc_trim`` (glibc)."""
-    return _trim_function() is not None
+    return _find_malloc_trim() is not None
 
 
 def release_free_memory() -> bool:
     """Return the C heap's free pages to the OS; whether anything was released."""
-    trim = _trim_function()
+    trim = _find_malloc_trim()
     if trim is None:
         return False
     return bool(trim(0))
