@@ -1,0 +1,47 @@
+"""Running the server from its settings: the event loop, logging, and the exit status.
+
+Both ways into ``jobq server`` end here: the click command (``server/cli.py``) and the
+start-up fast path (``server/settings.py``, called from ``jobq.entry``). Nothing here
+imports click.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from typing import Any
+
+from jobq.config import ServerConfig
+
+
+def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main`` on uvloop where it is installed (several times faster for many small
+    requests), else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def run_server(config: ServerConfig) -> int:
+    """Serve until stopped; the process's exit status (an error it cannot start with is
+    one line on stderr and status 1)."""
+    from jobq.cmdlog.errors import CmdlogError
+    from jobq.server.app import configure_logging, serve
+    from jobq.server.replay import ReplayError
+
+    configure_logging()
+    try:
+        return run_event_loop(serve(config))
+    except (CmdlogError, ReplayError) as exc:
+        print(f"jobq server: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        listen = f"[{config.host}]" if ":" in config.host else config.host
+        print(
+            f"jobq server: cannot listen on {listen}:{config.port}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 1

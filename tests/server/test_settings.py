@@ -1,0 +1,225 @@
+"""``jobq server``'s command line: click's parse, and the start-up fast path that must agree
+with it on every command line it reads (server/settings.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobq.config import ServerConfig
+from jobq.server.cli import server_command
+from jobq.server.settings import AUTH_TOKEN_ENV, build_config, fast_config
+
+JOBQ = str(Path(sys.executable).parent / "jobq")
+
+
+@pytest.fixture(autouse=True)
+def _no_token_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(AUTH_TOKEN_ENV, raising=False)
+
+
+def click_config(args: list[str]) -> ServerConfig:
+    """The settings click parses from ``jobq server ARGS`` (usage errors raise)."""
+    ctx = server_command.make_context("server", list(args))
+    return build_config(**ctx.params)
+
+
+def test_no_options_give_the_defaults_both_ways() -> None:
+    config = fast_config([], {})
+    assert config is not None
+    assert config == click_config([])
+    assert (config.host, config.port, config.sync) == ("127.0.0.1", 9922, "interval")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # workq-server's service files
+        [
+            "-listen",
+            "0.0.0.0:9922",
+            "-cmdlog-path",
+            "/var/lib/workq",
+            "-cmdlog-sync",
+            "always",
+            "-cmdlog-sync-int",
+            "250",
+            "-cmdlog-seg-size",
+            "1048576",
+            "-cmdlog-clean-int",
+            "60000",
+        ],
+        # jobq's form, with = and a unit
+        [
+            "--listen=127.0.0.1:7000",
+            "--data-dir",
+            "/srv/jobq",
+            "--cmdlog-seg-size=64MiB",
+            "--cmdlog-sync-interval",
+            "5",
+            "--in-memory",
+            "--retention",
+            "1h30m",
+            "--max-connections",
+            "50",
+        ],
+    ],
+)
+def test_common_command_lines_take_the_fast_path_and_match_click(args: list[str]) -> None:
+    config = fast_config(args, {})
+    assert config is not None
+    assert config == click_config(args)
+
+
+def test_one_dash_forms_set_what_the_two_dash_forms_set() -> None:
+    one = click_config(
+        [
+            "-listen",
+            ":9000",
+            "-cmdlog-path",
+            "/tmp/x",
+            "-cmdlog-sync",
+            "os",
+            "-cmdlog-sync-int",
+            "7",
+            "-cmdlog-seg-size",
+            "512k",
+            "-cmdlog-clean-int",
+            "0",
+        ]
+    )
+    assert (one.host, one.port, one.cmdlog_path, one.sync) == (
+        "127.0.0.1",
+        9000,
+        Path("/tmp/x"),
+        "os",
+    )
+    assert (one.sync_interval_ms, one.segment_size_bytes, one.clean_interval_ms) == (7, 524288, 0)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["-h"],
+        ["--http"],
+        ["--scheduler-pace", "5s"],
+        ["--auth-token", "secret"],
+        ["--bogus", "1"],
+        ["-data-dir", "/x"],  # click has no one-dash --data-dir
+        ["--listen", "a:1", "--listen", "b:2"],  # repeated: click decides
+        ["--cmdlog-sync-int", "5", "--cmdlog-sync-interval", "6"],
+        ["--cmdlog-sync-int", "0"],  # below the range
+        ["--cmdlog-sync-int", "+5"],
+        ["--cmdlog-sync", "ALWAYS"],
+        ["--listen", "nowhere"],
+        ["--cmdlog-seg-size", "0"],
+        ["--retention", "2 days"],
+        ["--listen"],  # no value
+        ["--in-memory=yes"],
+        ["--data-dir", "--in-memory"],
+        ["extra"],
+    ],
+)
+def test_anything_else_goes_to_click(args: list[str]) -> None:
+    assert fast_config(args, {}) is None
+
+
+def test_a_token_in_the_environment_goes_to_click() -> None:
+    assert fast_config([], {AUTH_TOKEN_ENV: "secret"}) is None
+
+
+_NAMES = [
+    "listen",
+    "data-dir",
+    "cmdlog-path",
+    "cmdlog-sync",
+    "cmdlog-sync-int",
+    "cmdlog-sync-interval",
+    "cmdlog-seg-size",
+    "cmdlog-clean-int",
+    "retention",
+    "max-connections",
+    "in-memory",
+    "http",
+    "scheduler-max-per-pass",
+]
+_VALUES = st.one_of(
+    st.sampled_from(
+        [
+            "always",
+            "interval",
+            "os",
+            "0",
+            "1",
+            "7",
+            "+3",
+            " 4",
+            "1_0",
+            "-1",
+            "127.0.0.1:0",
+            ":9000",
+            "[::1]:9922",
+            "x:70000",
+            "64MiB",
+            "512k",
+            "1h30m",
+            "14d",
+            "/tmp/a",
+            "",
+            "--in-memory",
+        ]
+    ),
+    st.text(max_size=6),
+)
+
+
+@st.composite
+def command_lines(draw: st.DrawFn) -> list[str]:
+    args: list[str] = []
+    for _ in range(draw(st.integers(0, 5))):
+        name = draw(st.sampled_from(_NAMES))
+        form = draw(st.sampled_from(["--", "-", "--="]))
+        if name == "in-memory":
+            args.append("--in-memory")
+        elif form == "--=":
+            args.append(f"--{name}={draw(_VALUES)}")
+        else:
+            args += [f"{form}{name}", draw(_VALUES)]
+    return args
+
+
+@settings(max_examples=400, deadline=None)
+@given(command_lines())
+def test_the_fast_path_agrees_with_click_whenever_it_answers(args: list[str]) -> None:
+    fast = fast_config(args, {})
+    if fast is not None:
+        assert fast == click_config(args)
+
+
+def test_the_fast_path_does_not_import_click() -> None:
+    code = (
+        "import sys; import jobq.server.settings, jobq.server.start, jobq.server.app; "
+        "sys.exit('click' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.parametrize("args", [["--cmdlog-sync-int", "0"], ["-listen", "nowhere"]])
+def test_bad_values_are_one_line_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    done = subprocess.run(
+        [JOBQ, "server", "--data-dir", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "Error:" in done.stderr
+    assert not (tmp_path / "cmdlog").exists()
