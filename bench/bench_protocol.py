@@ -20,9 +20,11 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import astuple
+from dataclasses import astuple, is_dataclass
 from types import ModuleType
 from typing import Any
+
+import msgspec
 
 from jobq.server import protocol as current
 
@@ -106,13 +108,20 @@ def best_rates(bodies: list[Callable[[], int]], runs: int) -> list[float]:
     return best
 
 
+def _values(event: Any) -> tuple[Any, ...]:
+    """An event's field values, whether a msgspec Struct or (an older baseline) a dataclass."""
+    if is_dataclass(event):
+        return astuple(event)  # type: ignore[arg-type]
+    return msgspec.structs.astuple(event)
+
+
 def events_of(module: ModuleType, feeds: list[bytes]) -> list[tuple[str, Any]]:
     parser = module.RequestParser()
     out = []
     for chunk in feeds:
         parser.feed(chunk)
         while (event := parser.next_event()) is not None:
-            out.append((type(event).__name__, astuple(event)))
+            out.append((type(event).__name__, _values(event)))
     return out
 
 

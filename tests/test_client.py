@@ -9,10 +9,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from msgspec.structs import replace
 
 from jobq.client import (
     AsyncClient,
@@ -46,7 +46,7 @@ class RunningServer:
 
     def __init__(self, port: int = 0, **overrides: object) -> None:
         config = ServerConfig(host="127.0.0.1", port=port, in_memory=True)
-        self.config = replace(config, **overrides)  # type: ignore[arg-type]
+        self.config = replace(config, **overrides)
         self.port = 0
         self.error: BaseException | None = None
         self._ready = threading.Event()
@@ -267,7 +267,11 @@ def test_inspect_job_fields_and_states(client: Client) -> None:
     info = client.inspect_job(job_id)
     assert isinstance(info, JobInfo)
     assert (info.id, info.name, info.ttr_ms, info.ttl_ms, info.payload) == (
-        job_id, name, 1234, 99_000, payload,
+        job_id,
+        name,
+        1234,
+        99_000,
+        payload,
     )
     assert (info.max_attempts, info.attempts, info.max_fails, info.fails) == (3, 0, 2, 0)
     assert info.priority == -7
@@ -456,9 +460,7 @@ def test_result_waits_for_complete(server: RunningServer) -> None:
     results: list[JobResult] = []
     with server.client() as waiter, server.client() as worker:
         job_id = worker.add(name, b"input")
-        thread = start_thread(
-            lambda: results.append(waiter.result(job_id, wait_timeout_ms=5000))
-        )
+        thread = start_thread(lambda: results.append(waiter.result(job_id, wait_timeout_ms=5000)))
         time.sleep(0.05)
         job = worker.lease(name, wait_timeout_ms=0)
         worker.complete(job.id, b"output")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 #: where a server keeps its state unless told otherwise
 DEFAULT_DATA_DIR = ".jobq"
@@ -23,8 +24,7 @@ class ConfigError(ValueError):
     """A setting that cannot be used; the message says which and why."""
 
 
-@dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(msgspec.Struct, frozen=True):
     """Everything ``jobq server`` needs to start."""
 
     host: str = "127.0.0.1"

@@ -7,10 +7,10 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from jobq.config import ServerConfig
 from jobq.server import protocol as p
@@ -115,7 +115,7 @@ class Conn:
 
 def start_server(tmp_path: Path, **overrides: object) -> RunningServer:
     config = ServerConfig(host="127.0.0.1", port=0, data_dir=tmp_path / "data")
-    config = replace(config, **overrides)  # type: ignore[arg-type]
+    config = replace(config, **overrides)
     return RunningServer(config)
 
 

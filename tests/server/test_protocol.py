@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import ClassVar
 
 import pytest
+from msgspec.structs import replace
 
 from jobq.server import protocol as p
 from jobq.server.protocol import (
@@ -569,7 +569,6 @@ def test_resync_finds_a_crlf_split_across_feeds() -> None:
 
 
 def test_registered_command_with_data_parses_and_keeps_sync() -> None:
-    @dataclass(frozen=True, slots=True)
     class Echo(Request):
         command: ClassVar[str] = "echo"
         tag: str
@@ -864,5 +863,5 @@ def test_requests_made_by_the_parser_stay_frozen_and_hashable() -> None:
     event = parser.next_event()
     assert event == Add(b"\x01" * 16, "q", 1, 1, b"x")
     assert hash(event) == hash(Add(b"\x01" * 16, "q", 1, 1, b"x"))
-    with pytest.raises(FrozenInstanceError):
+    with pytest.raises(AttributeError):
         event.name = "r"  # type: ignore[misc,union-attr]

@@ -22,8 +22,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from jobq.cmdlog.record import HEADER_LEN, Record, decode_records
 from jobq.cmdlog.segment import (
@@ -43,8 +44,7 @@ CLEAN_STEPS: Final = ("create_rw", "write_rw", "fsync_rw", "rename", "fsync_dir"
 DELETE_STEPS: Final = ("unlink", "fsync_dir", "done")
 
 
-@dataclass(frozen=True, slots=True)
-class CleanStats:
+class CleanStats(msgspec.Struct, frozen=True):
     """What one :meth:`Cleaner.clean` pass did."""
 
     segments_checked: int = 0

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sized
-from dataclasses import dataclass
+
+import msgspec
 
 #: a table smaller than this is never rebuilt (not worth a pass)
 MIN_TABLE_BYTES = 64 * 1024
@@ -27,8 +28,7 @@ def oversized(table: Sized) -> bool:
     return sys.getsizeof(table) > MIN_TABLE_BYTES + MAX_TABLE_BYTES_PER_ENTRY * len(table)
 
 
-@dataclass(frozen=True, slots=True)
-class CompactStats:
+class CompactStats(msgspec.Struct, frozen=True):
     """What one compaction dropped or rebuilt."""
 
     #: deadline entries whose job is gone or whose wait is over

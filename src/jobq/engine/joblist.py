@@ -10,9 +10,9 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from itertools import islice
 
+import msgspec
 from sortedcontainers import SortedList
 
 from jobq.engine.errors import InvalidArgument
@@ -22,8 +22,7 @@ from jobq.engine.job import STATUS_ORDER, Job, JobBound, Status
 MAX_PAGE = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class JobFilter:
+class JobFilter(msgspec.Struct, frozen=True):
     """What the list shows; ``None`` means no constraint."""
 
     statuses: frozenset[Status] | None = None
@@ -127,8 +126,7 @@ def _presorted(values: list[Job]) -> SortedList:
     return result
 
 
-@dataclass(frozen=True, slots=True)
-class Cursor:
+class Cursor(msgspec.Struct, frozen=True):
     """Where the previous page ended: that job's status rank, creation time and id."""
 
     rank: int

@@ -20,7 +20,6 @@ Theory of operation
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import msgspec
@@ -103,8 +102,7 @@ class Action:
     CANCEL = "cancel"
 
 
-@dataclass(frozen=True, slots=True)
-class SchedulerOptions:
+class SchedulerOptions(msgspec.Struct, frozen=True):
     """The scheduler daemon's knobs (the seed's server.job_scheduler settings)."""
 
     enabled: bool = True

@@ -16,9 +16,10 @@ import enum
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
 
 from jobq.engine.errors import InvalidArgument
 
@@ -98,8 +99,7 @@ _NICKNAMES: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Spec:
+class Spec(msgspec.Struct, frozen=True):
     """When a schedule runs: exactly one of ``cron``, ``every_ms`` or ``at_ns``."""
 
     cron: str = ""
@@ -287,8 +287,7 @@ class RunInfo:
         self.result = result
 
 
-@dataclass(frozen=True, slots=True)
-class Work:
+class Work(msgspec.Struct, frozen=True):
     """The job an executor creates for a run (the engine logs it inside the firing)."""
 
     name: str

@@ -7,7 +7,8 @@ turns into a reply once the commands that led to it are in the log.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+import msgspec
 
 from jobq.engine.job import Job
 
@@ -46,8 +47,7 @@ class Waiter:
         return id(self) < id(other)
 
 
-@dataclass(frozen=True, slots=True)
-class JobResult:
+class JobResult(msgspec.Struct, frozen=True):
     """A finished job's outcome as ``result`` and ``run`` report it."""
 
     id: bytes
@@ -64,7 +64,6 @@ class Outcome(enum.Enum):
 WakeValue = Job | JobResult | Outcome
 
 
-@dataclass(frozen=True, slots=True)
-class Wakeup:
+class Wakeup(msgspec.Struct, frozen=True):
     token: object
     value: WakeValue

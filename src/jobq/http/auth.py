@@ -16,7 +16,6 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from jobq.server import protocol as p
@@ -45,8 +44,7 @@ def encode_token(token: str | None) -> bytes | None:
 # ---------------------------------------------------------------------------------- TCP
 
 
-@dataclass(frozen=True, slots=True)
-class Auth(p.Request):
+class Auth(p.Request, frozen=True):
     """``auth <token>``"""
 
     command: ClassVar[str] = "auth"
@@ -124,18 +122,21 @@ def is_public(method: str, path: str) -> bool:
     return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
-async def send_json(send: Send, status: int, body: dict[str, Any],
-                    headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def send_json(
+    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     data = json.dumps(body).encode()
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(data)).encode()),
-            *(headers or []),
-        ],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
@@ -251,5 +252,3 @@ def authenticating_client_class(token: str) -> type[Any]:
             return conn
 
     return AuthClient
-
-

@@ -11,7 +11,6 @@ import datetime as dt
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -35,8 +34,7 @@ class BadRequest(InvalidArgument):
     """A body that does not fit its command's schema."""
 
 
-@dataclass(frozen=True, slots=True)
-class Deferred:
+class Deferred(msgspec.Struct, frozen=True):
     """A reply computed off the event loop (it reads files): the core runs ``work`` in a
     thread and sends what it returns."""
 

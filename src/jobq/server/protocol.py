@@ -65,11 +65,11 @@ import binascii
 import re
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta
 from enum import Enum
-from typing import ClassVar, NamedTuple, TypeAlias, TypeVar
+from typing import ClassVar, NamedTuple, TypeAlias
+
+import msgspec
 
 # ---------------------------------------------------------------------------------------
 # Limits
@@ -148,8 +148,7 @@ class ClientError(Exception):
         self.text = text
 
 
-@dataclass(frozen=True, slots=True)
-class ProtocolError:
+class ProtocolError(msgspec.Struct, frozen=True):
     """A rejected command, as a parser event.
 
     :param kind: ``CLIENT-ERROR`` (the only kind the parser produces)
@@ -331,9 +330,13 @@ class ReplyShape(Enum):
     DATA = "data"
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """Base of every parsed command; ``command`` is its command word."""
+class Request(msgspec.Struct, frozen=True):
+    """Base of every parsed command; ``command`` is its command word.
+
+    Requests are frozen ``msgspec.Struct`` classes: created and constructed in C, so the
+    parser builds them by calling the class. A registered command's request subclasses
+    ``Request`` (it inherits ``frozen``); ``msgspec.structs.replace()`` copies one.
+    """
 
     command: ClassVar[str] = ""
 
@@ -350,8 +353,7 @@ def _line(*words: object) -> bytes:
     return " ".join(str(w) for w in words).encode("latin-1") + CRLF
 
 
-@dataclass(frozen=True, slots=True)
-class Add(Request):
+class Add(Request, frozen=True):
     """``add <id> <name> <ttr> <ttl> <payload-size> [-priority] [-max-attempts] [-max-fails]``"""
 
     command: ClassVar[str] = "add"
@@ -378,8 +380,7 @@ class Add(Request):
         return head.encode("latin-1") + CRLF + self.payload + CRLF
 
 
-@dataclass(frozen=True, slots=True)
-class Schedule(Request):
+class Schedule(Request, frozen=True):
     """``schedule <id> <name> <ttr> <ttl> <time> <payload-size> [flags as add]``"""
 
     command: ClassVar[str] = "schedule"
@@ -409,8 +410,7 @@ class Schedule(Request):
         return head.encode("latin-1") + CRLF + self.payload + CRLF
 
 
-@dataclass(frozen=True, slots=True)
-class Run(Request):
+class Run(Request, frozen=True):
     """``run <id> <name> <ttr> <wait-timeout> <payload-size> [-priority]``"""
 
     command: ClassVar[str] = "run"
@@ -430,8 +430,7 @@ class Run(Request):
         return head.encode("latin-1") + CRLF + self.payload + CRLF
 
 
-@dataclass(frozen=True, slots=True)
-class Result(Request):
+class Result(Request, frozen=True):
     """``result <id> <wait-timeout>``"""
 
     command: ClassVar[str] = "result"
@@ -442,8 +441,7 @@ class Result(Request):
         return _line("result", format_id(self.id), self.wait_timeout_ms)
 
 
-@dataclass(frozen=True, slots=True)
-class Lease(Request):
+class Lease(Request, frozen=True):
     """``lease <name> [<name> ...] <wait-timeout>``"""
 
     command: ClassVar[str] = "lease"
@@ -454,8 +452,7 @@ class Lease(Request):
         return _line("lease", *self.names, self.wait_timeout_ms)
 
 
-@dataclass(frozen=True, slots=True)
-class Complete(Request):
+class Complete(Request, frozen=True):
     """``complete <id> <result-size>`` and the result"""
 
     command: ClassVar[str] = "complete"
@@ -466,8 +463,7 @@ class Complete(Request):
         return _line("complete", format_id(self.id), len(self.result)) + self.result + CRLF
 
 
-@dataclass(frozen=True, slots=True)
-class Fail(Request):
+class Fail(Request, frozen=True):
     """``fail <id> <result-size>`` and the result"""
 
     command: ClassVar[str] = "fail"
@@ -478,8 +474,7 @@ class Fail(Request):
         return _line("fail", format_id(self.id), len(self.result)) + self.result + CRLF
 
 
-@dataclass(frozen=True, slots=True)
-class Delete(Request):
+class Delete(Request, frozen=True):
     """``delete <id>``"""
 
     command: ClassVar[str] = "delete"
@@ -489,8 +484,7 @@ class Delete(Request):
         return _line("delete", format_id(self.id))
 
 
-@dataclass(frozen=True, slots=True)
-class InspectServer(Request):
+class InspectServer(Request, frozen=True):
     """``inspect server``"""
 
     command: ClassVar[str] = "inspect"
@@ -499,8 +493,7 @@ class InspectServer(Request):
         return _line("inspect", "server")
 
 
-@dataclass(frozen=True, slots=True)
-class InspectQueues(Request):
+class InspectQueues(Request, frozen=True):
     """``inspect queues <cursor-offset> <limit>``"""
 
     command: ClassVar[str] = "inspect"
@@ -511,8 +504,7 @@ class InspectQueues(Request):
         return _line("inspect", "queues", self.offset, self.limit)
 
 
-@dataclass(frozen=True, slots=True)
-class InspectQueue(Request):
+class InspectQueue(Request, frozen=True):
     """``inspect queue <name>``"""
 
     command: ClassVar[str] = "inspect"
@@ -522,8 +514,7 @@ class InspectQueue(Request):
         return _line("inspect", "queue", self.name)
 
 
-@dataclass(frozen=True, slots=True)
-class InspectJobs(Request):
+class InspectJobs(Request, frozen=True):
     """``inspect jobs <name> <cursor-offset> <limit>``: ready and leased jobs"""
 
     command: ClassVar[str] = "inspect"
@@ -535,8 +526,7 @@ class InspectJobs(Request):
         return _line("inspect", "jobs", self.name, self.offset, self.limit)
 
 
-@dataclass(frozen=True, slots=True)
-class InspectScheduledJobs(Request):
+class InspectScheduledJobs(Request, frozen=True):
     """``inspect scheduled-jobs <name> <cursor-offset> <limit>``"""
 
     command: ClassVar[str] = "inspect"
@@ -548,8 +538,7 @@ class InspectScheduledJobs(Request):
         return _line("inspect", "scheduled-jobs", self.name, self.offset, self.limit)
 
 
-@dataclass(frozen=True, slots=True)
-class InspectJob(Request):
+class InspectJob(Request, frozen=True):
     """``inspect job <id>``"""
 
     command: ClassVar[str] = "inspect"
@@ -557,42 +546,6 @@ class InspectJob(Request):
 
     def to_bytes(self) -> bytes:
         return _line("inspect", "job", format_id(self.id))
-
-
-_R = TypeVar("_R")
-
-
-def _maker(cls: type[_R]) -> Callable[..., _R]:
-    """A constructor for a frozen slots dataclass, with every field positional.
-
-    The generated ``__init__`` of a frozen dataclass sets each field through
-    ``object.__setattr__(self, name, value)``; setting the slots through their member
-    descriptors makes the same instance (still frozen, equal, hashable) in under half
-    the time, which matters for the requests the parser makes per command. No defaults,
-    no ``__post_init__`` (the request classes have none).
-    """
-    names = [f.name for f in dataclass_fields(cls)]  # type: ignore[arg-type]
-    namespace: dict[str, object] = {"_new": object.__new__, "_cls": cls}
-    body = ["    obj = _new(_cls)"]
-    for index, name in enumerate(names):
-        namespace[f"_set{index}"] = cls.__dict__[name].__set__
-        body.append(f"    _set{index}(obj, a{index})")
-    params = ", ".join(f"a{i}" for i in range(len(names)))
-    exec(f"def make({params}):\n" + "\n".join(body) + "\n    return obj\n", namespace)
-    make = namespace["make"]
-    assert callable(make)
-    return make
-
-
-_new_add = _maker(Add)
-_new_schedule = _maker(Schedule)
-_new_run = _maker(Run)
-_new_result = _maker(Result)
-_new_lease = _maker(Lease)
-_new_complete = _maker(Complete)
-_new_fail = _maker(Fail)
-_new_delete = _maker(Delete)
-_new_inspect_job = _maker(InspectJob)
 
 
 # ---------------------------------------------------------------------------------------
@@ -604,8 +557,7 @@ _new_inspect_job = _maker(InspectJob)
 ParseFn: TypeAlias = Callable[[tuple[str, ...], Mapping[str, str], bytes | None], Request]
 
 
-@dataclass(frozen=True, slots=True)
-class CommandSpec:
+class CommandSpec(msgspec.Struct, frozen=True):
     """How one command word is parsed.
 
     :param word: the command word
@@ -771,7 +723,7 @@ def _parse_add(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | No
     job_id, name = parse_id(args[0]), parse_name(args[1])
     ttr_ms, ttl_ms = _ttr(args[2]), _ttl(args[3])
     max_attempts, max_fails, priority = _job_flags(flags)
-    return _new_add(job_id, name, ttr_ms, ttl_ms, _data(data), priority, max_attempts, max_fails)
+    return Add(job_id, name, ttr_ms, ttl_ms, _data(data), priority, max_attempts, max_fails)
 
 
 def _parse_schedule(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
@@ -781,7 +733,7 @@ def _parse_schedule(args: tuple[str, ...], flags: Mapping[str, str], data: bytes
     ttr_ms, ttl_ms = _ttr(args[2]), _ttl(args[3])
     time_ns = parse_time(args[4])
     max_attempts, max_fails, priority = _job_flags(flags)
-    return _new_schedule(
+    return Schedule(
         job_id, name, ttr_ms, ttl_ms, _data(data), time_ns, priority, max_attempts, max_fails
     )
 
@@ -793,13 +745,13 @@ def _parse_run(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | No
     ttr_ms = _ttr(args[2])
     priority = _priority(flags)
     wait_timeout_ms = _wait_timeout(args[3])
-    return _new_run(job_id, name, ttr_ms, wait_timeout_ms, _data(data), priority)
+    return Run(job_id, name, ttr_ms, wait_timeout_ms, _data(data), priority)
 
 
 def _parse_result(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 2)
     _no_flags(flags)
-    return _new_result(parse_id(args[0]), _wait_timeout(args[1]))
+    return Result(parse_id(args[0]), _wait_timeout(args[1]))
 
 
 def _parse_lease(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
@@ -807,25 +759,25 @@ def _parse_lease(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | 
         raise ClientError(INVALID_COMMAND_ARGS)
     _no_flags(flags)
     names = tuple(parse_name(a) for a in args[:-1])
-    return _new_lease(names, _wait_timeout(args[-1]))
+    return Lease(names, _wait_timeout(args[-1]))
 
 
 def _parse_complete(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 2)
     _no_flags(flags)
-    return _new_complete(parse_id(args[0]), _data(data))
+    return Complete(parse_id(args[0]), _data(data))
 
 
 def _parse_fail(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 2)
     _no_flags(flags)
-    return _new_fail(parse_id(args[0]), _data(data))
+    return Fail(parse_id(args[0]), _data(data))
 
 
 def _parse_delete(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 1)
     _no_flags(flags)
-    return _new_delete(parse_id(args[0]))
+    return Delete(parse_id(args[0]))
 
 
 def _offset(text: str) -> int:
@@ -871,7 +823,7 @@ def _inspect_scheduled_jobs(
 def _inspect_job(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
     _arity(args, 1)
     _no_flags(flags)
-    return _new_inspect_job(parse_id(args[0]))
+    return InspectJob(parse_id(args[0]))
 
 
 # -- the fast path: a whole hot command, in its plain form, already buffered -----------
@@ -917,7 +869,7 @@ def _fast_add(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
     if not 1 <= ttl_ms <= MAX_TTL_MS:
         return ProtocolError(CLIENT_ERROR, INVALID_TTL)
     job_id = _unhexlify(raw_id.replace(b"-", b""))
-    return _new_add(job_id, name.decode("ascii"), ttr_ms, ttl_ms, data, 0, 0, 0)
+    return Add(job_id, name.decode("ascii"), ttr_ms, ttl_ms, data, 0, 0, 0)
 
 
 def _fast_complete(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
@@ -925,7 +877,7 @@ def _fast_complete(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
     data = parser._take_block(m.end(), int(size_text))
     if data is None:
         return None
-    return _new_complete(_unhexlify(raw_id.replace(b"-", b"")), data)
+    return Complete(_unhexlify(raw_id.replace(b"-", b"")), data)
 
 
 def _fast_lease(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
@@ -934,7 +886,7 @@ def _fast_lease(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
     parser._pos = m.end()
     if wait_ms > MAX_WAIT_TIMEOUT_MS:
         return ProtocolError(CLIENT_ERROR, INVALID_WAIT_TIMEOUT)
-    return _new_lease(tuple(names[:-1].decode("ascii").split(" ")), wait_ms)
+    return Lease(tuple(names[:-1].decode("ascii").split(" ")), wait_ms)
 
 
 def _fast_fail(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
@@ -942,12 +894,12 @@ def _fast_fail(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
     data = parser._take_block(m.end(), int(size_text))
     if data is None:
         return None
-    return _new_fail(_unhexlify(raw_id.replace(b"-", b"")), data)
+    return Fail(_unhexlify(raw_id.replace(b"-", b"")), data)
 
 
 def _fast_delete(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
     parser._pos = m.end()
-    return _new_delete(_unhexlify(m.group(12).replace(b"-", b"")))
+    return Delete(_unhexlify(m.group(12).replace(b"-", b"")))
 
 
 def _fast_result(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
@@ -956,12 +908,12 @@ def _fast_result(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
     parser._pos = m.end()
     if wait_ms > MAX_WAIT_TIMEOUT_MS:
         return ProtocolError(CLIENT_ERROR, INVALID_WAIT_TIMEOUT)
-    return _new_result(_unhexlify(raw_id.replace(b"-", b"")), wait_ms)
+    return Result(_unhexlify(raw_id.replace(b"-", b"")), wait_ms)
 
 
 def _fast_inspect_job(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
     parser._pos = m.end()
-    return _new_inspect_job(_unhexlify(m.group(15).replace(b"-", b"")))
+    return InspectJob(_unhexlify(m.group(15).replace(b"-", b"")))
 
 
 #: match.lastindex -> builder (a tuple: indexing it is cheaper than a dict lookup)
@@ -1014,7 +966,12 @@ def register_command(
 ) -> None:
     """Add a command word to ``DEFAULT_REGISTRY`` (see ``CommandSpec``)."""
     DEFAULT_REGISTRY.register(
-        word, parse, data_args=data_args, data_error=data_error, reply=reply, replace=replace,
+        word,
+        parse,
+        data_args=data_args,
+        data_error=data_error,
+        reply=reply,
+        replace=replace,
         max_data_bytes=max_data_bytes,
     )
 
@@ -1052,8 +1009,7 @@ EXTENSION_COMMANDS = (
 MAX_EXTENSION_BODY_BYTES = 3 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Extension(Request):
+class Extension(Request, frozen=True):
     """One of jobq's extension commands: its word and its JSON body."""
 
     word: str
@@ -1074,8 +1030,6 @@ def _parse_extension(word: str) -> ParseFn:
     parse.jobq_extension = True  # type: ignore[attr-defined]  # the parser's fast path
     return parse
 
-
-_new_extension = _maker(Extension)
 
 #: an extension command's line: ``<word> <size>`` (the parser's fast path)
 _EXTENSION_LINE_MATCH = re.compile(rb"([a-z]{2,16}) ([0-9]{1,8})\r\n").match
@@ -1380,7 +1334,7 @@ class RequestParser:
             return None
         self._scanned = 0
         self._pos = stop + 2
-        return _new_extension(word, bytes(buf[line_end:stop]))
+        return Extension(word, bytes(buf[line_end:stop]))
 
     def _take_block(self, line_end: int, size: int) -> bytes | None:
         """For the fast path: the data block at ``line_end``, consumed with its line.
@@ -1561,8 +1515,7 @@ def _field_time(fields: Mapping[str, str | bytes], key: str) -> int:
         raise MalformedReplyError(f"record field {key!r} is not a time") from None
 
 
-@dataclass(frozen=True, slots=True)
-class ServerInfo:
+class ServerInfo(msgspec.Struct, frozen=True):
     """``inspect server``: clients connected now, jobs evicted by TTL, start time (Unix ns)."""
 
     active_clients: int
@@ -1589,8 +1542,7 @@ class ServerInfo:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
+class QueueInfo(msgspec.Struct, frozen=True):
     """One queue for ``inspect queue(s)``: jobs ready to lease, jobs waiting for their time."""
 
     name: str
@@ -1606,8 +1558,7 @@ class QueueInfo:
         return cls(record.name, _field_int(f, "ready-len"), _field_int(f, "scheduled-len"))
 
 
-@dataclass(frozen=True, slots=True)
-class JobInfo:
+class JobInfo(msgspec.Struct, frozen=True):
     """One job for ``inspect job(s)``; times are Unix ns, ``time_ns`` only for scheduled jobs.
 
     ``state``: 0 new, 1 completed, 2 failed, 3 pending, 4 leased.
@@ -1707,13 +1658,11 @@ class MalformedReplyError(ValueError):
     """The server's reply breaks the protocol; the connection cannot be trusted."""
 
 
-@dataclass(frozen=True, slots=True)
-class Ok:
+class Ok(msgspec.Struct, frozen=True):
     """``+OK``."""
 
 
-@dataclass(frozen=True, slots=True)
-class JobReply:
+class JobReply(msgspec.Struct, frozen=True):
     """A leased job."""
 
     id: bytes
@@ -1722,8 +1671,7 @@ class JobReply:
     payload: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class ResultReply:
+class ResultReply(msgspec.Struct, frozen=True):
     """A finished job's result (run, result)."""
 
     id: bytes
@@ -1738,22 +1686,19 @@ class Record(NamedTuple):
     fields: dict[str, str | bytes]
 
 
-@dataclass(frozen=True, slots=True)
-class RecordsReply:
+class RecordsReply(msgspec.Struct, frozen=True):
     """An inspect reply."""
 
     records: tuple[Record, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class DataReply:
+class DataReply(msgspec.Struct, frozen=True):
     """The body of an extension command's reply (JSON)."""
 
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Error:
+class Error(msgspec.Struct, frozen=True):
     """An error reply; ``kind``: ``CLIENT-ERROR``, ``SERVER-ERROR``, ``TIMEOUT``, ``NOT-FOUND``."""
 
     kind: str

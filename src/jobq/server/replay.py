@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 from jobq.cmdlog.log import CommandLog
 from jobq.engine.commands import CommandDecodeError, decode_add_as_job, decode_command
@@ -19,8 +20,7 @@ class ReplayError(Exception):
     """A record that decodes to no command; names the file and offset."""
 
 
-@dataclass(frozen=True)
-class ReplayStats:
+class ReplayStats(msgspec.Struct, frozen=True):
     records: int
     jobs: int
     seconds: float
