@@ -175,10 +175,11 @@ def group_commit(n: int) -> Case:
     return body
 
 
-def group_commit_tasks(n: int) -> Case:
+def group_commit_tasks(n: int, *, fsync_on_loop: bool = False) -> Case:
     """``GROUP_THREADS`` asyncio tasks on one event loop (uvloop, as the server runs), each
     awaiting ``AsyncAppender.append`` record after record: the concurrent appenders of an
-    asyncio program, which is how the server's connections append."""
+    asyncio program, which is how the server's connections append. ``fsync_on_loop``: the
+    appender's fsyncs run on the loop rather than in its thread."""
     import uvloop
 
     per_task = n // GROUP_THREADS
@@ -187,7 +188,7 @@ def group_commit_tasks(n: int) -> Case:
         log = CommandLog.open(directory, sync="always")
 
         async def run() -> None:
-            appender = AsyncAppender(log)
+            appender = AsyncAppender(log, fsync_on_loop=fsync_on_loop)
 
             async def task() -> None:
                 for _ in range(per_task):
@@ -245,6 +246,9 @@ def main() -> None:
     sync_batch_name = f"write() batches of {SYNC_BATCH_RECORDS} + wait_synced, sync=always"
     group_name = f"append, sync=always, {GROUP_THREADS} threads"
     tasks_name = f"AsyncAppender.append, sync=always, {GROUP_THREADS} asyncio tasks"
+    loop_tasks_name = (
+        f"AsyncAppender(fsync_on_loop=True).append, sync=always, {GROUP_THREADS} asyncio tasks"
+    )
     cases: dict[str, Case] = {
         raw_name: raw_buffered(n_fast),
         "append, sync=os": append("os", n_fast),
@@ -258,6 +262,7 @@ def main() -> None:
         "append, sync=always, 1 thread": append("always", n_fsync),
         group_name: group_commit(n_group),
         tasks_name: group_commit_tasks(n_group),
+        loop_tasks_name: group_commit_tasks(n_group, fsync_on_loop=True),
         sync_batch_name: write_batches(n_group, SYNC_BATCH_RECORDS, wait_synced=True),
     }
     if args.only:
@@ -295,6 +300,7 @@ def main() -> None:
         "append, sync=always, 1 thread": (raw_fsync, ""),
         group_name: (raw_fsync, ">= 20x fsync per record"),
         tasks_name: (raw_fsync, ">= 20x fsync per record"),
+        loop_tasks_name: (raw_fsync, ">= 20x fsync per record"),
         sync_batch_name: (raw_fsync, ""),
     }
     command = (

@@ -36,15 +36,16 @@ class DurableSize:
         self.size = os.fstat(fd).st_size
 
 
+@pytest.mark.parametrize("fsync_on_loop", [False, True])
 def test_each_append_returns_once_its_record_is_fsynced_and_waiters_share_fsyncs(
-    log_dir: Path,
+    log_dir: Path, fsync_on_loop: bool
 ) -> None:
     fsync = DurableSize()
     tasks_n, per_task = 64, 20
 
     async def main() -> list[bytes]:
         with CommandLog.open(log_dir, sync="always", fsync=fsync) as log:
-            appender = AsyncAppender(log)
+            appender = AsyncAppender(log, fsync_on_loop=fsync_on_loop)
             segment = log_dir / "000000001.log"
 
             async def task(t: int) -> None:
@@ -71,14 +72,15 @@ def test_each_append_returns_once_its_record_is_fsynced_and_waiters_share_fsyncs
         assert mine == sorted(mine)
 
 
+@pytest.mark.parametrize("fsync_on_loop", [False, True])
 def test_a_failed_fsync_is_raised_in_its_appenders_and_the_next_append_retries(
-    log_dir: Path,
+    log_dir: Path, fsync_on_loop: bool
 ) -> None:
     fsync = DurableSize()
 
     async def main() -> None:
         with CommandLog.open(log_dir, sync="always", fsync=fsync) as log:
-            appender = AsyncAppender(log)
+            appender = AsyncAppender(log, fsync_on_loop=fsync_on_loop)
             fsync.fail = OSError(5, "Input/output error")
             results = await asyncio.gather(
                 *(appender.append(b"doomed %d" % i) for i in range(5)), return_exceptions=True
@@ -123,10 +125,13 @@ def test_appends_made_during_a_fsync_share_the_next_one(log_dir: Path) -> None:
     assert read_all(log_dir) == [b"first"] + [b"later %d" % i for i in range(10)]
 
 
-def test_a_cancelled_appender_does_not_disturb_the_others(log_dir: Path) -> None:
+@pytest.mark.parametrize("fsync_on_loop", [False, True])
+def test_a_cancelled_appender_does_not_disturb_the_others(
+    log_dir: Path, fsync_on_loop: bool
+) -> None:
     async def main() -> None:
         with CommandLog.open(log_dir, sync="always") as log:
-            appender = AsyncAppender(log)
+            appender = AsyncAppender(log, fsync_on_loop=fsync_on_loop)
             doomed = asyncio.ensure_future(appender.append(b"cancelled"))
             kept = asyncio.ensure_future(appender.append(b"kept"))
             await asyncio.sleep(0)
@@ -137,3 +142,31 @@ def test_a_cancelled_appender_does_not_disturb_the_others(log_dir: Path) -> None
     asyncio.run(main())
     # the cancelled appender's record was already queued: it is written all the same
     assert read_all(log_dir) == [b"cancelled", b"kept"]
+
+
+def test_fsync_on_loop_runs_each_fsync_on_the_loop_thread_and_starts_no_thread(
+    log_dir: Path,
+) -> None:
+    fsync = DurableSize()
+    fsync_threads: list[int] = []
+
+    def recording_fsync(fd: int) -> None:
+        fsync_threads.append(threading.get_ident())
+        fsync(fd)
+
+    async def main() -> None:
+        with CommandLog.open(log_dir, sync="always", fsync=recording_fsync) as log:
+            threads_before = set(threading.enumerate())
+            appender = AsyncAppender(log, fsync_on_loop=True)
+            await asyncio.gather(*(appender.append(b"r %d" % i) for i in range(10)))
+            # the ten waited together: one write, one fsync, and it covered all of them
+            assert appender.sync_count == 1
+            assert all(
+                b"r %d" % i in (log_dir / "000000001.log").read_bytes()[: fsync.size]
+                for i in range(10)
+            )
+            assert set(threading.enumerate()) <= threads_before
+            await appender.close()
+
+    asyncio.run(main())
+    assert fsync_threads and set(fsync_threads) == {threading.get_ident()}
