@@ -228,6 +228,31 @@ def read_rate(n: int) -> tuple[str, Callable[[], float], Callable[[], float]]:
     return directory, lambda: measure(False), lambda: measure(True)
 
 
+RAW_NAME = "raw buffered f.write per record"
+FSYNC_NAME = "raw write+fsync per record"
+batch_names = [f"write() batches of {size}, sync=os" for size in BATCH_SIZES]
+sync_batch_name = f"write() batches of {SYNC_BATCH_RECORDS} + wait_synced, sync=always"
+group_name = f"append, sync=always, {GROUP_THREADS} threads"
+tasks_name = f"AsyncAppender.append, sync=always, {GROUP_THREADS} asyncio tasks"
+loop_tasks_name = (
+    f"AsyncAppender(fsync_on_loop=True).append, sync=always, {GROUP_THREADS} asyncio tasks"
+)
+
+
+#: case -> (the peer it is measured against, target)
+RATIOS: dict[str, tuple[str, str]] = {
+    "append, sync=os": (RAW_NAME, ">= 0.5x raw buffered"),
+    "append, sync=os, unbuffered (buffer_bytes=0)": (RAW_NAME, "(one write syscall per append)"),
+    **{name: (RAW_NAME, ">= 0.5x raw buffered") for name in batch_names},
+    "append, sync=interval": (RAW_NAME, ""),
+    "append, sync=always, 1 thread": (FSYNC_NAME, ""),
+    group_name: (FSYNC_NAME, ">= 20x fsync per record"),
+    tasks_name: (FSYNC_NAME, ">= 20x fsync per record"),
+    loop_tasks_name: (FSYNC_NAME, ">= 20x fsync per record"),
+    sync_batch_name: (FSYNC_NAME, ""),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
@@ -240,15 +265,7 @@ def main() -> None:
     n_group = 12_800 // scale
     n_read = 1_000_000 // scale
 
-    raw_name = "raw buffered f.write per record"
-    fsync_name = "raw write+fsync per record"
-    batch_names = [f"write() batches of {size}, sync=os" for size in BATCH_SIZES]
-    sync_batch_name = f"write() batches of {SYNC_BATCH_RECORDS} + wait_synced, sync=always"
-    group_name = f"append, sync=always, {GROUP_THREADS} threads"
-    tasks_name = f"AsyncAppender.append, sync=always, {GROUP_THREADS} asyncio tasks"
-    loop_tasks_name = (
-        f"AsyncAppender(fsync_on_loop=True).append, sync=always, {GROUP_THREADS} asyncio tasks"
-    )
+    raw_name, fsync_name = RAW_NAME, FSYNC_NAME
     cases: dict[str, Case] = {
         raw_name: raw_buffered(n_fast),
         "append, sync=os": append("os", n_fast),
@@ -278,11 +295,25 @@ def main() -> None:
     if reading:
         rates[records_name] = []
         rates[payloads_name] = []
+    # each case with a peer is measured right after its own measurement of the peer: the
+    # ratio is the median of those pairs, so that the VM's drift between one case and the
+    # next (often larger than the effects measured) does not enter it
+    peer_of = {name: peer for name, (peer, _) in RATIOS.items()}
+    paired = {peer for name, peer in peer_of.items() if name in cases}
+    pair_ratios: dict[str, list[float]] = {name: [] for name in cases if name in peer_of}
     read_dir, read_records, read_payloads = read_rate(n_read if reading else 1000)
     try:
         for _ in range(args.runs):
             for name, body in cases.items():
-                rates[name].append(_timed(body))
+                peer = peer_of.get(name)
+                if peer is not None:
+                    peer_rate = _timed(cases[peer])
+                    rates[peer].append(peer_rate)
+                    rate = _timed(body)
+                    rates[name].append(rate)
+                    pair_ratios[name].append(rate / peer_rate)
+                elif name not in paired:
+                    rates[name].append(_timed(body))
             if reading:
                 rates[records_name].append(read_records())
                 rates[payloads_name].append(read_payloads())
@@ -290,19 +321,7 @@ def main() -> None:
         shutil.rmtree(read_dir, ignore_errors=True)
 
     median = {name: statistics.median(values) for name, values in rates.items()}
-    raw = median[raw_name]
-    raw_fsync = median[fsync_name]
-    ratios = {
-        "append, sync=os": (raw, ">= 0.5x raw buffered"),
-        "append, sync=os, unbuffered (buffer_bytes=0)": (raw, "(one write syscall per append)"),
-        **{name: (raw, ">= 0.5x raw buffered") for name in batch_names},
-        "append, sync=interval": (raw, ""),
-        "append, sync=always, 1 thread": (raw_fsync, ""),
-        group_name: (raw_fsync, ">= 20x fsync per record"),
-        tasks_name: (raw_fsync, ">= 20x fsync per record"),
-        loop_tasks_name: (raw_fsync, ">= 20x fsync per record"),
-        sync_batch_name: (raw_fsync, ""),
-    }
+    ratios = RATIOS
     command = (
         f"python -m bench.bench_cmdlog --runs {args.runs}"
         + (" --quick" if args.quick else "")
@@ -322,8 +341,8 @@ def main() -> None:
         ratio = ""
         target = ""
         if name in ratios:
-            base, target = ratios[name]
-            ratio = f"{value / base:.2f}x"
+            target = ratios[name][1]
+            ratio = f"{statistics.median(pair_ratios[name]):.2f}x"
         if name == records_name:
             target = ">= 500,000 records/s"
         if name == payloads_name:
@@ -333,7 +352,9 @@ def main() -> None:
     lines.append(
         "Ratios: sync=os and interval against raw buffered writes of the same record bytes "
         "(encoded beforehand; jobq encodes inside the timed region); sync=always against one "
-        "write+fsync per record, measured in the same run. Timed regions exclude opening a "
+        "write+fsync per record. Each ratio is the median over the runs of the case against "
+        "the peer measured right before it (the peer's row: the median of all those "
+        "measurements). Timed regions exclude opening a "
         "log and closing it (its final fsync); the raw cases have neither. The append cases "
         "end their timed region with flush() (every record in the OS), as the raw case ends "
         "with f.flush(). "
