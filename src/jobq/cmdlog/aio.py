@@ -18,7 +18,7 @@ fsync is raised in every appender whose record it carried; a later append tries 
 ``AsyncAppender(log, fsync_on_loop=True)`` runs each fsync on the loop itself instead: the
 loop stops for the fsync's duration, and the two thread hand-offs per group (to the fsync
 thread and back, 50-175 us each on a VM) are gone. For a program whose loop does little but
-append (an ingest process) that is the faster choice (about 40% more records a second with
+append (an ingest process) that is the faster choice (25-40% more records a second with
 64 tasks here); for one that must keep answering other work during fsyncs (a server), keep
 the thread.
 """

@@ -130,8 +130,7 @@ def parse_header(data: bytes, path: str) -> int:
 
 def encode_record(payload: bytes, time_ns: int) -> bytes:
     """One record: TIME, SIZE, PAYLOAD, CRC."""
-    head = encode_time(time_ns) + encode_uvarint(len(payload))
-    return b"".join((head, payload, _CRC.pack(crc32c_extend(crc32c_value(head), payload))))
+    return _encode_few((payload,), time_ns)
 
 
 def _crc_block(crcs: Iterable[int]) -> bytes:

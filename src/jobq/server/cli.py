@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -155,48 +156,10 @@ __all__ = ["run_event_loop", "server_command"]
     default=None,
     help="PEM private key for --tls-cert.",
 )
-def server_command(
-    listen: str,
-    data_dir: Path | None,
-    cmdlog_path: Path | None,
-    cmdlog_sync: str,
-    cmdlog_sync_int: int,
-    cmdlog_seg_size: str,
-    cmdlog_clean_int: int,
-    in_memory: bool,
-    retention: str,
-    max_connections: int,
-    scheduler: bool,
-    scheduler_pace: str,
-    scheduler_initial_delay: str,
-    scheduler_max_per_pass: int,
-    http_address: str | None,
-    auth_token: str | None,
-    tls_cert: str | None,
-    tls_key: str | None,
-) -> None:
+def server_command(**options: Any) -> None:
     """Run the job server (a drop-in for workq-server)."""
     try:
-        config = build_config(
-            listen=listen,
-            data_dir=data_dir,
-            cmdlog_path=cmdlog_path,
-            cmdlog_sync=cmdlog_sync,
-            cmdlog_sync_int=cmdlog_sync_int,
-            cmdlog_seg_size=cmdlog_seg_size,
-            cmdlog_clean_int=cmdlog_clean_int,
-            in_memory=in_memory,
-            retention=retention,
-            max_connections=max_connections,
-            scheduler=scheduler,
-            scheduler_pace=scheduler_pace,
-            scheduler_initial_delay=scheduler_initial_delay,
-            scheduler_max_per_pass=scheduler_max_per_pass,
-            http_address=http_address,
-            auth_token=auth_token,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-        )
+        config = build_config(**options)  # the options are named as its parameters
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     sys.exit(run_server(config))
