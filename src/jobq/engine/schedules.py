@@ -17,7 +17,6 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
@@ -138,6 +137,9 @@ def _iso(ns: int) -> str:
 def _zone(name: str) -> dt.tzinfo:
     if not name or name == "UTC":
         return _UTC
+    # imported on first use: a server without zoned schedules never needs it (start-up)
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
