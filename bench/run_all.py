@@ -63,7 +63,7 @@ BENCHMARKS = [
     Bench("Command log: append and read", 2, "bench.bench_cmdlog", ["--runs", "5"],
           ["--runs", "1", "--quick"], "cmdlog.md"),
     Bench("End to end: add, lease, complete against beanstalkd", 3, "bench.bench_e2e",
-          ["--rounds", "5", "--jobs", "50000"],
+          ["--rounds", "9", "--jobs", "50000"],
           ["--rounds", "1", "--jobs", "3000", "--duration", "3", "--no-gen-check"], "e2e.md",
           labels={"A": "end to end, 4+4 connections, `interval` vs beanstalkd `-f 1000`",
                   "B": "end to end, 16+16 connections, `always` vs beanstalkd `-f 0`"}),
