@@ -224,8 +224,13 @@ class Job(msgspec.Struct, array_like=True, eq=False):
         )
 
     def __lt__(self, other: Job | JobBound) -> bool:
-        """Creation order, then id: the job list's order (and any tie in a heap)."""
-        return (self.created_ns, self.id) < (other.created_ns, other.id)
+        """Creation order, then id: the job list's order (and any tie in a heap). Every
+        insert into the job list calls this a few times: no tuples built per call."""
+        created_ns = self.created_ns
+        other_created_ns = other.created_ns
+        if created_ns != other_created_ns:
+            return created_ns < other_created_ns
+        return self.id < other.id
 
 
 
