@@ -230,11 +230,11 @@ def read_rate(n: int) -> tuple[str, Callable[[], float], Callable[[], float]]:
 
 RAW_NAME = "raw buffered f.write per record"
 FSYNC_NAME = "raw write+fsync per record"
-batch_names = [f"write() batches of {size}, sync=os" for size in BATCH_SIZES]
-sync_batch_name = f"write() batches of {SYNC_BATCH_RECORDS} + wait_synced, sync=always"
-group_name = f"append, sync=always, {GROUP_THREADS} threads"
-tasks_name = f"AsyncAppender.append, sync=always, {GROUP_THREADS} asyncio tasks"
-loop_tasks_name = (
+BATCH_NAMES = [f"write() batches of {size}, sync=os" for size in BATCH_SIZES]
+SYNC_BATCH_NAME = f"write() batches of {SYNC_BATCH_RECORDS} + wait_synced, sync=always"
+GROUP_NAME = f"append, sync=always, {GROUP_THREADS} threads"
+TASKS_NAME = f"AsyncAppender.append, sync=always, {GROUP_THREADS} asyncio tasks"
+LOOP_TASKS_NAME = (
     f"AsyncAppender(fsync_on_loop=True).append, sync=always, {GROUP_THREADS} asyncio tasks"
 )
 
@@ -243,13 +243,13 @@ loop_tasks_name = (
 RATIOS: dict[str, tuple[str, str]] = {
     "append, sync=os": (RAW_NAME, ">= 0.5x raw buffered"),
     "append, sync=os, unbuffered (buffer_bytes=0)": (RAW_NAME, "(one write syscall per append)"),
-    **{name: (RAW_NAME, ">= 0.5x raw buffered") for name in batch_names},
+    **{name: (RAW_NAME, ">= 0.5x raw buffered") for name in BATCH_NAMES},
     "append, sync=interval": (RAW_NAME, ""),
     "append, sync=always, 1 thread": (FSYNC_NAME, ""),
-    group_name: (FSYNC_NAME, ">= 20x fsync per record"),
-    tasks_name: (FSYNC_NAME, ">= 20x fsync per record"),
-    loop_tasks_name: (FSYNC_NAME, ">= 20x fsync per record"),
-    sync_batch_name: (FSYNC_NAME, ""),
+    GROUP_NAME: (FSYNC_NAME, ">= 20x fsync per record"),
+    TASKS_NAME: (FSYNC_NAME, ">= 20x fsync per record"),
+    LOOP_TASKS_NAME: (FSYNC_NAME, ">= 20x fsync per record"),
+    SYNC_BATCH_NAME: (FSYNC_NAME, ""),
 }
 
 
@@ -265,28 +265,27 @@ def main() -> None:
     n_group = 12_800 // scale
     n_read = 1_000_000 // scale
 
-    raw_name, fsync_name = RAW_NAME, FSYNC_NAME
     cases: dict[str, Case] = {
-        raw_name: raw_buffered(n_fast),
+        RAW_NAME: raw_buffered(n_fast),
         "append, sync=os": append("os", n_fast),
         "append, sync=os, unbuffered (buffer_bytes=0)": append("os", n_fast, buffer_bytes=0),
         **{
             name: write_batches(n_fast, size)
-            for name, size in zip(batch_names, BATCH_SIZES, strict=True)
+            for name, size in zip(BATCH_NAMES, BATCH_SIZES, strict=True)
         },
         "append, sync=interval": append("interval", n_fast),
-        fsync_name: raw_fsync_each(n_fsync),
+        FSYNC_NAME: raw_fsync_each(n_fsync),
         "append, sync=always, 1 thread": append("always", n_fsync),
-        group_name: group_commit(n_group),
-        tasks_name: group_commit_tasks(n_group),
-        loop_tasks_name: group_commit_tasks(n_group, fsync_on_loop=True),
-        sync_batch_name: write_batches(n_group, SYNC_BATCH_RECORDS, wait_synced=True),
+        GROUP_NAME: group_commit(n_group),
+        TASKS_NAME: group_commit_tasks(n_group),
+        LOOP_TASKS_NAME: group_commit_tasks(n_group, fsync_on_loop=True),
+        SYNC_BATCH_NAME: write_batches(n_group, SYNC_BATCH_RECORDS, wait_synced=True),
     }
     if args.only:
         cases = {
             name: body
             for name, body in cases.items()
-            if args.only in name or name in (raw_name, fsync_name)
+            if args.only in name or name in (RAW_NAME, FSYNC_NAME)
         }
     records_name = f"read+CRC check {n_read:,} records, records()"
     payloads_name = f"read+CRC check {n_read:,} records, payloads()"

@@ -129,22 +129,18 @@ def _choice(text: str) -> str | None:
     return text if text in SYNC_POLICIES else None
 
 
-def _text(text: str) -> str | None:
-    return text
-
-
 #: option name (without dashes) -> (build_config's parameter, converter: None if not plainly
 #: valid), for the options the fast path reads
 _VALUE_OPTIONS: dict[str, tuple[str, Callable[[str], object | None]]] = {
-    "listen": ("listen", _text),
+    "listen": ("listen", str),
     "data-dir": ("data_dir", _path),
     "cmdlog-path": ("cmdlog_path", _path),
     "cmdlog-sync": ("cmdlog_sync", _choice),
     "cmdlog-sync-int": ("cmdlog_sync_int", _count_from(1)),
     "cmdlog-sync-interval": ("cmdlog_sync_int", _count_from(1)),
-    "cmdlog-seg-size": ("cmdlog_seg_size", _text),
+    "cmdlog-seg-size": ("cmdlog_seg_size", str),
     "cmdlog-clean-int": ("cmdlog_clean_int", _count_from(0)),
-    "retention": ("retention", _text),
+    "retention": ("retention", str),
     "max-connections": ("max_connections", _count_from(1)),
 }
 #: the options click also accepts with one dash (workq-server's form)
