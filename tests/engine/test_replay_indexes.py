@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobq.engine.job import Status
+from jobq.engine.job import Job, Status
 from jobq.engine.machine import Engine
 
 from .helpers import MS, T0, Clock, add, jid
@@ -116,3 +116,65 @@ def test_retention_and_queues_after_bulk_build() -> None:
         engine.tick(clock.now_ns)
         assert jid(1) not in engine.jobs
         assert jid(2) in engine.jobs
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 5),  # creation time offset, ms (equal ones: not in creation order)
+            st.sampled_from(["a", "b"]),
+            st.integers(0, 2),  # priority
+            st.integers(0, 3000),  # TTL, ms (0: none)
+            st.booleans(),  # scheduled for later
+        ),
+        max_size=30,
+    ),
+    st.sampled_from(["creation", "as made", "reversed"]),
+    st.integers(0, 2000),
+)
+def test_adopted_jobs_lease_and_expire_in_order(rows, order, later_ms) -> None:
+    # a snapshot's jobs: in creation order (a restart's usual case, whose ready lists are
+    # heaps as they come) or not, one priority or several
+    jobs = [
+        Job.new(
+            id=jid(n),
+            name=name,
+            payload=b"",
+            priority=priority,
+            ttr_ms=60_000,
+            ttl_ms=ttl_ms,
+            max_attempts=0,
+            max_fails=0,
+            time_ns=T0 + 10_000 * MS if scheduled else None,
+            created_ns=T0 + offset_ms * MS,
+        )
+        for n, (offset_ms, name, priority, ttl_ms, scheduled) in enumerate(rows)
+    ]
+    if order == "creation":
+        jobs.sort(key=lambda job: (job.created_ns, job.id))
+    elif order == "reversed":
+        jobs.reverse()
+    now_ns = T0 + later_ms * MS
+    engine = Engine(started_ns=now_ns)
+    engine.adopt_jobs(list(jobs), now_ns)
+    _check_structures(engine)
+    alive = [job for job in jobs if not job.ttl_ms or job.expires_ns > now_ns]  # type: ignore[operator]
+    assert list(engine.jobs.values()) == alive
+    assert len({id(job.name) for job in engine.jobs.values() if job.name == "a"}) <= 1
+    for name in ("a", "b"):
+        ready = [job for job in alive if job.name == name and not job.waiting_for_time]
+        expected = [
+            job.id for job in sorted(ready, key=lambda j: (-j.priority, j.created_ns, j.id))
+        ]
+        leased = []
+        while (
+            job := engine.lease([name], wait_timeout_ms=0, token=None, now_ns=now_ns)
+        ) is not None:
+            leased.append(job.id)
+        assert leased == expected
+    # the earliest deadline is the earliest TTL, TTR or scheduled time of a kept job
+    deadlines = [job.expires_ns for job in alive if job.ttl_ms]
+    deadlines += [job.lease_expires_ns for job in alive if job.status is Status.RUNNING]
+    deadlines += [job.time_ns for job in alive if job.waiting_for_time]
+    assert engine.next_deadline_ns() == (min(deadlines) if deadlines else None)  # type: ignore[type-var]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from jobq.cmdlog.log import CommandLog
 from jobq.engine.commands import encode_command
 from jobq.engine.machine import Engine
+from jobq.server import snapshot as snapshot_module
 from jobq.server.replay import replay, restore
 from jobq.server.snapshot import SNAPSHOT_NAME, load_snapshot, write_snapshot
 from tests.engine.helpers import MS, T0
@@ -109,13 +110,35 @@ def test_restore_replays_when_the_snapshot_is_corrupt_or_foreign(tmp_path: Path)
     directory, live = _engine_with_jobs(tmp_path)
     path = Path(directory) / SNAPSHOT_NAME
     for damage in (lambda b: b[:-3], lambda b: b[:20] + bytes([b[20] ^ 1]) + b[21:],
-                   lambda b: b"NOTSNAPS" + b[8:], lambda b: b""):
+                   lambda b: b"NOTSNAPS" + b[8:], lambda b: b"", lambda b: b[:10]):
         write_snapshot(directory, live)
         path.write_bytes(damage(path.read_bytes()))
         engine, records = _restored(directory)
         assert records == 4
         assert snapshot(engine) == snapshot(live)
         assert not path.exists()
+
+
+def test_the_checksum_covers_every_chunk_of_a_large_body(tmp_path: Path, monkeypatch) -> None:
+    # the mapped body is checksummed a chunk at a time: a flipped byte in any chunk, the last
+    # (short) one too, is found
+    monkeypatch.setattr(snapshot_module, "_CRC_CHUNK_BYTES", 7)
+    directory, live = _engine_with_jobs(tmp_path)
+    path = Path(directory) / SNAPSHOT_NAME
+    write_snapshot(directory, live)
+    size = path.stat().st_size
+    assert size > 10 * 7
+    engine, records = _restored(directory)
+    assert records == 0  # whole: used
+    assert snapshot(engine) == snapshot(live)
+    for position in (12, 12 + 7 * 3 + 4, size - 1):
+        write_snapshot(directory, live)
+        data = bytearray(path.read_bytes())
+        data[position] ^= 0x40
+        path.write_bytes(bytes(data))
+        engine, records = _restored(directory)
+        assert records == 4  # not used: the log replayed
+        assert snapshot(engine) == snapshot(live)
 
 
 def test_no_snapshot_for_an_engine_with_schedules(tmp_path: Path) -> None:

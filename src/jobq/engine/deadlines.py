@@ -15,6 +15,7 @@ import enum
 import heapq
 from collections.abc import Callable, Iterator
 
+from jobq.engine.heaps import heapify
 from jobq.engine.job import Job
 from jobq.engine.schedules import Schedule
 from jobq.engine.waiters import Waiter
@@ -81,7 +82,7 @@ class Deadlines:
 
     def end_bulk(self) -> None:
         self.bulk = False
-        heapq.heapify(self._heap)
+        heapify(self._heap)
 
     def note_removed(self) -> bool:
         """Count a removed subject (its entries may be dead); return whether enough died

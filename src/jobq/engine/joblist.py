@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Iterable, Iterator
-from itertools import islice
 
 import msgspec
 from sortedcontainers import SortedList
@@ -57,23 +56,16 @@ class StatusIndex:
     def add(self, job: Job) -> None:
         self._lists[job.status].add(job)
 
-    def rebuild(self, jobs: Iterable[Job]) -> None:
-        """Replace the contents with ``jobs``, each under its status: one sort on a C-level
-        key instead of a sorted insert (and Python-level comparisons) per job; none when
-        ``jobs`` come in creation order already, as replay and a snapshot give them (strictly
-        growing creation times, checked with C loops over the times alone)."""
-        ordered = list(jobs)
-        created = list(map(_CREATED_NS, ordered))
-        if not all(map(operator.lt, created, islice(created, 1, None))):
-            ordered.sort(key=_CREATION_ORDER)
-        del created
-        # one filtering pass per status (hashing an Enum member is a Python-level call), and
-        # none once every job is placed: a restart's jobs are mostly of one status
+    def rebuild(self, jobs: dict[Status, list[Job]], *, in_creation_order: bool) -> None:
+        """Replace the contents with ``jobs`` (each status's jobs), which are in creation
+        order if ``in_creation_order`` (as replay and a snapshot give them), else sorted
+        here: one sort on a C-level key instead of a sorted insert (and Python-level
+        comparisons) per job."""
         lists: dict[Status, SortedList] = {}
-        left = len(ordered)
         for status in Status:
-            of_status = [job for job in ordered if job.status is status] if left else []
-            left -= len(of_status)
+            of_status = jobs.get(status, [])
+            if not in_creation_order:
+                of_status.sort(key=_CREATION_ORDER)
             lists[status] = _presorted(of_status)
         self._lists = lists
 
@@ -107,7 +99,6 @@ class StatusIndex:
 
 #: a job's place in creation order, as ``Job.__lt__`` compares, built in C
 _CREATION_ORDER = operator.attrgetter("created_ns", "id")
-_CREATED_NS = operator.attrgetter("created_ns")
 
 
 def _presorted(values: list[Job]) -> SortedList:

@@ -18,6 +18,7 @@ MessagePack array, :class:`Snapshot`).
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 
 import google_crc32c
@@ -100,18 +101,21 @@ def load_snapshot(log_dir: str, engine: Engine, now_ns: int) -> int | None:
     path = os.path.join(log_dir, SNAPSHOT_NAME)
     try:
         with open(path, "rb") as f:
-            # the header apart, so that the body is read into its own object (not copied
-            # out of the whole file's bytes: a second copy of a large file at peak)
-            header = f.read(len(MAGIC) + 4)
-            body = f.read()
+            # mapped, not read: decoding reads the page cache's pages in place (reading the
+            # file copied 68 MB for 500,000 jobs into fresh memory first: ~0.08 s of page
+            # faults, and that much more memory at peak)
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: an empty file cannot be mapped
         logger.warning("%s: cannot read the snapshot (%s), replaying the log", path, exc)
+        _remove(path)
         return None
     _remove(path)
-    checked = _check(header, body, log_dir)
-    del body  # the file's bytes are not needed past decoding (RSS)
+    try:
+        checked = _check(mapped, log_dir)
+    finally:
+        mapped.close()
     if isinstance(checked, str):
         logger.info("%s: not used (%s), replaying the log", path, checked)
         return None
@@ -121,15 +125,17 @@ def load_snapshot(log_dir: str, engine: Engine, now_ns: int) -> int | None:
     return len(jobs)
 
 
-def _check(header: bytes, body: bytes, log_dir: str) -> _LoadedSnapshot | str:
-    """The snapshot in the file (``header``: magic and CRC; ``body``) if it is whole and
-    matches ``log_dir``, else why not."""
-    if header[: len(MAGIC)] != MAGIC:
+def _check(mapped: mmap.mmap, log_dir: str) -> _LoadedSnapshot | str:
+    """The snapshot in the file (``mapped``: magic, CRC, body) if it is whole and matches
+    ``log_dir``, else why not."""
+    header_bytes = len(MAGIC) + 4
+    if len(mapped) < header_bytes or mapped[: len(MAGIC)] != MAGIC:
         return "not a snapshot file"
-    if google_crc32c.value(body).to_bytes(4, "big") != header[len(MAGIC) :]:
+    if _body_crc32c(mapped, header_bytes).to_bytes(4, "big") != mapped[len(MAGIC) : header_bytes]:
         return "CRC32C mismatch"
     try:
-        snapshot = _decoder.decode(body)
+        with memoryview(mapped) as whole, whole[header_bytes:] as body:
+            snapshot = _decoder.decode(body)
     except msgspec.DecodeError as exc:
         return f"cannot decode: {exc}"
     if snapshot.version != VERSION:
@@ -137,6 +143,18 @@ def _check(header: bytes, body: bytes, log_dir: str) -> _LoadedSnapshot | str:
     if snapshot.segments != stamp_log(log_dir):
         return "the log changed since it was written"
     return snapshot
+
+
+#: bytes checksummed per call: google_crc32c takes bytes only, so the mapped body is copied
+#: a chunk at a time (into memory each next chunk reuses)
+_CRC_CHUNK_BYTES = 1 << 20
+
+
+def _body_crc32c(mapped: mmap.mmap, start: int) -> int:
+    crc = 0
+    for position in range(start, len(mapped), _CRC_CHUNK_BYTES):
+        crc = google_crc32c.extend(crc, mapped[position : position + _CRC_CHUNK_BYTES])
+    return crc
 
 
 def _remove(path: str) -> None:
