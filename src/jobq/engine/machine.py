@@ -851,18 +851,20 @@ class Engine:
         # order, every ready list is in lease order already (a heap)
         ready_priorities: set[int] = set()
         priorities = ready_priorities.add
+        ns_per_ms = _NS_PER_MS
         for job in jobs:
             created_ns = job.created_ns
             time_ns = job.time_ns
             ttl_ms = job.ttl_ms
             if ttl_ms:
-                expires_ns = (created_ns if time_ns is None else time_ns) + ttl_ms * _NS_PER_MS
+                expires_ns = (created_ns if time_ns is None else time_ns) + ttl_ms * ns_per_ms
+            name = job.name
+            job_id = job.id
             if adopted is not None:
                 if ttl_ms and expires_ns <= now_ns:
                     continue
-                name = job.name
-                job.name = same_name(name, name)
-                kept[job.id] = job
+                job.name = name = same_name(name, name)
+                kept[job_id] = job
             elif job.run:
                 continue
             if created_ns <= last_created_ns:
@@ -872,20 +874,19 @@ class Engine:
             # only jobs waiting or running have a queue (as live operation makes them)
             if status is pending:
                 pending_jobs(job)
-                own = queues.get(job.name) or queue_of(job.name)
+                own = queues.get(name) or queue_of(name)
                 if job.waiting_for_time:
-                    own.scheduled[job.id] = job
+                    own.scheduled[job_id] = job
                     deadline((time_ns, ready_kind, job))  # type: ignore[arg-type]
                 else:
                     priority = job.priority
                     priorities(priority)
-                    entry = (-priority, created_ns, job.id, job)
-                    job.queued = entry
+                    job.queued = entry = (-priority, created_ns, job_id, job)
                     own.ready.append(entry)
             elif status is running:
                 running_jobs(job)
-                own = queues.get(job.name) or queue_of(job.name)
-                own.running[job.id] = job
+                own = queues.get(name) or queue_of(name)
+                own.running[job_id] = job
                 deadline((job.lease_expires_ns, ttr, job))  # type: ignore[arg-type]
             else:
                 # hashing an Enum member is a Python-level call: only for the rarer statuses
@@ -896,7 +897,7 @@ class Engine:
                 deadline((job.finished_ns + retention_ns, retention, job))
             meta = job.meta
             if meta is not None and meta.created_by is not None:
-                by_created_by.setdefault(meta.created_by, set()).add(job.id)
+                by_created_by.setdefault(meta.created_by, set()).add(job_id)
         in_lease_order = in_order and len(ready_priorities) <= 1
         for queue in queues.values():
             queue.ready_len = len(queue.ready)
