@@ -67,7 +67,7 @@ BENCHMARKS = [
           ["--rounds", "1", "--jobs", "3000", "--duration", "3", "--no-gen-check"], "e2e.md",
           labels={"A": "end to end, 4+4 connections, `interval` vs beanstalkd `-f 1000`",
                   "B": "end to end, 16+16 connections, `always` vs beanstalkd `-f 0`"}),
-    Bench("Server start-up, restart and memory", 3, "bench.bench_server", ["--rounds", "3"],
+    Bench("Server start-up, restart and memory", 3, "bench.bench_server", ["--rounds", "5"],
           ["--rounds", "1", "--pending", "20000", "--memory-jobs", "50000",
            "--tiny-records", "500"], "server.md"),
     Bench("Long-running jobs: heartbeats and the job list", 4, "bench.bench_worker",
