@@ -7,12 +7,21 @@ describes the subject's state, and ignores it otherwise. Entries that can never 
 payload and result until their deadline (a TTL of days), so the engine counts removed jobs
 (:meth:`note_removed`) and calls :meth:`compact` once they reach half the heap: O(n) work after
 at least n/2 removals, so O(1) a removal.
+
+TTL deadlines come in runs. Jobs added with one TTL (and no scheduled time) expire in the
+order they were created, so each TTL has a run: the jobs in deadline order, of which only the
+first has an entry in the heap; when that entry is popped, the next job's entry takes its
+place. A job appended to a run costs one slot in a deque instead of a heap entry (a tuple and
+an int, ~130 bytes with the system allocator) and a push that compares nothing; a job that
+would not come last in its run (a clock that stepped back) gets a heap entry as before. The
+order entries come out in is the heap's, ``(deadline_ns, kind, subject)``, either way.
 """
 
 from __future__ import annotations
 
 import enum
 import heapq
+from collections import deque
 from collections.abc import Callable, Iterator
 
 from jobq.engine.heaps import heapify
@@ -42,26 +51,45 @@ Subject = Job | Waiter | Schedule
 Entry = tuple[int, DeadlineKind, Subject]
 
 
-class Deadlines:
-    """A min-heap of deadlines with lazy invalidation."""
+class _Run:
+    """TTL deadlines of jobs with one TTL, in deadline order: ``head``, the first job's entry
+    (in the heap), then ``jobs``; ``last_ns`` and ``last`` are the last job's deadline and
+    the job itself (where the next one must come)."""
 
-    __slots__ = ("_heap", "bulk", "min_removed", "removed")
+    __slots__ = ("head", "jobs", "last", "last_ns")
+
+    def __init__(self, head: Entry, job: Job) -> None:
+        self.head = head
+        self.jobs: deque[Job] = deque()
+        self.last_ns: int = head[0]
+        self.last = job
+
+
+class Deadlines:
+    """A min-heap of deadlines with lazy invalidation, and the TTL runs (module docstring)
+    whose heads it holds."""
+
+    __slots__ = ("_heap", "_run_jobs", "_runs", "bulk", "min_removed", "removed")
 
     #: removals below which no compaction is worth its pass over the heap
     MIN_COMPACT_REMOVALS = 4096
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
+        #: TTL runs by TTL (ms), and how many jobs they hold beyond their heads
+        self._runs: dict[int, _Run] = {}
+        self._run_jobs = 0
         #: subjects removed since the last compaction (:meth:`note_removed`)
         self.removed = 0
-        #: :meth:`needs_compaction` needs at least this many removals
+        #: :meth:`note_removed` asks for a compaction only after this many removals
         self.min_removed = self.MIN_COMPACT_REMOVALS
         #: while set (during replay), entries are appended unordered; :meth:`end_bulk` orders
         #: them once, which costs O(n) instead of O(n log n)
         self.bulk = False
 
     def __len__(self) -> int:
-        return len(self._heap)
+        """Deadlines held: heap entries and jobs waiting in TTL runs."""
+        return len(self._heap) + self._run_jobs
 
     def push(self, deadline_ns: int, kind: DeadlineKind, subject: Subject) -> None:
         # no sequence number: ties between subjects order by identity (Job/Waiter.__lt__),
@@ -72,13 +100,51 @@ class Deadlines:
         else:
             heapq.heappush(self._heap, entry)
 
-    def replace_jobs(self, entries: list[Entry]) -> None:
-        """Put ``entries`` in place of every job deadline (replay rebuilds them from the jobs'
-        final states); other deadlines stay. Only while :attr:`bulk` is set: the heap is
-        ordered by :meth:`end_bulk`."""
+    def push_ttl(self, deadline_ns: int, job: Job) -> None:
+        """A job's TTL deadline (``job.expires_ns``, fixed for the job's life): at the end of
+        its TTL's run if it comes last there, else in the heap."""
+        if job.time_ns is not None or self.bulk:
+            self.push(deadline_ns, DeadlineKind.TTL, job)
+            return
+        run = self._runs.get(job.ttl_ms)
+        if run is None:
+            entry = (deadline_ns, DeadlineKind.TTL, job)
+            self._runs[job.ttl_ms] = _Run(entry, job)
+            heapq.heappush(self._heap, entry)
+        elif deadline_ns > run.last_ns or (deadline_ns == run.last_ns and run.last < job):
+            run.jobs.append(job)
+            run.last_ns = deadline_ns
+            run.last = job
+            self._run_jobs += 1
+        else:
+            self.push(deadline_ns, DeadlineKind.TTL, job)
+
+    def replace_jobs(self, entries: list[Entry], ttl_runs: dict[int, list[Job]]) -> None:
+        """Put ``entries`` and ``ttl_runs`` (jobs of one TTL and no scheduled time, each
+        list in ``(deadline, job)`` order) in place of every job deadline (replay rebuilds
+        them from the jobs' final states); other deadlines stay. Only while :attr:`bulk` is
+        set: the heap is ordered by :meth:`end_bulk`."""
         assert self.bulk
         entries.extend(entry for entry in self._heap if not isinstance(entry[2], Job))
+        self._runs = {}
+        self._run_jobs = 0
+        for ttl_ms, jobs in ttl_runs.items():
+            if jobs:
+                self._start_run(ttl_ms, jobs, entries)
         self._heap = entries
+
+    def _start_run(self, ttl_ms: int, jobs: list[Job], heap: list[Entry]) -> None:
+        """A run of ``jobs`` (in order, at least one); its head goes into ``heap`` (appended:
+        the caller orders the heap)."""
+        first = jobs[0]
+        run = _Run(_ttl_entry(first), first)
+        run.jobs.extend(jobs[1:])
+        if len(jobs) > 1:
+            run.last = jobs[-1]
+            run.last_ns = _ttl_entry(jobs[-1])[0]
+        self._runs[ttl_ms] = run
+        self._run_jobs += len(run.jobs)
+        heap.append(run.head)
 
     def end_bulk(self) -> None:
         self.bulk = False
@@ -88,21 +154,32 @@ class Deadlines:
         """Count a removed subject (its entries may be dead); return whether enough died
         since the last compaction for :meth:`compact` to be worth a pass over the heap."""
         self.removed = removed = self.removed + 1
-        return removed >= self.min_removed and 2 * removed >= len(self._heap) and not self.bulk
+        return removed >= self.min_removed and 2 * removed >= len(self) and not self.bulk
 
     def worth_compacting(self) -> bool:
         """Whether subjects removed since the last compaction may be half the heap (the
         periodic :meth:`Engine.compact`, which also catches the last few thousand removals
         :meth:`note_removed` leaves behind)."""
-        return self.removed > 0 and 2 * self.removed >= len(self._heap) and not self.bulk
+        return self.removed > 0 and 2 * self.removed >= len(self) and not self.bulk
 
     def compact(self, live: Callable[[Entry], bool]) -> int:
         """Drop the entries ``live`` says can never apply again; return how many."""
-        before = len(self._heap)
-        self._heap = [entry for entry in self._heap if live(entry)]
-        heapq.heapify(self._heap)
+        before = len(self)
+        runs, self._runs = self._runs, {}
+        heads = {id(run.head) for run in runs.values()}
+        heap = [entry for entry in self._heap if id(entry) not in heads and live(entry)]
+        self._run_jobs = 0
+        for ttl_ms, run in runs.items():
+            head_job = run.head[2]
+            assert isinstance(head_job, Job)
+            kept = [head_job] if live(run.head) else []
+            kept.extend(job for job in run.jobs if live(_ttl_entry(job)))
+            if kept:
+                self._start_run(ttl_ms, kept, heap)
+        heapq.heapify(heap)
+        self._heap = heap
         self.removed = 0
-        return before - len(self._heap)
+        return before - len(self)
 
     def next_ns(self) -> int | None:
         """The earliest deadline, possibly stale (waking early is harmless)."""
@@ -112,10 +189,35 @@ class Deadlines:
         return self._heap[0] if self._heap else None
 
     def pop(self) -> Entry:
-        return heapq.heappop(self._heap)
+        entry = heapq.heappop(self._heap)
+        if entry[1] is DeadlineKind.TTL:
+            self._advance(entry)
+        return entry
+
+    def _advance(self, popped: Entry) -> None:
+        """If ``popped`` was a run's head, the run's next job takes its place in the heap."""
+        job = popped[2]
+        if not isinstance(job, Job):
+            return
+        run = self._runs.get(job.ttl_ms)
+        if run is None or run.head is not popped:
+            return
+        if not run.jobs:
+            del self._runs[job.ttl_ms]
+            return
+        run.head = _ttl_entry(run.jobs.popleft())
+        self._run_jobs -= 1
+        heapq.heappush(self._heap, run.head)
 
     def pop_due(self, now_ns: int) -> Iterator[Entry]:
         """Pop entries whose deadline is at or before ``now_ns``, earliest first."""
         heap = self._heap
         while heap and heap[0][0] <= now_ns:
-            yield heapq.heappop(heap)
+            yield self.pop()
+
+
+def _ttl_entry(job: Job) -> Entry:
+    """The heap entry of a job's TTL deadline (the job has a TTL)."""
+    expires_ns = job.expires_ns
+    assert expires_ns is not None
+    return (expires_ns, DeadlineKind.TTL, job)

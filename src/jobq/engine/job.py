@@ -233,6 +233,10 @@ class Job(msgspec.Struct, array_like=True, eq=False):
         return self.id < other.id
 
 
+#: a sort key in C for the order ``Job.__lt__`` gives (sorting many jobs with it builds a
+#: tuple per job but calls no Python code per comparison)
+CREATION_ORDER = operator.attrgetter("created_ns", "id")
+
 
 #: :meth:`JobMeta.state`: every field in order
 MetaRow = tuple[

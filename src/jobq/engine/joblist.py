@@ -8,14 +8,13 @@ all jobs per call. "created" order merges the per-status lists.
 from __future__ import annotations
 
 import heapq
-import operator
 from collections.abc import Iterable, Iterator
 
 import msgspec
 from sortedcontainers import SortedList
 
 from jobq.engine.errors import InvalidArgument
-from jobq.engine.job import STATUS_ORDER, Job, JobBound, Status
+from jobq.engine.job import CREATION_ORDER, STATUS_ORDER, Job, JobBound, Status
 
 #: most jobs one page may hold
 MAX_PAGE = 1000
@@ -65,7 +64,7 @@ class StatusIndex:
         for status in Status:
             of_status = jobs.get(status, [])
             if not in_creation_order:
-                of_status.sort(key=_CREATION_ORDER)
+                of_status.sort(key=CREATION_ORDER)
             lists[status] = _presorted(of_status)
         self._lists = lists
 
@@ -97,8 +96,6 @@ class StatusIndex:
         )
 
 
-#: a job's place in creation order, as ``Job.__lt__`` compares, built in C
-_CREATION_ORDER = operator.attrgetter("created_ns", "id")
 
 
 def _presorted(values: list[Job]) -> SortedList:

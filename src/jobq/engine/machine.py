@@ -63,7 +63,7 @@ from jobq.engine.extensions import (
     ScheduleRunEnded,
     SubmitJob,
 )
-from jobq.engine.job import TRANSITIONS, Job, JobMeta, JobRow, Status
+from jobq.engine.job import CREATION_ORDER, TRANSITIONS, Job, JobMeta, JobRow, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
 from jobq.engine.queues import Queue
 from jobq.engine.schedules import (
@@ -837,6 +837,12 @@ class Engine:
         running_jobs = by_status[running].append
         deadline_entries: list[DeadlineEntry] = []
         deadline = deadline_entries.append
+        # jobs with a TTL and no scheduled time, by TTL: the deadlines' TTL runs (the last
+        # run appended to, at hand)
+        ttl_runs: dict[int, list[Job]] = {}
+        run_ttl_ms = 0  # no TTL: never looked up
+        no_run: list[Job] = []
+        add_to_run = no_run.append
         if adopted is None:
             jobs: Iterable[Job] = self.jobs.values()
         else:
@@ -892,7 +898,16 @@ class Engine:
                 # hashing an Enum member is a Python-level call: only for the rarer statuses
                 by_status[status].append(job)
             if ttl_ms:
-                deadline((expires_ns, ttl, job))
+                if time_ns is not None:
+                    deadline((expires_ns, ttl, job))
+                elif ttl_ms == run_ttl_ms:
+                    add_to_run(job)
+                else:
+                    run = ttl_runs.get(ttl_ms)
+                    if run is None:
+                        run = ttl_runs[ttl_ms] = []
+                    run_ttl_ms, add_to_run = ttl_ms, run.append
+                    add_to_run(job)
             elif job.finished_ns is not None and status.finished:
                 deadline((job.finished_ns + retention_ns, retention, job))
             meta = job.meta
@@ -904,7 +919,10 @@ class Engine:
             if not in_lease_order:
                 queue.order()
         self.by_status.rebuild(by_status, in_creation_order=in_order)
-        self._deadlines.replace_jobs(deadline_entries)
+        if not in_order:
+            for run in ttl_runs.values():
+                run.sort(key=CREATION_ORDER)
+        self._deadlines.replace_jobs(deadline_entries, ttl_runs)
 
     def replay(self, command: Command, *, logged_ns: int, now_ns: int) -> None:
         """Apply a logged command during start-up (between :meth:`begin_replay` and
@@ -1851,7 +1869,7 @@ class Engine:
             return
         expires_ns = job.expires_ns
         if expires_ns is not None:
-            self._deadlines.push(expires_ns, DeadlineKind.TTL, job)
+            self._deadlines.push_ttl(expires_ns, job)
         elif job.status.finished and job.finished_ns is not None:
             self._deadlines.push(
                 job.finished_ns + self.retention_ms * _NS_PER_MS, DeadlineKind.RETENTION, job
