@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from jobq.engine.job import Job, Status
 from jobq.engine.machine import Engine
+from jobq.engine.queues import IN_RUN
 
 from .helpers import MS, T0, Clock, add, jid
 from .test_replay_property import OPTIONS, op, perform, snapshot
@@ -35,7 +36,11 @@ def _check_structures(engine: Engine) -> None:
     for queue in engine.queues.values():
         _check_heap(queue.ready)
         live = [e for e in queue.ready if e[3].queued is e and e[3].status is Status.PENDING]
-        assert len(live) == queue.ready_len
+        in_run = [job for job in queue.run if job.queued is IN_RUN and job.status is Status.PENDING]
+        assert len(live) + len(in_run) == queue.ready_len
+        # the run is in lease order
+        keys = [(-job.priority, job.created_ns, job.id) for job in in_run]
+        assert keys == sorted(keys)
     _check_heap(engine._deadlines._heap)
 
 

@@ -65,7 +65,7 @@ from jobq.engine.extensions import (
 )
 from jobq.engine.job import CREATION_ORDER, TRANSITIONS, Job, JobMeta, JobRow, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
-from jobq.engine.queues import Queue
+from jobq.engine.queues import IN_RUN, Queue
 from jobq.engine.schedules import (
     DEFAULT_CATCHUP_MS,
     ErrorPolicy,
@@ -810,19 +810,19 @@ class Engine:
         one string for it (decoding makes one per job: ~60 bytes a job), in the same pass.
 
         The job list's per-status lists are filled in the same pass (and sorted only if
-        the jobs did not come in creation order); ready heaps and the deadline heap are
-        filled unordered and heapified (lease order and due order depend only on job
-        fields, so they equal live operation's), except when they are heaps already: ready
-        lists of jobs that came in creation order with one priority among them, a deadline
-        list found sorted (``heaps.py``). Deadlines pushed during replay are dropped:
+        the jobs did not come in creation order). Every ready job goes to its queue's run
+        (``queues.py``), sorted into lease order only if the jobs did not come in creation
+        order with one priority among them; jobs with one TTL go to that TTL's run of
+        deadlines (``deadlines.py``), and the few other deadlines to the heap, heapified
+        unless found sorted (``heaps.py``). Lease order and due order depend only on job
+        fields, so they equal live operation's. Deadlines pushed during replay are dropped:
         each job's current ones are pushed here. A restart's cost is memory traffic (each
         job's fields read from wherever the job lies), so every job is visited once rather
         than once per index (a pass each cost 0.05-0.3 s at 500,000 jobs on this VM).
         """
         pending, running = Status.PENDING, Status.RUNNING
         for queue in self.queues.values():
-            queue.ready = []
-            queue.ready_len = 0
+            queue.clear_ready()
             queue.scheduled.clear()
             queue.running.clear()
         by_created_by = self.by_created_by
@@ -853,8 +853,9 @@ class Engine:
         # whether the jobs come in creation order (strictly growing creation times)
         last_created_ns = -1
         in_order = True
-        # the priorities of ready jobs: if there is one, and the jobs come in creation
-        # order, every ready list is in lease order already (a heap)
+        # every ready job goes to its queue's run; the priorities of ready jobs: if there
+        # is one, and the jobs come in creation order, every run is in lease order already
+        in_run = IN_RUN
         ready_priorities: set[int] = set()
         priorities = ready_priorities.add
         ns_per_ms = _NS_PER_MS
@@ -885,10 +886,9 @@ class Engine:
                     own.scheduled[job_id] = job
                     deadline((time_ns, ready_kind, job))  # type: ignore[arg-type]
                 else:
-                    priority = job.priority
-                    priorities(priority)
-                    job.queued = entry = (-priority, created_ns, job_id, job)
-                    own.ready.append(entry)
+                    priorities(job.priority)
+                    job.queued = in_run
+                    own.run.append(job)
             elif status is running:
                 running_jobs(job)
                 own = queues.get(name) or queue_of(name)
@@ -915,9 +915,7 @@ class Engine:
                 by_created_by.setdefault(meta.created_by, set()).add(job_id)
         in_lease_order = in_order and len(ready_priorities) <= 1
         for queue in queues.values():
-            queue.ready_len = len(queue.ready)
-            if not in_lease_order:
-                queue.order()
+            queue.run_built(in_lease_order=in_lease_order)
         self.by_status.rebuild(by_status, in_creation_order=in_order)
         if not in_order:
             for run in ttl_runs.values():

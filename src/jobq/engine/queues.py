@@ -1,35 +1,74 @@
 """A queue per job name: ready jobs in lease order (priority, then age), plus the name's
 scheduled and running jobs and the lease requests waiting on it.
 
-The ready heap drops entries lazily: an entry counts only while its job still holds that
-very entry in ``job.queued``; ``ready_len`` is kept exact.
+Ready jobs are in two places, merged when the head is asked for:
+
+- the **run**, a deque of jobs already in lease order: a job that comes after the run's last
+  job (the usual case: one priority, jobs created one after another) is appended to it and
+  marked ``job.queued = IN_RUN``. One deque slot a job, and no comparisons.
+- the **heap** of ``(-priority, created_ns, id, job)`` entries for the others (a retried
+  job, a higher priority), marked ``job.queued = entry``.
+
+Both drop jobs lazily: a job counts only while ``job.queued`` still says where it is (a
+heap entry: that very tuple; the run: ``IN_RUN``) and it is pending; ``ready_len`` is kept
+exact. A job that leaves and comes back is never appended to the run again while its old
+place there may remain (its lease key is not above the run's last), so ``IN_RUN`` cannot
+revive a stale place.
 """
 
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import deque
-from typing import TYPE_CHECKING
+from itertools import chain, islice
+from typing import TYPE_CHECKING, Final
 
 from jobq.engine.compaction import oversized
-from jobq.engine.job import Job, Status
+from jobq.engine.job import CREATION_ORDER, Job, Status
 
 if TYPE_CHECKING:
     from jobq.engine.waiters import Waiter
 
 ReadyEntry = tuple[int, int, bytes, Job]
 
+#: ``job.queued`` of a job waiting in its queue's run
+IN_RUN: Final[tuple[object, ...]] = ("in run",)
+
+_PRIORITY = operator.attrgetter("priority")
+
+
+def comes_after(job: Job, last: Job) -> bool:
+    """Whether ``job`` leases after ``last``: lower priority, or the same and created later
+    (then larger id). The lease key ``(-priority, created_ns, id)``, compared without
+    building it."""
+    priority, last_priority = job.priority, last.priority
+    if priority != last_priority:
+        return priority < last_priority
+    created_ns, last_created_ns = job.created_ns, last.created_ns
+    if created_ns != last_created_ns:
+        return created_ns > last_created_ns
+    return job.id > last.id
+
 
 class Queue:
     """Jobs of one name."""
 
-    __slots__ = ("name", "ready", "ready_len", "running", "scheduled", "waiters")
+    __slots__ = (
+        "_run_entry", "name", "ready", "ready_len", "run", "run_last", "running", "scheduled",
+        "waiters",
+    )
 
     def __init__(self, name: str) -> None:
         self.name = name
         #: heap of (-priority, created_ns, id, job): lease order depends only on logged
         #: fields, so replay rebuilds the same order
         self.ready: list[ReadyEntry] = []
+        #: ready jobs in lease order (module docstring), and the last one appended
+        self.run: deque[Job] = deque()
+        self.run_last: Job | None = None
+        #: the entry :meth:`head` made for the run's first job (made once per job)
+        self._run_entry: ReadyEntry | None = None
         self.ready_len = 0
         #: pending jobs whose scheduled time has not come, by id
         self.scheduled: dict[bytes, Job] = {}
@@ -38,51 +77,94 @@ class Queue:
         #: lease requests waiting for a job of this name, oldest first
         self.waiters: deque[Waiter] = deque()
 
-    def push_ready(self, job: Job, *, bulk: bool = False) -> None:
-        """Enter a job in lease order; ``bulk`` (replay) appends unordered, and
-        :meth:`order` orders the heap once at the end."""
+    def push_ready(self, job: Job) -> None:
+        """Enter a job in lease order: at the end of the run if it comes after its last
+        job, else in the heap."""
         self.ready_len += 1
+        last = self.run_last
+        if last is None or comes_after(job, last):
+            job.queued = IN_RUN
+            self.run.append(job)
+            self.run_last = job
+            return
         entry = (-job.priority, job.created_ns, job.id, job)
         job.queued = entry
-        if bulk:
-            self.ready.append(entry)
-        else:
-            heapq.heappush(self.ready, entry)
+        heapq.heappush(self.ready, entry)
 
-    def order(self) -> None:
-        heapq.heapify(self.ready)
+    def clear_ready(self) -> None:
+        """No ready job (a bulk build follows: :meth:`run_built`)."""
+        self.ready = []
+        self.run = deque()
+        self.run_last = None
+        self._run_entry = None
+        self.ready_len = 0
+
+    def run_built(self, *, in_lease_order: bool) -> None:
+        """After a bulk build appended every ready job to :attr:`run` (each with ``queued``
+        IN_RUN): put the run in lease order unless it is already (two stable sorts on C
+        keys: creation order, then priority, highest first)."""
+        run = self.run
+        if not in_lease_order:
+            ordered = sorted(run, key=CREATION_ORDER)
+            ordered.sort(key=_PRIORITY, reverse=True)
+            self.run = run = deque(ordered)
+        self.run_last = run[-1] if run else None
+        self.ready_len = len(run)
 
     @staticmethod
     def _live(entry: ReadyEntry) -> bool:
         job = entry[3]
         return job.queued is entry and job.status is Status.PENDING
 
+    @staticmethod
+    def _live_in_run(job: Job) -> bool:
+        return job.queued is IN_RUN and job.status is Status.PENDING
+
     def head(self) -> ReadyEntry | None:
-        """The best ready entry, dropping stale ones on top."""
+        """The best ready entry, dropping stale ones in front (the run's first job as an
+        entry too: its key and the job)."""
         ready = self.ready
         while ready:
-            entry = ready[0]
-            if self._live(entry):
-                return entry
+            if self._live(ready[0]):
+                break
             heapq.heappop(ready)
-        return None
+        run = self.run
+        while run:
+            first = run[0]
+            if first.queued is IN_RUN and first.status is Status.PENDING:
+                break
+            run.popleft()
+        else:
+            # empty: any job may start the run again (none of its old places is left)
+            self.run_last = None
+            return ready[0] if ready else None
+        entry = self._run_entry
+        if entry is None or entry[3] is not first:
+            entry = self._run_entry = (-first.priority, first.created_ns, first.id, first)
+        if ready and ready[0] < entry:
+            return ready[0]
+        return entry
 
     def compact(self) -> tuple[int, int, int]:
-        """Drop stale ready entries (once they are at least half the heap) and lease
-        requests that are over; rebuild oversized tables. Returns (ready entries dropped,
-        waiters dropped, tables rebuilt); nothing a lease or listing sees changes."""
+        """Drop stale ready entries (once they are at least half of the heap's and the run's)
+        and lease requests that are over; rebuild oversized tables. Returns (ready entries
+        dropped, waiters dropped, tables rebuilt); nothing a lease or listing sees
+        changes."""
         ready_dropped = waiters_dropped = tables = 0
-        ready = self.ready
-        if len(ready) > 2 * self.ready_len:
+        ready, run = self.ready, self.run
+        if len(ready) + len(run) > 2 * self.ready_len:
             live = [entry for entry in ready if self._live(entry)]
             heapq.heapify(live)
-            ready_dropped = len(ready) - len(live)
-            self.ready = live
+            kept = deque(job for job in run if self._live_in_run(job))
+            ready_dropped = len(ready) + len(run) - len(live) - len(kept)
+            self.ready, self.run = live, kept
+            if not kept:
+                self.run_last = None
         waiters = self.waiters
         if any(waiter.done for waiter in waiters):
-            kept = deque(waiter for waiter in waiters if not waiter.done)
-            waiters_dropped = len(waiters) - len(kept)
-            self.waiters = kept
+            kept_waiters = deque(waiter for waiter in waiters if not waiter.done)
+            waiters_dropped = len(waiters) - len(kept_waiters)
+            self.waiters = kept_waiters
         if oversized(self.running):
             self.running = dict(self.running)
             tables += 1
@@ -94,4 +176,9 @@ class Queue:
     def ready_jobs(self, limit: int) -> list[Job]:
         """Up to ``limit`` ready jobs in lease order (for inspection)."""
         live = (entry for entry in self.ready if self._live(entry))
-        return [entry[3] for entry in heapq.nsmallest(limit, live)]
+        # the run is in lease order: its first ``limit`` live jobs are all it can add
+        in_run = (
+            (-job.priority, job.created_ns, job.id, job)
+            for job in islice((job for job in self.run if self._live_in_run(job)), limit)
+        )
+        return [entry[3] for entry in heapq.nsmallest(limit, chain(live, in_run))]
