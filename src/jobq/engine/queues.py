@@ -5,15 +5,15 @@ Ready jobs are in two places, merged when the head is asked for:
 
 - the **run**, a deque of jobs already in lease order: a job that comes after the run's last
   job (the usual case: one priority, jobs created one after another) is appended to it and
-  marked ``job.queued = IN_RUN``. One deque slot a job, and no comparisons.
+  marked ``job.queued = IN_RUN``. One deque slot a job, and one comparison.
 - the **heap** of ``(-priority, created_ns, id, job)`` entries for the others (a retried
   job, a higher priority), marked ``job.queued = entry``.
 
 Both drop jobs lazily: a job counts only while ``job.queued`` still says where it is (a
 heap entry: that very tuple; the run: ``IN_RUN``) and it is pending; ``ready_len`` is kept
-exact. A job that leaves and comes back is never appended to the run again while its old
-place there may remain (its lease key is not above the run's last), so ``IN_RUN`` cannot
-revive a stale place.
+exact. The run stays sorted, stale places included, so a job that leaves and comes back is
+never appended to it again while its old place there remains (its lease key is not above
+the run's last), and ``IN_RUN`` cannot revive a stale place.
 """
 
 from __future__ import annotations
@@ -55,7 +55,13 @@ class Queue:
     """Jobs of one name."""
 
     __slots__ = (
-        "_run_entry", "name", "ready", "ready_len", "run", "run_last", "running", "scheduled",
+        "_run_entry",
+        "name",
+        "ready",
+        "ready_len",
+        "run",
+        "running",
+        "scheduled",
         "waiters",
     )
 
@@ -64,9 +70,8 @@ class Queue:
         #: heap of (-priority, created_ns, id, job): lease order depends only on logged
         #: fields, so replay rebuilds the same order
         self.ready: list[ReadyEntry] = []
-        #: ready jobs in lease order (module docstring), and the last one appended
+        #: ready jobs in lease order (module docstring)
         self.run: deque[Job] = deque()
-        self.run_last: Job | None = None
         #: the entry :meth:`head` made for the run's first job (made once per job)
         self._run_entry: ReadyEntry | None = None
         self.ready_len = 0
@@ -81,11 +86,10 @@ class Queue:
         """Enter a job in lease order: at the end of the run if it comes after its last
         job, else in the heap."""
         self.ready_len += 1
-        last = self.run_last
-        if last is None or comes_after(job, last):
+        run = self.run
+        if not run or comes_after(job, run[-1]):
             job.queued = IN_RUN
-            self.run.append(job)
-            self.run_last = job
+            run.append(job)
             return
         entry = (-job.priority, job.created_ns, job.id, job)
         job.queued = entry
@@ -95,7 +99,6 @@ class Queue:
         """No ready job (a bulk build follows: :meth:`run_built`)."""
         self.ready = []
         self.run = deque()
-        self.run_last = None
         self._run_entry = None
         self.ready_len = 0
 
@@ -108,7 +111,6 @@ class Queue:
             ordered = sorted(run, key=CREATION_ORDER)
             ordered.sort(key=_PRIORITY, reverse=True)
             self.run = run = deque(ordered)
-        self.run_last = run[-1] if run else None
         self.ready_len = len(run)
 
     @staticmethod
@@ -135,8 +137,6 @@ class Queue:
                 break
             run.popleft()
         else:
-            # empty: any job may start the run again (none of its old places is left)
-            self.run_last = None
             return ready[0] if ready else None
         entry = self._run_entry
         if entry is None or entry[3] is not first:
@@ -158,8 +158,6 @@ class Queue:
             kept = deque(job for job in run if self._live_in_run(job))
             ready_dropped = len(ready) + len(run) - len(live) - len(kept)
             self.ready, self.run = live, kept
-            if not kept:
-                self.run_last = None
         waiters = self.waiters
         if any(waiter.done for waiter in waiters):
             kept_waiters = deque(waiter for waiter in waiters if not waiter.done)
