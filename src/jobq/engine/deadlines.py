@@ -53,16 +53,19 @@ Entry = tuple[int, DeadlineKind, Subject]
 
 class _Run:
     """TTL deadlines of jobs with one TTL, in deadline order: ``head``, the first job's entry
-    (in the heap), then ``jobs``; ``last_ns`` and ``last`` are the last job's deadline and
-    the job itself (where the next one must come)."""
+    (in the heap), then ``jobs``; ``last_ns`` is the last job's deadline (kept: a job's
+    deadline is a Python property), where the next one must come."""
 
-    __slots__ = ("head", "jobs", "last", "last_ns")
+    __slots__ = ("head", "jobs", "last_ns")
 
-    def __init__(self, head: Entry, job: Job) -> None:
+    def __init__(self, head: Entry) -> None:
         self.head = head
         self.jobs: deque[Job] = deque()
         self.last_ns: int = head[0]
-        self.last = job
+
+    def last(self) -> Subject:
+        """The run's last job."""
+        return self.jobs[-1] if self.jobs else self.head[2]
 
 
 class Deadlines:
@@ -109,12 +112,11 @@ class Deadlines:
         run = self._runs.get(job.ttl_ms)
         if run is None:
             entry = (deadline_ns, DeadlineKind.TTL, job)
-            self._runs[job.ttl_ms] = _Run(entry, job)
+            self._runs[job.ttl_ms] = _Run(entry)
             heapq.heappush(self._heap, entry)
-        elif deadline_ns > run.last_ns or (deadline_ns == run.last_ns and run.last < job):
+        elif deadline_ns > run.last_ns or (deadline_ns == run.last_ns and run.last() < job):
             run.jobs.append(job)
             run.last_ns = deadline_ns
-            run.last = job
             self._run_jobs += 1
         else:
             self.push(deadline_ns, DeadlineKind.TTL, job)
@@ -136,11 +138,9 @@ class Deadlines:
     def _start_run(self, ttl_ms: int, jobs: list[Job], heap: list[Entry]) -> None:
         """A run of ``jobs`` (in order, at least one); its head goes into ``heap`` (appended:
         the caller orders the heap)."""
-        first = jobs[0]
-        run = _Run(_ttl_entry(first), first)
+        run = _Run(_ttl_entry(jobs[0]))
         run.jobs.extend(jobs[1:])
         if len(jobs) > 1:
-            run.last = jobs[-1]
             run.last_ns = _ttl_entry(jobs[-1])[0]
         self._runs[ttl_ms] = run
         self._run_jobs += len(run.jobs)

@@ -38,6 +38,11 @@ IN_RUN: Final[tuple[object, ...]] = ("in run",)
 _PRIORITY = operator.attrgetter("priority")
 
 
+def ready_entry(job: Job) -> ReadyEntry:
+    """A job's heap entry: its lease key ``(-priority, created_ns, id)``, then the job."""
+    return (-job.priority, job.created_ns, job.id, job)
+
+
 def comes_after(job: Job, last: Job) -> bool:
     """Whether ``job`` leases after ``last``: lower priority, or the same and created later
     (then larger id). The lease key ``(-priority, created_ns, id)``, compared without
@@ -91,7 +96,7 @@ class Queue:
             job.queued = IN_RUN
             run.append(job)
             return
-        entry = (-job.priority, job.created_ns, job.id, job)
+        entry = ready_entry(job)
         job.queued = entry
         heapq.heappush(self.ready, entry)
 
@@ -140,7 +145,7 @@ class Queue:
             return ready[0] if ready else None
         entry = self._run_entry
         if entry is None or entry[3] is not first:
-            entry = self._run_entry = (-first.priority, first.created_ns, first.id, first)
+            entry = self._run_entry = ready_entry(first)
         if ready and ready[0] < entry:
             return ready[0]
         return entry
@@ -175,8 +180,7 @@ class Queue:
         """Up to ``limit`` ready jobs in lease order (for inspection)."""
         live = (entry for entry in self.ready if self._live(entry))
         # the run is in lease order: its first ``limit`` live jobs are all it can add
-        in_run = (
-            (-job.priority, job.created_ns, job.id, job)
-            for job in islice((job for job in self.run if self._live_in_run(job)), limit)
+        in_run = map(
+            ready_entry, islice((job for job in self.run if self._live_in_run(job)), limit)
         )
         return [entry[3] for entry in heapq.nsmallest(limit, chain(live, in_run))]
