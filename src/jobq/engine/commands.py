@@ -233,6 +233,9 @@ _TIMES = struct.Struct(">BqiHBqiH")
 _FIVE_VARINTS = re.compile(rb"(?:[\x80-\xff]{0,9}[\x00-\x7f]){5}", re.S)
 #: NAME_LEN, NAME and the five varints, as bytes -> (name, ttr, ttl, priority, ...)
 _MIDDLE_DECODED: dict[bytes, tuple[str, int, int, int, int, int]] = {}
+#: NAME_LEN and NAME (a name under 128 bytes) -> the five-varint block last decoded after
+#: it, with what :data:`_MIDDLE_DECODED` holds for the two
+_LAST_BLOCK: dict[bytes, tuple[bytes, tuple[str, int, int, int, int, int]]] = {}
 #: bound on each cache, in entries
 _CACHE_LIMIT = 4096
 _GO_UNIX_OFFSET_NS = 62135596800 * 1_000_000_000
@@ -252,28 +255,36 @@ def _new_job_fields(buf: bytes) -> NewJobFields:
     """The fields of an add or schedule record (types 1, 2) of at least 17 bytes."""
     end = len(buf)
     job_id = buf[1:17]
-    pos = 17
-    n = buf[pos] if pos < end else 0x80
-    if n < 0x80:
-        name_len, pos = n, pos + 1
-    else:
-        name_len, pos = _uvarint(buf, pos)
-    name_end = pos + name_len
-    if name_end > end:
-        raise CommandDecodeError("truncated name")
-    match = _FIVE_VARINTS.match(buf, name_end)
-    if match is None:
-        raise CommandDecodeError("truncated or overlong varint")
+    n = buf[17] if end > 17 else 0x80
     # NAME_LEN, NAME and the five varints: a producer's jobs usually share them byte for
-    # byte, so replay decodes each such block once
-    middle_end = match.end()
-    middle = _MIDDLE_DECODED.get(buf[17:middle_end])
-    if middle is None:
-        middle = _decode_middle(buf[pos:name_end], match.group())
-        if len(_MIDDLE_DECODED) < _CACHE_LIMIT:
-            _MIDDLE_DECODED[buf[17:middle_end]] = middle
+    # byte, so replay decodes each such block once. First the block last seen after this
+    # name (one startswith: the same bytes are the same five varints), then any.
+    last = _LAST_BLOCK.get(buf[17 : 18 + n]) if n < 0x80 else None
+    if last is not None and buf.startswith(last[0], 18 + n):
+        middle = last[1]
+        pos = 18 + n + len(last[0])
+    else:
+        if n < 0x80:
+            name_len, pos = n, 18
+        else:
+            name_len, pos = _uvarint(buf, 17)
+        name_end = pos + name_len
+        if name_end > end:
+            raise CommandDecodeError("truncated name")
+        match = _FIVE_VARINTS.match(buf, name_end)
+        if match is None:
+            raise CommandDecodeError("truncated or overlong varint")
+        middle_end = match.end()
+        cached = _MIDDLE_DECODED.get(buf[17:middle_end])
+        if cached is None:
+            cached = _decode_middle(buf[pos:name_end], match.group())
+            if len(_MIDDLE_DECODED) < _CACHE_LIMIT:
+                _MIDDLE_DECODED[buf[17:middle_end]] = cached
+        if n < 0x80 and len(_LAST_BLOCK) < _CACHE_LIMIT:
+            _LAST_BLOCK[buf[17:name_end]] = (match.group(), cached)
+        middle = cached
+        pos = middle_end
     name, ttr_ms, ttl_ms, priority, max_attempts, max_fails = middle
-    pos = middle_end
     n = buf[pos] if pos < end else 0x80
     if n < 0x80:
         payload_len, pos = n, pos + 1

@@ -69,20 +69,28 @@ def _apply_all(log: CommandLog, engine: Engine, now_ns: int) -> int:
     apply = engine.replay
     engine.begin_replay()
     apply_new_job = engine.replay_new_job
-    for record in log.records():
+    # (time, payload) pairs: no Record object per record; a payload that does not decode
+    # is named by its place, found again with records() (below)
+    for logged_ns, payload in log.payloads():
         try:
             # add records, the bulk of a log of pending jobs, become their jobs directly
-            job = decode_add_as_job(record.payload)
+            job = decode_add_as_job(payload)
             if job is None:
-                command = decode_command(record.payload)
+                command = decode_command(payload)
         except CommandDecodeError as exc:
-            raise ReplayError(
-                f"{record.segment} offset {record.offset}: cannot decode command: {exc}"
-            ) from exc
+            raise ReplayError(f"{_place(log, count)}: cannot decode command: {exc}") from exc
         if job is None:
-            apply(command, logged_ns=record.time_ns, now_ns=now_ns)
+            apply(command, logged_ns=logged_ns, now_ns=now_ns)
         else:
             apply_new_job(job, now_ns=now_ns)
         count += 1
     engine.end_replay()
     return count
+
+
+def _place(log: CommandLog, index: int) -> str:
+    """``SEGMENT offset N`` of record number ``index`` (from 0) of ``log``."""
+    for number, record in enumerate(log.records()):
+        if number == index:
+            return f"{record.segment} offset {record.offset}"
+    return f"record {index}"  # not reached: payloads() and records() walk the same records
