@@ -15,18 +15,26 @@ So appenders that wait at the same moment share one write and one fsync, as the 
 batches do (``jobq.server.core``), whatever the log's own sync policy. A failed write or
 fsync is raised in every appender whose record it carried; a later append tries again.
 
-``AsyncAppender(log, fsync_on_loop=True)`` runs each fsync on the loop itself instead: the
-loop stops for the fsync's duration, and the two thread hand-offs per group (to the fsync
-thread and back, 50-175 us each on a VM) are gone. For a program whose loop does little but
-append (an ingest process) that is the faster choice (25-40% more records a second with
-64 tasks here); for one that must keep answering other work during fsyncs (a server), keep
-the thread.
+Where each group's fsync runs (``fsync_on_loop``):
+
+- ``True``: on the loop itself. The loop stops for the fsync's duration, and the two thread
+  hand-offs per group (to the fsync thread and back, 50-175 us each on a VM) are gone.
+- ``False``: always in the appender's thread; the loop never waits for a disk.
+- ``None`` (the default): on the loop while fsyncs are quick, in the thread once one is
+  not. Each fsync is timed (``clock_ns``); one that takes longer than
+  ``loop_fsync_limit_ms`` (default 1 ms) moves the fsyncs to the thread, and
+  :data:`QUICK_FSYNCS_TO_RETURN` fsyncs in a row that take at most half that bring them
+  back. On a disk whose fsync takes a fraction of a millisecond (an SSD, a VM's virtual
+  disk) the loop then stalls that long per group and the records a second are those of
+  ``True`` (25-40% more than ``False`` with 64 tasks here); on one where an fsync takes
+  10 ms the loop keeps serving meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from itertools import repeat
@@ -34,28 +42,43 @@ from itertools import repeat
 from jobq.cmdlog.errors import LogClosedError
 from jobq.cmdlog.log import CommandLog
 
+#: what :class:`SyncThread` calls on the loop when an fsync ends: ``(error, took_ns)``
+SyncDone = Callable[[BaseException | None, int], None]
+
+#: quick fsyncs in a row (at most half the limit each) that bring an automatic
+#: :class:`AsyncAppender`'s fsyncs back from its thread to the loop
+QUICK_FSYNCS_TO_RETURN = 8
+
 
 class SyncThread:
     """One fsync at a time for an event loop, in a thread of its own.
 
     :meth:`start` ``(done)`` makes the thread run :meth:`CommandLog.sync` and then call
-    ``done(error)`` on the loop (``error`` None, or what the sync raised). A dedicated thread
+    ``done(error, took_ns)`` on the loop (``error`` None, or what the sync raised;
+    ``took_ns`` how long the sync took by ``clock_ns``). A dedicated thread
     rather than the loop's executor: fewer hand-offs and less Python per fsync (measured
     ~10% more appends a second with 64 tasks). Started on first use; :meth:`stop` ends it
     once a running fsync is done.
     """
 
-    def __init__(self, log: CommandLog, loop: asyncio.AbstractEventLoop, name: str) -> None:
+    def __init__(
+        self,
+        log: CommandLog,
+        loop: asyncio.AbstractEventLoop,
+        name: str,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         self._log = log
+        self._clock_ns = clock_ns
         self._loop = loop
         self._name = name
         self._kick = threading.Lock()  # released once per fsync to run
         self._kick.acquire()
-        self._done: Callable[[BaseException | None], None] | None = None
+        self._done: SyncDone | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
 
-    def start(self, done: Callable[[BaseException | None], None]) -> None:
+    def start(self, done: SyncDone) -> None:
         """Run one fsync; ``done`` is called on the loop when it ends. Not while one runs."""
         if self._done is not None:
             raise RuntimeError("an fsync is already running")
@@ -74,13 +97,15 @@ class SyncThread:
             if done is None:  # stop() woke the idle thread
                 return
             error: BaseException | None = None
+            started_ns = self._clock_ns()
             try:
                 self._log.sync()
             except BaseException as exc:
                 error = exc
+            took_ns = self._clock_ns() - started_ns
             self._done = None
             try:
-                self._loop.call_soon_threadsafe(done, error)
+                self._loop.call_soon_threadsafe(done, error, took_ns)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 return
             if self._stopping:  # stop() came during the fsync
@@ -101,13 +126,30 @@ class AsyncAppender:
 
     ``await append(payload)`` returns once the record is fsynced. :meth:`drain` waits until
     every record appended so far is, and :meth:`close` also refuses appends from then on
-    and stops the fsync thread (it does not close ``log``). With ``fsync_on_loop`` each
-    group's fsync runs on the loop, which waits for it (see the module docstring).
+    and stops the fsync thread (it does not close ``log``). ``fsync_on_loop`` says where
+    each group's fsync runs: ``True`` on the loop, which waits for it; ``False`` in the
+    appender's thread; ``None`` (default) on the loop while fsyncs take at most
+    ``loop_fsync_limit_ms``, else in the thread (see the module docstring). ``clock_ns``
+    times the fsyncs (a monotonic clock; tests inject one).
     """
 
-    def __init__(self, log: CommandLog, *, fsync_on_loop: bool = False) -> None:
+    def __init__(
+        self,
+        log: CommandLog,
+        *,
+        fsync_on_loop: bool | None = None,
+        loop_fsync_limit_ms: float = 1.0,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        if loop_fsync_limit_ms < 0:
+            raise ValueError("loop_fsync_limit_ms must be >= 0")
         self._log = log
-        self._fsync_on_loop = fsync_on_loop
+        self._automatic = fsync_on_loop is None
+        #: whether the next fsync runs on the loop
+        self.fsyncs_on_loop = fsync_on_loop is not False
+        self._limit_ns = int(loop_fsync_limit_ms * 1_000_000)
+        self._quick_in_a_row = 0
+        self._clock_ns = clock_ns
         self._loop = asyncio.get_running_loop()
         self._queued: list[bytes] = []
         self._waiters: list[asyncio.Future[None]] = []
@@ -117,7 +159,7 @@ class AsyncAppender:
         self._closed = False
         self._idle = asyncio.Event()
         self._idle.set()
-        self._syncer = SyncThread(log, self._loop, "jobq-cmdlog-async-sync")
+        self._syncer = SyncThread(log, self._loop, "jobq-cmdlog-async-sync", clock_ns)
         #: fsyncs this appender ran (each covering one or more records)
         self.sync_count = 0
 
@@ -152,12 +194,14 @@ class AsyncAppender:
             _settle(waiters, exc)
             self._flush()
             return
-        if self._fsync_on_loop:
+        if self.fsyncs_on_loop:
             error: BaseException | None = None
+            started_ns = self._clock_ns()
             try:
                 self._log.sync()
             except Exception as exc:
                 error = exc
+            self._timed(self._clock_ns() - started_ns)
             self.sync_count += 1
             _settle(waiters, error)
             self._idle.set()  # the appenders resume later and queue the next group
@@ -166,12 +210,26 @@ class AsyncAppender:
         self._in_flight = waiters
         self._syncer.start(self._synced)
 
-    def _synced(self, error: BaseException | None) -> None:
+    def _synced(self, error: BaseException | None, took_ns: int) -> None:
         self._syncing = False
+        self._timed(took_ns)
         self.sync_count += 1
         waiters, self._in_flight = self._in_flight, []
         _settle(waiters, error)
         self._flush()
+
+    def _timed(self, took_ns: int) -> None:
+        """An fsync took ``took_ns``: in the automatic mode, choose where the next one runs."""
+        if not self._automatic:
+            return
+        if took_ns > self._limit_ns:
+            self.fsyncs_on_loop = False
+            self._quick_in_a_row = 0
+        elif not self.fsyncs_on_loop:
+            self._quick_in_a_row = self._quick_in_a_row + 1 if 2 * took_ns <= self._limit_ns else 0
+            if self._quick_in_a_row >= QUICK_FSYNCS_TO_RETURN:
+                self.fsyncs_on_loop = True
+                self._quick_in_a_row = 0
 
     async def drain(self) -> None:
         """Return once every record appended so far is on disk (or has failed)."""
