@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
 from pathlib import Path
 
+import pytest
+
 from jobq.cmdlog import CommandLog
+from jobq.cmdlog.aio import QUICK_FSYNCS_TO_RETURN
 from jobq.engine.machine import Engine
+from jobq.server import core as core_module
 from jobq.server import protocol as p
 from jobq.server.core import Core, Slot
 
@@ -40,13 +45,22 @@ class Client:
 
 
 class CountingSync:
-    """An fsync that counts its calls and records how much of the segment each covered."""
+    """An fsync that records how much of the segment each call covered and the thread it
+    ran on; each seems to take ``took_ms`` on its clock (:meth:`clock_ns`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, took_ms: float = 0.1) -> None:
         self.covered: list[int] = []
+        self.threads: list[int] = []
+        self.took_ms = took_ms
+        self.now_ns = 0
+
+    def clock_ns(self) -> int:
+        return self.now_ns
 
     def __call__(self, fd: int) -> None:
         self.covered.append(os.fstat(fd).st_size)
+        self.threads.append(threading.get_ident())
+        self.now_ns += int(self.took_ms * 1_000_000)
 
 
 async def _settle(core: Core, syncs: int) -> None:
@@ -58,14 +72,25 @@ async def _settle(core: Core, syncs: int) -> None:
     raise AssertionError(f"{core.syncs} fsyncs, expected {syncs}")
 
 
+@pytest.mark.parametrize("fsync_on_loop", [True, False])
 def test_a_wave_shares_one_fsync_and_a_late_batch_goes_when_the_gather_ends(
-    tmp_path: Path,
+    tmp_path: Path, fsync_on_loop: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fsync = CountingSync()
+    # the gather lasts as long as the last fsync took, here far longer than the test: it
+    # ends only when the test ends it
+    fsync = CountingSync(took_ms=60_000)
+    monkeypatch.setattr(core_module, "GATHER_MAX_S", 3600.0)
 
     async def main() -> None:
         log = CommandLog.open(tmp_path / "log", sync="always", fsync=fsync)
-        core = Core(Engine(started_ns=NOW_NS), log, sync_always=True, clock=lambda: NOW_NS)
+        core = Core(
+            Engine(started_ns=NOW_NS),
+            log,
+            sync_always=True,
+            clock=lambda: NOW_NS,
+            fsync_on_loop=fsync_on_loop,
+            fsync_clock_ns=fsync.clock_ns,
+        )
         clients = [Client() for _ in range(8)]
         try:
             # a first wave of 8 adds in one loop iteration: one write, one fsync
@@ -116,6 +141,49 @@ def test_a_wave_shares_one_fsync_and_a_late_batch_goes_when_the_gather_ends(
         assert len(records) == 8 + 8 + 3 + 1
 
     asyncio.run(main())
+    batch_fsyncs = fsync.threads[:4]  # then the log's own as it closed
+    assert (set(batch_fsyncs) == {threading.get_ident()}) is fsync_on_loop
+
+
+def test_batch_fsyncs_run_on_the_loop_while_quick_and_in_a_thread_once_one_is_slow(
+    tmp_path: Path,
+) -> None:
+    fsync = CountingSync(took_ms=0.2)
+    loop_thread = threading.get_ident()
+
+    async def main() -> None:
+        log = CommandLog.open(tmp_path / "log", sync="always", fsync=fsync)
+        core = Core(
+            Engine(started_ns=NOW_NS),
+            log,
+            sync_always=True,
+            clock=lambda: NOW_NS,
+            fsync_clock_ns=fsync.clock_ns,
+        )
+        client = Client()
+        try:
+            for round_ in range(1, 4):  # quick: each on the loop, answered in that flush
+                client.add(core)
+                await asyncio.sleep(0)
+                assert core.syncs == round_ and len(client.replies) == round_
+            fsync.took_ms = 5.0  # a slow one: the next goes to a thread
+            client.add(core)
+            await _settle(core, 4)
+            fsync.took_ms = 0.2
+            for round_ in range(5, 5 + QUICK_FSYNCS_TO_RETURN):
+                client.add(core)
+                await _settle(core, round_)
+            assert core.fsync_placement.on_loop  # enough quick ones in a row: back
+            client.add(core)
+            await asyncio.sleep(0)
+            assert len(client.replies) == 5 + QUICK_FSYNCS_TO_RETURN
+        finally:
+            core.close()
+            log.close()
+
+    asyncio.run(main())
+    on_loop = [thread == loop_thread for thread in fsync.threads[:-1]]  # not the close
+    assert on_loop == [True] * 4 + [False] * QUICK_FSYNCS_TO_RETURN + [True]
 
 
 def test_without_a_wave_a_lone_client_is_never_held(tmp_path: Path) -> None:

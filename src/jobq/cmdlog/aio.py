@@ -45,9 +45,41 @@ from jobq.cmdlog.log import CommandLog
 #: what :class:`SyncThread` calls on the loop when an fsync ends: ``(error, took_ns)``
 SyncDone = Callable[[BaseException | None, int], None]
 
-#: quick fsyncs in a row (at most half the limit each) that bring an automatic
-#: :class:`AsyncAppender`'s fsyncs back from its thread to the loop
+#: quick fsyncs in a row (at most half the limit each) that bring the fsyncs of an
+#: automatic :class:`FsyncPlacement` back from a thread to the loop
 QUICK_FSYNCS_TO_RETURN = 8
+
+
+class FsyncPlacement:
+    """Where an event loop's next fsync runs: on the loop, or in a thread.
+
+    ``on_loop`` ``True`` or ``False`` fixes it; ``None`` chooses: on the loop while fsyncs
+    are quick, in a thread once one took longer than ``limit_ms``, back on the loop after
+    :data:`QUICK_FSYNCS_TO_RETURN` in a row that took at most half that. Tell it how long
+    each fsync took (:meth:`timed`) wherever it ran.
+    """
+
+    def __init__(self, on_loop: bool | None = None, limit_ms: float = 1.0) -> None:
+        if limit_ms < 0:
+            raise ValueError("the fsync limit must be >= 0 ms")
+        self._automatic = on_loop is None
+        #: whether the next fsync runs on the loop
+        self.on_loop = on_loop is not False
+        self._limit_ns = int(limit_ms * 1_000_000)
+        self._quick_in_a_row = 0
+
+    def timed(self, took_ns: int) -> None:
+        """An fsync took ``took_ns``: in the automatic mode, choose where the next one runs."""
+        if not self._automatic:
+            return
+        if took_ns > self._limit_ns:
+            self.on_loop = False
+            self._quick_in_a_row = 0
+        elif not self.on_loop:
+            self._quick_in_a_row = self._quick_in_a_row + 1 if 2 * took_ns <= self._limit_ns else 0
+            if self._quick_in_a_row >= QUICK_FSYNCS_TO_RETURN:
+                self.on_loop = True
+                self._quick_in_a_row = 0
 
 
 class SyncThread:
@@ -141,14 +173,8 @@ class AsyncAppender:
         loop_fsync_limit_ms: float = 1.0,
         clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
-        if loop_fsync_limit_ms < 0:
-            raise ValueError("loop_fsync_limit_ms must be >= 0")
         self._log = log
-        self._automatic = fsync_on_loop is None
-        #: whether the next fsync runs on the loop
-        self.fsyncs_on_loop = fsync_on_loop is not False
-        self._limit_ns = int(loop_fsync_limit_ms * 1_000_000)
-        self._quick_in_a_row = 0
+        self._placement = FsyncPlacement(fsync_on_loop, loop_fsync_limit_ms)
         self._clock_ns = clock_ns
         self._loop = asyncio.get_running_loop()
         self._queued: list[bytes] = []
@@ -194,14 +220,14 @@ class AsyncAppender:
             _settle(waiters, exc)
             self._flush()
             return
-        if self.fsyncs_on_loop:
+        if self._placement.on_loop:
             error: BaseException | None = None
             started_ns = self._clock_ns()
             try:
                 self._log.sync()
             except Exception as exc:
                 error = exc
-            self._timed(self._clock_ns() - started_ns)
+            self._placement.timed(self._clock_ns() - started_ns)
             self.sync_count += 1
             _settle(waiters, error)
             self._idle.set()  # the appenders resume later and queue the next group
@@ -212,24 +238,16 @@ class AsyncAppender:
 
     def _synced(self, error: BaseException | None, took_ns: int) -> None:
         self._syncing = False
-        self._timed(took_ns)
+        self._placement.timed(took_ns)
         self.sync_count += 1
         waiters, self._in_flight = self._in_flight, []
         _settle(waiters, error)
         self._flush()
 
-    def _timed(self, took_ns: int) -> None:
-        """An fsync took ``took_ns``: in the automatic mode, choose where the next one runs."""
-        if not self._automatic:
-            return
-        if took_ns > self._limit_ns:
-            self.fsyncs_on_loop = False
-            self._quick_in_a_row = 0
-        elif not self.fsyncs_on_loop:
-            self._quick_in_a_row = self._quick_in_a_row + 1 if 2 * took_ns <= self._limit_ns else 0
-            if self._quick_in_a_row >= QUICK_FSYNCS_TO_RETURN:
-                self.fsyncs_on_loop = True
-                self._quick_in_a_row = 0
+    @property
+    def fsyncs_on_loop(self) -> bool:
+        """Whether the next group's fsync runs on the loop."""
+        return self._placement.on_loop
 
     async def drain(self) -> None:
         """Return once every record appended so far is on disk (or has failed)."""

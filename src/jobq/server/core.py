@@ -33,6 +33,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
+from jobq.cmdlog.aio import FsyncPlacement
 from jobq.engine.commands import encode_command
 from jobq.engine.machine import Command, Engine
 from jobq.engine.waiters import Wakeup
@@ -128,6 +129,8 @@ class Core:
         clock: Callable[[], int] | None = None,
         started_ns: int | None = None,
         history: Callable[[bytes, int], list[dict[str, object]]] | None = None,
+        fsync_on_loop: bool | None = None,
+        fsync_clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.engine = engine
         self.log = log
@@ -143,8 +146,10 @@ class Core:
         self._wave = 0
         self._gather: asyncio.TimerHandle | None = None
         self._draining = False
-        self._sync_started_s = 0.0
-        #: how long the last fsync took, from the loop's point of view (seconds)
+        #: where each batch's fsync runs under sync=always (``_sync``)
+        self.fsync_placement = FsyncPlacement(fsync_on_loop)
+        self._fsync_clock_ns = fsync_clock_ns
+        #: how long the last fsync took (seconds, by ``fsync_clock_ns``)
         self.last_sync_s = 0.0
         #: batches fsynced under sync=always (for tests)
         self.syncs = 0
@@ -331,15 +336,35 @@ class Core:
         if self.sync_always and commands:
             self._syncing = True
             assert self.log is not None
-            self._sync_started_s = time.perf_counter()
-            # the loop's executor, not a dedicated thread (jobq.cmdlog.aio.SyncThread): in
-            # scenario B the executor did better, 1.70-2.54x beanstalkd against 1.50-2.22x
-            # over four alternated pairs
-            future = self.loop.run_in_executor(None, self.log.sync)
-            future.add_done_callback(partial(self._synced, batch))
-            self._arm_timer()
+            self._sync(batch)
             return
         self._release(batch)
+
+    def _sync(self, batch: Batch) -> None:
+        """fsync the log for ``batch``, then :meth:`_synced`: on the loop while fsyncs are
+        quick (no thread hand-offs, no GIL traffic), else in the loop's executor, so that a
+        slow disk does not stop the loop (``FsyncPlacement``)."""
+        if self.fsync_placement.on_loop:
+            future: asyncio.Future[int] = self.loop.create_future()
+            try:
+                future.set_result(self._timed_sync())
+            except Exception as exc:
+                future.set_exception(exc)
+            self._synced(batch, future)
+            return
+        # the loop's executor, not a dedicated thread (jobq.cmdlog.aio.SyncThread): in
+        # scenario B the executor did better, 1.70-2.54x beanstalkd against 1.50-2.22x
+        # over four alternated pairs
+        future = self.loop.run_in_executor(None, self._timed_sync)
+        future.add_done_callback(partial(self._synced, batch))
+        self._arm_timer()
+
+    def _timed_sync(self) -> int:
+        """fsync the log; return how long it took (ns, by ``fsync_clock_ns``)."""
+        assert self.log is not None
+        started_ns = self._fsync_clock_ns()
+        self.log.sync()
+        return self._fsync_clock_ns() - started_ns
 
     def _hold_for_wave(self, batch: Batch) -> bool:
         """Whether to hold ``batch`` back from the log a moment longer (under ``always``).
@@ -372,10 +397,13 @@ class Core:
     def _synced(self, batch: Batch, future: asyncio.Future[int]) -> None:
         self._syncing = False
         self.syncs += 1
-        self.last_sync_s = time.perf_counter() - self._sync_started_s
         self._wave = _acknowledged(batch)
         exc = future.exception()
-        if exc is not None:
+        if exc is None:
+            took_ns = future.result()
+            self.last_sync_s = took_ns / _NS_PER_S
+            self.fsync_placement.timed(took_ns)
+        else:
             # the kernel may have dropped what it could not write: nothing in this batch can
             # be acknowledged, and the log's state on disk is unknown, so stop (replay decides)
             logger.critical("fsync of the command log failed: %s; stopping", exc)
