@@ -63,6 +63,18 @@ class CountingSync:
         self.now_ns += int(self.took_ms * 1_000_000)
 
 
+def _core(log: CommandLog, fsync: CountingSync, fsync_on_loop: bool | None = None) -> Core:
+    """A core logging to ``log`` under sync=always, its fsyncs timed on ``fsync``'s clock."""
+    return Core(
+        Engine(started_ns=NOW_NS),
+        log,
+        sync_always=True,
+        clock=lambda: NOW_NS,
+        fsync_on_loop=fsync_on_loop,
+        fsync_clock_ns=fsync.clock_ns,
+    )
+
+
 async def _settle(core: Core, syncs: int) -> None:
     """Let the loop run until the core has finished ``syncs`` fsyncs (they run in a thread)."""
     for _ in range(2000):
@@ -83,14 +95,7 @@ def test_a_wave_shares_one_fsync_and_a_late_batch_goes_when_the_gather_ends(
 
     async def main() -> None:
         log = CommandLog.open(tmp_path / "log", sync="always", fsync=fsync)
-        core = Core(
-            Engine(started_ns=NOW_NS),
-            log,
-            sync_always=True,
-            clock=lambda: NOW_NS,
-            fsync_on_loop=fsync_on_loop,
-            fsync_clock_ns=fsync.clock_ns,
-        )
+        core = _core(log, fsync, fsync_on_loop)
         clients = [Client() for _ in range(8)]
         try:
             # a first wave of 8 adds in one loop iteration: one write, one fsync
@@ -153,13 +158,7 @@ def test_batch_fsyncs_run_on_the_loop_while_quick_and_in_a_thread_once_one_is_sl
 
     async def main() -> None:
         log = CommandLog.open(tmp_path / "log", sync="always", fsync=fsync)
-        core = Core(
-            Engine(started_ns=NOW_NS),
-            log,
-            sync_always=True,
-            clock=lambda: NOW_NS,
-            fsync_clock_ns=fsync.clock_ns,
-        )
+        core = _core(log, fsync)
         client = Client()
         try:
             for round_ in range(1, 4):  # quick: each on the loop, answered in that flush
@@ -191,7 +190,7 @@ def test_without_a_wave_a_lone_client_is_never_held(tmp_path: Path) -> None:
 
     async def main() -> None:
         log = CommandLog.open(tmp_path / "log", sync="always", fsync=fsync)
-        core = Core(Engine(started_ns=NOW_NS), log, sync_always=True, clock=lambda: NOW_NS)
+        core = _core(log, fsync)
         client = Client()
         try:
             for round_ in range(1, 6):
