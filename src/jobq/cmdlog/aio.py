@@ -7,9 +7,9 @@ are tasks on one loop, and :class:`AsyncAppender` serves them without a thread e
 
 - :meth:`AsyncAppender.append` queues the record and returns a future to await;
 - at the end of the loop iteration, everything queued is written with one write;
-- one fsync at a time runs in the appender's own thread and covers everything written
-  before it began; when it ends, the futures of its records resolve, and what was queued
-  meanwhile is written and fsynced next, together.
+- one fsync at a time runs (on the loop or in the appender's own thread: below) and covers
+  everything written before it began; when it ends, the futures of its records resolve,
+  and what was queued meanwhile is written and fsynced next, together.
 
 So appenders that wait at the same moment share one write and one fsync, as the server's
 batches do (``jobq.server.core``), whatever the log's own sync policy. A failed write or
@@ -28,6 +28,8 @@ Where each group's fsync runs (``fsync_on_loop``):
   disk) the loop then stalls that long per group and the records a second are those of
   ``True`` (25-40% more than ``False`` with 64 tasks here); on one where an fsync takes
   10 ms the loop keeps serving meanwhile.
+
+:class:`FsyncPlacement` makes that choice; the server's batches use it too.
 """
 
 from __future__ import annotations
