@@ -96,8 +96,6 @@ class StatusIndex:
         )
 
 
-
-
 def _presorted(values: list[Job]) -> SortedList:
     """A SortedList of ``values``, which are already in order.
 

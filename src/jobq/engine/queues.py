@@ -138,7 +138,7 @@ class Queue:
         run = self.run
         while run:
             first = run[0]
-            if first.queued is IN_RUN and first.status is Status.PENDING:
+            if self._live_in_run(first):
                 break
             run.popleft()
         else:
