@@ -18,6 +18,8 @@ DEFAULT_SEGMENT_SIZE_BYTES = 64 * 1024 * 1024
 DEFAULT_CLEAN_INTERVAL_MS = 300_000
 #: most client connections served at once
 DEFAULT_MAX_CONNECTIONS = 10_000
+#: records logged between engine snapshots while running, at least (server/snapshotter.py)
+DEFAULT_SNAPSHOT_MIN_RECORDS = 10_000
 
 
 class ConfigError(ValueError):
@@ -36,6 +38,9 @@ class ServerConfig(msgspec.Struct, frozen=True):
     sync_interval_ms: int = DEFAULT_SYNC_INTERVAL_MS
     segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES
     clean_interval_ms: int = DEFAULT_CLEAN_INTERVAL_MS
+    #: records logged between engine snapshots while running, at least (0: only at a clean
+    #: stop); see server/snapshotter.py
+    snapshot_min_records: int = DEFAULT_SNAPSHOT_MIN_RECORDS
     in_memory: bool = False
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     #: how long finished jobs submitted without a TTL are kept, ms (14 days)

@@ -1,5 +1,6 @@
-"""The engine snapshot of a clean stop: used only when the log is exactly as it was, and then
-the engine it gives equals the one replaying the log gives."""
+"""The engine snapshot: used only while its place is still in the log, and then the engine
+it gives, with the records after that place replayed, equals the one replaying the whole log
+gives."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +17,14 @@ from jobq.engine.commands import encode_command
 from jobq.engine.machine import Engine
 from jobq.server import snapshot as snapshot_module
 from jobq.server.replay import replay, restore
-from jobq.server.snapshot import SNAPSHOT_NAME, load_snapshot, write_snapshot
+from jobq.server.snapshot import (
+    MAGIC,
+    SNAPSHOT_NAME,
+    TEMPORARY_PREFIX,
+    LogPosition,
+    position_at,
+    write_snapshot,
+)
 from tests.engine.helpers import MS, T0
 from tests.engine.test_replay_property import OPTIONS, op, perform, snapshot
 
@@ -23,9 +32,10 @@ from tests.engine.test_replay_property import OPTIONS, op, perform, snapshot
 job_op = op.filter(lambda o: o[0] not in ("screate", "spause", "sresume", "strigger", "sdrop"))
 
 
-def _run(operations: list[Any]) -> tuple[Engine, list[tuple[Any, int]], int]:
-    engine = Engine(scheduler=OPTIONS, started_ns=T0)
-    now_ns = T0
+def _run(
+    operations: list[Any], engine: Engine | None = None, now_ns: int = T0
+) -> tuple[Engine, list[tuple[Any, int]], int]:
+    engine = engine or Engine(scheduler=OPTIONS, started_ns=T0)
     log: list[tuple[Any, int]] = []
     for operation in operations:
         now_ns = perform(engine, now_ns, operation)
@@ -33,117 +43,209 @@ def _run(operations: list[Any]) -> tuple[Engine, list[tuple[Any, int]], int]:
     return engine, log, now_ns
 
 
-def _write_log(path: Path, log: list[tuple[Any, int]]) -> str:
+def _write_log(path: Path, log: list[tuple[Any, int]], segment_size_bytes: int = 1 << 20) -> str:
     directory = str(path / "cmdlog")
-    with CommandLog.open(directory, sync="os") as cmdlog:
-        for command, logged_ns in log:
-            cmdlog.write([encode_command(command)], logged_ns)
+    _append(directory, log, segment_size_bytes)
     return directory
 
 
+def _append(
+    directory: str, log: list[tuple[Any, int]], segment_size_bytes: int = 1 << 20
+) -> LogPosition:
+    """Write ``log``'s commands; the place after them."""
+    with CommandLog.open(directory, sync="os", segment_size_bytes=segment_size_bytes) as cmdlog:
+        for command, logged_ns in log:
+            cmdlog.write([encode_command(command)], logged_ns)
+        end = cmdlog.position()
+    return position_at(directory, *end)
+
+
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(job_op, max_size=30), st.integers(0, 3000))
-def test_snapshot_gives_the_state_replay_gives(tmp_path_factory, operations, later_ms) -> None:
-    live, log, now_ns = _run(operations)
-    directory = _write_log(tmp_path_factory.mktemp("snap"), log)
-    assert write_snapshot(directory, live) == len(live.jobs)
+@given(
+    st.lists(job_op, max_size=25),
+    st.lists(op, max_size=15),
+    st.integers(0, 3000),
+    st.sampled_from([1, 200, 1 << 20]),
+)
+def test_snapshot_and_the_records_after_it_give_the_state_replay_gives(
+    tmp_path_factory, before, after, later_ms, segment_size_bytes
+) -> None:
+    # a snapshot taken after ``before``; ``after`` (schedules too) logged after it; then a
+    # start some time later, from the snapshot and from the whole log
+    live, log, now_ns = _run(before)
+    directory = str(tmp_path_factory.mktemp("snap") / "cmdlog")
+    position = _append(directory, log, segment_size_bytes)
+    assert write_snapshot(directory, live, position) == len(live.jobs)
+    live, tail, now_ns = _run(after, live, now_ns)
+    _append(directory, tail, segment_size_bytes)
     start_ns = now_ns + later_ms * MS  # the next start: some TTLs may have passed meanwhile
     with CommandLog.open(directory, sync="os") as cmdlog:
         replayed = Engine(scheduler=OPTIONS, started_ns=start_ns)
         replay(cmdlog, replayed, start_ns)
-        loaded = Engine(scheduler=OPTIONS, started_ns=start_ns)
-        assert load_snapshot(directory, loaded, start_ns) is not None
-    assert not os.path.exists(os.path.join(directory, SNAPSHOT_NAME))  # used once
-    for engine in (replayed, loaded):
+        restored = Engine(scheduler=OPTIONS, started_ns=start_ns)
+        stats = restore(cmdlog, restored, start_ns)
+    assert stats.snapshot == position
+    assert stats.records == len(tail)
+    assert os.path.exists(os.path.join(directory, SNAPSHOT_NAME))  # still valid: kept
+    for engine in (replayed, restored):
         engine.tick(start_ns)
-    assert loaded.drain()[0] == replayed.drain()[0]
-    assert snapshot(loaded) == snapshot(replayed)
-    assert loaded.next_deadline_ns() == replayed.next_deadline_ns()
+    assert restored.drain()[0] == replayed.drain()[0]
+    assert snapshot(restored) == snapshot(replayed)
+    assert restored.next_deadline_ns() == replayed.next_deadline_ns()
 
 
-def _engine_with_jobs(tmp_path: Path) -> tuple[str, Engine]:
+def _engine_with_jobs(tmp_path: Path) -> tuple[str, Engine, LogPosition]:
+    """A log of four adds, the engine they made, and the place after them."""
     live, log, _ = _run([("add", n, "a", 0, 0, 0, 1000, 3000) for n in range(4)])
-    return _write_log(tmp_path, log), live
+    directory = str(tmp_path / "cmdlog")
+    return directory, live, _append(directory, log)
 
 
-def _restored(directory: str) -> tuple[Engine, int]:
+def _restored(directory: str) -> tuple[Engine, int, LogPosition | None]:
     engine = Engine()
     with CommandLog.open(directory, sync="os") as cmdlog:
         stats = restore(cmdlog, engine, T0)
-    return engine, stats.records
+    return engine, stats.records, stats.snapshot
 
 
-def test_restore_uses_a_matching_snapshot(tmp_path: Path) -> None:
-    directory, live = _engine_with_jobs(tmp_path)
-    write_snapshot(directory, live)
-    engine, records = _restored(directory)
-    assert records == 0  # nothing replayed
+def test_restore_uses_a_snapshot_at_the_end_of_the_log(tmp_path: Path) -> None:
+    directory, live, end = _engine_with_jobs(tmp_path)
+    write_snapshot(directory, live, end)
+    engine, records, used = _restored(directory)
+    assert (records, used) == (0, end)  # nothing replayed
     assert snapshot(engine) == snapshot(live)
+    # kept: the next start uses it again
+    assert _restored(directory)[2] == end
 
 
-def test_restore_replays_when_the_log_grew_after_the_snapshot(tmp_path: Path) -> None:
-    directory, live = _engine_with_jobs(tmp_path)
-    write_snapshot(directory, live)
+def test_restore_replays_only_what_was_logged_after_the_snapshot(tmp_path: Path) -> None:
+    directory, live, end = _engine_with_jobs(tmp_path)
+    write_snapshot(directory, live, end)
     live.delete(next(iter(live.jobs)), now_ns=T0)
-    with CommandLog.open(directory, sync="os") as cmdlog:
-        cmdlog.write([encode_command(c) for c in live.drain()[0]], T0)
-    engine, records = _restored(directory)
-    assert records == 5
+    _append(directory, [(c, T0) for c in live.drain()[0]])
+    engine, records, used = _restored(directory)
+    assert (records, used) == (1, end)
     assert snapshot(engine) == snapshot(live)
 
 
-def test_restore_replays_when_a_segment_was_rewritten(tmp_path: Path) -> None:
-    directory, live = _engine_with_jobs(tmp_path)
-    write_snapshot(directory, live)
-    segment = os.path.join(directory, "000000001.log")
-    data = Path(segment).read_bytes()
-    os.unlink(segment)
-    Path(segment).write_bytes(data)  # same bytes, another file (as the cleaner's rename)
-    engine, records = _restored(directory)
-    assert records == 4
+def _full_replay_and_removed(directory: str, live: Engine) -> None:
+    engine, records, used = _restored(directory)
+    assert (records, used) == (4, None)  # the whole log
     assert snapshot(engine) == snapshot(live)
+    assert not (Path(directory) / SNAPSHOT_NAME).exists()
 
 
-def test_restore_replays_when_the_snapshot_is_corrupt_or_foreign(tmp_path: Path) -> None:
-    directory, live = _engine_with_jobs(tmp_path)
+def test_restore_replays_the_log_when_the_snapshot_segment_was_rewritten(tmp_path: Path) -> None:
+    directory, live, end = _engine_with_jobs(tmp_path)
+    write_snapshot(directory, live, end)
+    segment = os.path.join(directory, end.segment)
+    # the same bytes in another file renamed over it, as the cleaner's rewrite does
+    Path(segment + ".rw").write_bytes(Path(segment).read_bytes())
+    os.replace(segment + ".rw", segment)
+    _full_replay_and_removed(directory, live)
+
+
+def test_restore_replays_the_log_when_the_snapshot_segment_is_shorter(tmp_path: Path) -> None:
+    # records lost after the snapshot was written (a crash before they were on disk, a
+    # repair): the snapshot holds changes the log no longer has
+    live, log, _ = _run([("add", n, "a", 0, 0, 0, 1000, 3000) for n in range(4)])
+    directory = str(tmp_path / "cmdlog")
+    three = _append(directory, log[:3])
+    position = _append(directory, log[3:])
+    write_snapshot(directory, live, position)
+    os.truncate(os.path.join(directory, position.segment), three.offset)
+    engine, records, used = _restored(directory)
+    assert (records, used) == (3, None)
+    assert len(engine.jobs) == 3
+    assert not (Path(directory) / SNAPSHOT_NAME).exists()
+
+
+def test_restore_replays_the_log_when_other_records_end_at_the_place(tmp_path: Path) -> None:
+    directory, live, end = _engine_with_jobs(tmp_path)
+    other = msgspec.structs.replace(end, tail=bytes(b ^ 0xFF for b in end.tail))
+    write_snapshot(directory, live, other)
+    _full_replay_and_removed(directory, live)
+
+
+def test_restore_replays_the_log_when_the_snapshot_segment_is_gone(tmp_path: Path) -> None:
+    directory, live, end = _engine_with_jobs(tmp_path)
+    elsewhere = msgspec.structs.replace(end, segment="000000099.log")
+    write_snapshot(directory, live, elsewhere)
+    _full_replay_and_removed(directory, live)
+
+
+def test_restore_replays_the_log_when_the_snapshot_is_corrupt_or_foreign(tmp_path: Path) -> None:
+    directory, live, end = _engine_with_jobs(tmp_path)
     path = Path(directory) / SNAPSHOT_NAME
-    for damage in (lambda b: b[:-3], lambda b: b[:20] + bytes([b[20] ^ 1]) + b[21:],
-                   lambda b: b"NOTSNAPS" + b[8:], lambda b: b"", lambda b: b[:10]):
-        write_snapshot(directory, live)
+    for damage in (
+        lambda b: b[:-3],
+        lambda b: b[:20] + bytes([b[20] ^ 1]) + b[21:],
+        lambda b: b"NOTSNAPS" + b[8:],
+        lambda b: b"",
+        lambda b: b[:10],
+    ):
+        write_snapshot(directory, live, end)
         path.write_bytes(damage(path.read_bytes()))
-        engine, records = _restored(directory)
-        assert records == 4
-        assert snapshot(engine) == snapshot(live)
-        assert not path.exists()
+        _full_replay_and_removed(directory, live)
+
+
+def test_restore_replays_the_log_for_a_snapshot_of_another_version(tmp_path: Path, caplog) -> None:
+    import google_crc32c
+
+    directory, live, end = _engine_with_jobs(tmp_path)
+    # the first format: [1, segment stamps, rows]
+    body = msgspec.msgpack.encode([1, [["000000001.log", 1, 2, 3]], live.export_jobs()])
+    crc = google_crc32c.value(body).to_bytes(4, "big")
+    (Path(directory) / SNAPSHOT_NAME).write_bytes(MAGIC + crc + body)
+    with caplog.at_level("INFO", logger="jobq.server"):
+        _full_replay_and_removed(directory, live)
+    assert "format version 1, not 2" in caplog.text
+
+
+def test_restore_removes_half_written_snapshots(tmp_path: Path) -> None:
+    directory, live, end = _engine_with_jobs(tmp_path)
+    stale = Path(directory) / f"{TEMPORARY_PREFIX}12345"
+    stale.write_bytes(b"half")
+    _restored(directory)
+    assert not stale.exists()
 
 
 def test_the_checksum_covers_every_chunk_of_a_large_body(tmp_path: Path, monkeypatch) -> None:
     # the mapped body is checksummed a chunk at a time: a flipped byte in any chunk, the last
     # (short) one too, is found
     monkeypatch.setattr(snapshot_module, "_CRC_CHUNK_BYTES", 7)
-    directory, live = _engine_with_jobs(tmp_path)
+    directory, live, end = _engine_with_jobs(tmp_path)
     path = Path(directory) / SNAPSHOT_NAME
-    write_snapshot(directory, live)
+    write_snapshot(directory, live, end)
     size = path.stat().st_size
     assert size > 10 * 7
-    engine, records = _restored(directory)
-    assert records == 0  # whole: used
+    engine, records, used = _restored(directory)
+    assert used == end  # whole: used
     assert snapshot(engine) == snapshot(live)
     for position in (12, 12 + 7 * 3 + 4, size - 1):
-        write_snapshot(directory, live)
+        write_snapshot(directory, live, end)
         data = bytearray(path.read_bytes())
         data[position] ^= 0x40
         path.write_bytes(bytes(data))
-        engine, records = _restored(directory)
-        assert records == 4  # not used: the log replayed
-        assert snapshot(engine) == snapshot(live)
+        _full_replay_and_removed(directory, live)
 
 
 def test_no_snapshot_for_an_engine_with_schedules(tmp_path: Path) -> None:
-    directory, live = _engine_with_jobs(tmp_path)
-    write_snapshot(directory, live)
+    directory, live, end = _engine_with_jobs(tmp_path)
+    write_snapshot(directory, live, end)
     live.create_schedule(name="s", args=b'{"name":"a","ttr_ms":100}', every_ms=1000, now_ns=T0)
-    assert write_snapshot(directory, live) is None
+    assert write_snapshot(directory, live, end) is None
     assert not (Path(directory) / SNAPSHOT_NAME).exists()  # the older one is gone too
+
+
+def test_a_place_must_be_a_place_in_its_segment(tmp_path: Path) -> None:
+    directory, _live, end = _engine_with_jobs(tmp_path)
+    for offset in (3, end.offset + 100):
+        try:
+            position_at(directory, end.sequence, offset)
+        except ValueError as exc:
+            assert "is not in the segment" in str(exc)
+        else:
+            raise AssertionError(f"offset {offset} accepted")

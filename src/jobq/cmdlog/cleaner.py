@@ -78,8 +78,9 @@ class Cleaner:
 
     Parameters:
         directory (str): the log directory.
-        active_sequence (Callable[[], int]): the number of the segment being appended to;
-            only lower-numbered segments are read-only.
+        active_sequence (Callable[[], int]): the first segment to leave alone: the one
+            being appended to, or an earlier one the caller keeps whole
+            (``CommandLog.keep_from``); only lower-numbered segments are rewritten.
         fsync (Callable[[int], None], default os.fsync): how the rewrite is made durable.
         step (Callable[[str], None]): called before each step (see :data:`CLEAN_STEPS`);
             tests make it raise to simulate a crash there.

@@ -18,7 +18,7 @@ from jobq.cmdlog.record import (
     decode_records,
     encode_header,
 )
-from jobq.cmdlog.segment import check_header, list_segments, read_segment
+from jobq.cmdlog.segment import check_header, list_segments, read_segment, segment_name
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +47,12 @@ class Cursor:
         *,
         allow_torn_tail: bool = False,
         limit: tuple[int, int] | None = None,
+        start: tuple[int, int] | None = None,
     ) -> None:
         self.directory = directory
         self.allow_torn_tail = allow_torn_tail
         self.limit = limit
+        self.start = start
         #: the incomplete tail met when ``allow_torn_tail`` is set, else None
         self.torn_tail: IncompleteRecordError | None = None
 
@@ -65,12 +67,22 @@ class Cursor:
         say where a record is: to name a bad payload's segment and offset, take record
         number ``i`` (counting from 0) of ``iter(cursor)``.
         """
-        return self._walk(lambda data, path, _name, _version: decode_payloads(data, path))
+        return self._walk(
+            lambda data, path, _name, _version, offset: decode_payloads(data, path, offset)
+        )
 
-    def _walk(self, decode: Callable[[bytes, str, str, int], Iterator[_Item]]) -> Iterator[_Item]:
+    def _walk(
+        self, decode: Callable[[bytes, str, str, int, int], Iterator[_Item]]
+    ) -> Iterator[_Item]:
         segments = list_segments(self.directory)
         if self.limit is not None:
             segments = [s for s in segments if s[0] <= self.limit[0]]
+        first_offset = HEADER_LEN
+        if self.start is not None:
+            first_sequence, first_offset = self.start
+            if all(sequence != first_sequence for sequence, _ in segments):
+                raise FileNotFoundError(os.path.join(self.directory, segment_name(first_sequence)))
+            segments = [s for s in segments if s[0] >= first_sequence]
         for index, (sequence, name) in enumerate(segments):
             path = os.path.join(self.directory, name)
             newest = index == len(segments) - 1
@@ -86,8 +98,11 @@ class Cursor:
                     raise torn
                 self.torn_tail = torn
                 return
+            offset = HEADER_LEN
+            if index == 0 and self.start is not None:
+                offset = max(first_offset, HEADER_LEN)
             try:
-                yield from decode(data, path, name, version)
+                yield from decode(data, path, name, version, offset)
             except IncompleteRecordError as exc:
                 if not (newest and self.allow_torn_tail):
                     raise

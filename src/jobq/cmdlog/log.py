@@ -57,8 +57,11 @@ class CommandLog:
         #: the appender (tests drive ``appender.tick()`` for the interval policy)
         self.appender = appender
         self.append = appender.append
+        #: segments from this one on are never rewritten by the cleaner (an engine
+        #: snapshot's replay starts in it: :meth:`keep_from`)
+        self._kept_from: int | None = None
         #: the cleaner (tests set ``cleaner.step`` to inject crashes)
-        self.cleaner = Cleaner(path, lambda: appender.sequence, fsync=fsync)
+        self.cleaner = Cleaner(path, self._first_untouchable, fsync=fsync)
 
     @classmethod
     def open(
@@ -125,6 +128,14 @@ class CommandLog:
         self._write_buffer()
         return Cursor(self.path, limit=self.appender.snapshot()).iter_raw()
 
+    def payloads_from(self, sequence: int, offset: int) -> Iterator[tuple[int, bytes]]:
+        """:meth:`payloads` from byte ``offset`` (a record boundary) of segment
+        ``sequence`` on: the records logged after an engine snapshot. Raises
+        ``FileNotFoundError`` if that segment is gone."""
+        self._write_buffer()
+        cursor = Cursor(self.path, limit=self.appender.snapshot(), start=(sequence, offset))
+        return cursor.iter_raw()
+
     # ------------------------------------------------------------------ writing
 
     def flush(self) -> int:
@@ -157,6 +168,27 @@ class CommandLog:
         return self.cleaner.clean(keep, expires_at=expires_at, now_ns=now_ns)
 
     # ------------------------------------------------------------------ state
+
+    def position(self) -> tuple[int, int]:
+        """Where the next record goes: ``(segment sequence, offset)``, after every record
+        written so far (buffered records are written first)."""
+        self._write_buffer()
+        return self.appender.snapshot()
+
+    def keep_from(self, sequence: int | None) -> None:
+        """Never let the cleaner rewrite segment ``sequence`` or a later one (``None``: no
+        such limit). An engine snapshot taken at a place in segment ``sequence`` is replayed
+        with every record after that place: the cleaner, which drops records whose job is
+        gone *now*, must leave those records alone for as long as the snapshot may be used.
+        A pass already running keeps the limit it started with."""
+        self._kept_from = sequence
+
+    def _first_untouchable(self) -> int:
+        """The first segment the cleaner must leave alone: the one being appended to, or an
+        earlier one kept by :meth:`keep_from`."""
+        active = self.appender.sequence
+        kept_from = self._kept_from
+        return active if kept_from is None else min(active, kept_from)
 
     @property
     def segment_count(self) -> int:

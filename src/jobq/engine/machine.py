@@ -783,10 +783,15 @@ class Engine:
         self._deadlines.end_bulk()
         self._offer_names.clear()
 
+    @property
+    def exportable(self) -> bool:
+        """Whether :meth:`export_jobs` can describe the engine (it has no schedules)."""
+        return not self.schedules and not self._last_fire_jobs
+
     def export_jobs(self) -> list[JobRow] | None:
         """Every job as a row (:meth:`Job.row`), for a snapshot of the engine; ``None`` if
         the engine holds state rows do not cover (schedules), which then needs the log."""
-        if self.schedules or self._last_fire_jobs:
+        if not self.exportable:
             return None
         return [job.row() for job in self.jobs.values() if not job.run]
 
@@ -800,6 +805,28 @@ class Engine:
         self.begin_replay()
         self._rebuild_indexes(adopted=jobs, now_ns=now_ns)
         self.end_replay(indexed=True)
+
+    def begin_replay_from(self, jobs: list[Job], now_ns: int) -> None:
+        """:meth:`begin_replay` on a new engine that holds a snapshot's jobs (as
+        :meth:`adopt_jobs` takes them; those whose TTL has passed by ``now_ns`` left out):
+        the records logged after the snapshot are replayed next, then :meth:`end_replay`
+        indexes every job, as after a whole replay."""
+        if self.jobs or self.schedules:
+            raise ValueError("begin_replay_from needs a new engine")
+        self.begin_replay()
+        kept = self.jobs
+        names: dict[str, str] = {}
+        same_name = names.setdefault
+        ns_per_ms = _NS_PER_MS
+        for job in jobs:
+            ttl_ms = job.ttl_ms
+            if ttl_ms:
+                time_ns = job.time_ns
+                base_ns = job.created_ns if time_ns is None else time_ns
+                if base_ns + ttl_ms * ns_per_ms <= now_ns:
+                    continue
+            job.name = same_name(job.name, job.name)
+            kept[job.id] = job
 
     def _rebuild_indexes(self, adopted: list[Job] | None = None, now_ns: int = 0) -> None:
         """Index every job as its state says, in bulk: what :meth:`_register` and

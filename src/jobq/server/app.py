@@ -20,7 +20,8 @@ from jobq.server.core import Core, WallClock
 from jobq.server.history import read_history
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
-from jobq.server.snapshot import write_snapshot
+from jobq.server.snapshot import position_at, write_snapshot
+from jobq.server.snapshotter import Snapshotter
 from jobq.server.tcp import Connection
 
 logger = logging.getLogger("jobq.server")
@@ -99,11 +100,12 @@ async def _clean_periodically(core: Core, log: CommandLog, interval_ms: int) -> 
             await loop.run_in_executor(None, release_free_memory)
 
 
-def _save_snapshot(log_dir: str, engine: Engine) -> None:
-    """Leave the engine's jobs beside the closed log for a fast next start (``snapshot.py``)."""
+def _save_snapshot(log_dir: str, engine: Engine, end: tuple[int, int]) -> None:
+    """Leave the engine's jobs beside the closed log, at its ``end``, for a fast next start
+    (``snapshot.py``)."""
     try:
-        saved = write_snapshot(log_dir, engine)
-    except OSError as exc:
+        saved = write_snapshot(log_dir, engine, position_at(log_dir, *end))
+    except (OSError, ValueError) as exc:
         logger.warning("cannot write the engine snapshot: %s", exc)
         return
     if saved is not None:
@@ -148,8 +150,10 @@ async def serve(
             config.log_dir,
             stats.jobs,
             stats.seconds,
-            " (from the snapshot of the last clean stop)" if stats.records == 0 and stats.jobs
-            else "",
+            ""
+            if stats.snapshot is None
+            else f" (after the engine snapshot at {stats.snapshot.segment} offset "
+            f"{stats.snapshot.offset})",
         )
         if stats.records or stats.jobs:
             # decoding the snapshot or the log freed its buffers and temporary objects: hand
@@ -162,16 +166,28 @@ async def serve(
         def history(job_id: bytes, created_ns: int) -> list[dict[str, object]]:
             return read_history(log_dir, job_id, created_ns)
 
-    core = Core(
-        engine, log, sync_always=config.sync == "always", clock=clock, history=history
-    )
+    core = Core(engine, log, sync_always=config.sync == "always", clock=clock, history=history)
     core.replay_seconds = stats.seconds if log is not None else 0.0
+    snapshotter = None
+    if log is not None:
+        snapshotter = Snapshotter(
+            engine,
+            log,
+            min_records=config.snapshot_min_records,
+            on_disk=stats.snapshot,
+            records_since=stats.records,
+            quiescent=core.holds_only_logged,
+        )
+        core.on_written = snapshotter.written
+        core.snapshotter = snapshotter
     if on_core is not None:
         on_core(core)
     stop_event = stop or asyncio.Event()
     core.on_fatal = stop_event.set
     core.tick()  # deadlines that passed while the server was down
     core.start_housekeeping()
+    if snapshotter is not None:
+        snapshotter.start_checking()
     token = encode_token(config.auth_token)
     server = await loop.create_server(
         lambda: Connection(core, max_connections=config.max_connections, auth_token=token),
@@ -199,8 +215,12 @@ async def serve(
 
         http_host, http_port = config.http
         stop_http = await start_http(
-            core, host=http_host, port=http_port, auth_token=config.auth_token,
-            tls_cert=config.tls_cert, tls_key=config.tls_key,
+            core,
+            host=http_host,
+            port=http_port,
+            auth_token=config.auth_token,
+            tls_cert=config.tls_cert,
+            tls_key=config.tls_key,
         )
     if on_listening is not None:
         on_listening(host, port)
@@ -223,11 +243,14 @@ async def serve(
         await core.drain_pending()
         if cleaner is not None:
             cleaner.cancel()
+        if snapshotter is not None:
+            snapshotter.close()
         core.close()
         for conn in list(core.connections):
             if isinstance(conn, Connection) and conn.transport is not None:
                 conn.transport.close()
         if log is not None:
+            end = log.position()
             try:
                 log.close()
             except OSError as exc:
@@ -237,6 +260,6 @@ async def serve(
                 if core.fatal_error is None:
                     core.fatal_error = exc
             if core.fatal_error is None:
-                _save_snapshot(str(config.log_dir), engine)
+                _save_snapshot(str(config.log_dir), engine, end)
         logger.info("stopped")
     return 1 if core.fatal_error is not None else 0

@@ -17,6 +17,7 @@ from jobq.config import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_SEGMENT_SIZE_BYTES,
+    DEFAULT_SNAPSHOT_MIN_RECORDS,
     DEFAULT_SYNC,
     DEFAULT_SYNC_INTERVAL_MS,
     ConfigError,
@@ -88,6 +89,15 @@ __all__ = ["run_event_loop", "server_command"]
     default=DEFAULT_CLEAN_INTERVAL_MS,
     show_default=True,
     help="Cleaning interval in ms (0: never clean).",
+)
+@click.option(
+    "--snapshot-min-records",
+    type=click.IntRange(min=0),
+    default=DEFAULT_SNAPSHOT_MIN_RECORDS,
+    show_default=True,
+    help="Snapshot the engine while running once this many records were logged since the "
+    "last snapshot, and as many as there are jobs or the server is quiet for a second; a "
+    "start after a crash then replays only the log after it (0: only at a clean stop).",
 )
 @click.option("--in-memory", is_flag=True, help="Keep no log: nothing survives a restart.")
 @click.option(

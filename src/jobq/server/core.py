@@ -44,6 +44,7 @@ from jobq.server.memory import empty_free_lists, release_free_memory
 
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
+    from jobq.server.snapshotter import Snapshotter
 
 logger = logging.getLogger("jobq.server")
 
@@ -165,7 +166,12 @@ class Core:
         self.on_fatal: Callable[[], None] | None = None
         #: how long start-up replay took (for /metrics)
         self.replay_seconds = 0.0
+        #: takes engine snapshots while the server runs (set by the app; None: in memory)
+        self.snapshotter: Snapshotter | None = None
         self._housekeeping_timer: asyncio.TimerHandle | None = None
+        #: called with the number of records after each batch is written, when the engine
+        #: holds exactly what the log holds (the engine snapshots' moment: snapshotter.py)
+        self.on_written: Callable[[int], None] | None = None
         #: the most jobs seen by :meth:`housekeeping` since memory was last handed back
         self._jobs_high = len(engine.jobs)
         #: how many times freed memory was handed back to the OS (for tests and /metrics)
@@ -333,12 +339,19 @@ class Core:
         engine = self.engine
         engine.commit()
         engine.begin()
+        if commands and self.on_written is not None and self.log is not None:
+            self.on_written(len(commands))
         if self.sync_always and commands:
             self._syncing = True
             assert self.log is not None
             self._sync(batch)
             return
         self._release(batch)
+
+    def holds_only_logged(self) -> bool:
+        """Whether the engine holds exactly what the log holds: no change waits to be
+        written, and the log is writable."""
+        return not self._batch.commands and self.log_error is None
 
     def _sync(self, batch: Batch) -> None:
         """fsync the log for ``batch``, then :meth:`_synced`: on the loop while fsyncs are

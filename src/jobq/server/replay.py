@@ -8,10 +8,11 @@ import time
 
 import msgspec
 
+from jobq.cmdlog.cursor import Cursor
 from jobq.cmdlog.log import CommandLog
 from jobq.engine.commands import CommandDecodeError, decode_add_as_job, decode_command
 from jobq.engine.machine import Engine
-from jobq.server.snapshot import load_snapshot
+from jobq.server.snapshot import LogPosition, load_snapshot, remove_stale_temporaries
 
 logger = logging.getLogger("jobq.server")
 
@@ -21,9 +22,12 @@ class ReplayError(Exception):
 
 
 class ReplayStats(msgspec.Struct, frozen=True):
+    #: records replayed (after the snapshot's place, if one was used)
     records: int
     jobs: int
     seconds: float
+    #: the place of the engine snapshot the start began from, if one was used
+    snapshot: LogPosition | None = None
 
 
 def replay(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
@@ -37,7 +41,9 @@ def replay(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        count = _apply_all(log, engine, now_ns)
+        engine.begin_replay()
+        count = _apply_all(log, engine, now_ns, None)
+        engine.end_replay()
     finally:
         gc.freeze()
         if gc_was_enabled:
@@ -46,14 +52,25 @@ def replay(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
 
 
 def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
-    """Fill ``engine`` from the snapshot a clean stop left, if it matches the log exactly
-    (``snapshot.py``), else by replaying the whole log; ``records`` is 0 from a snapshot."""
+    """Fill ``engine`` from the engine snapshot, if its place is still in the log
+    (``snapshot.py``), and replay the records after that place; else replay the whole
+    log."""
     started = time.perf_counter()
+    remove_stale_temporaries(log.path)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     loaded = None
+    count = 0
     try:
-        loaded = load_snapshot(log.path, engine, now_ns)
+        loaded = load_snapshot(log.path)
+        if loaded is not None:
+            jobs, position = loaded
+            if (position.sequence, position.offset) == log.position():
+                engine.adopt_jobs(jobs, now_ns)  # nothing after it (a clean stop's)
+            else:
+                engine.begin_replay_from(jobs, now_ns)
+                count = _apply_all(log, engine, now_ns, position)
+                engine.end_replay()
     finally:
         if loaded is not None:
             gc.freeze()
@@ -61,36 +78,44 @@ def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
             gc.enable()
     if loaded is None:
         return replay(log, engine, now_ns)
-    return ReplayStats(0, len(engine.jobs), time.perf_counter() - started)
+    return ReplayStats(count, len(engine.jobs), time.perf_counter() - started, position)
 
 
-def _apply_all(log: CommandLog, engine: Engine, now_ns: int) -> int:
+def _apply_all(log: CommandLog, engine: Engine, now_ns: int, start: LogPosition | None) -> int:
+    """Apply the records of ``log`` (those after ``start``, if given) to ``engine``, which
+    is replaying (``Engine.begin_replay``); return how many."""
     count = 0
     apply = engine.replay
-    engine.begin_replay()
     apply_new_job = engine.replay_new_job
     # (time, payload) pairs: no Record object per record; a payload that does not decode
     # is named by its place, found again with records() (below)
-    for logged_ns, payload in log.payloads():
+    payloads = log.payloads() if start is None else log.payloads_from(start.sequence, start.offset)
+    for logged_ns, payload in payloads:
         try:
             # add records, the bulk of a log of pending jobs, become their jobs directly
             job = decode_add_as_job(payload)
             if job is None:
                 command = decode_command(payload)
         except CommandDecodeError as exc:
-            raise ReplayError(f"{_place(log, count)}: cannot decode command: {exc}") from exc
+            place = _place(log, count, start)
+            raise ReplayError(f"{place}: cannot decode command: {exc}") from exc
         if job is None:
             apply(command, logged_ns=logged_ns, now_ns=now_ns)
         else:
             apply_new_job(job, now_ns=now_ns)
         count += 1
-    engine.end_replay()
     return count
 
 
-def _place(log: CommandLog, index: int) -> str:
-    """``SEGMENT offset N`` of record number ``index`` (from 0) of ``log``."""
-    for number, record in enumerate(log.records()):
+def _place(log: CommandLog, index: int, start: LogPosition | None = None) -> str:
+    """``SEGMENT offset N`` of record number ``index`` (from 0) of ``log`` (of the records
+    after ``start``)."""
+    records = (
+        log.records()
+        if start is None
+        else iter(Cursor(log.path, start=(start.sequence, start.offset)))
+    )
+    for number, record in enumerate(records):
         if number == index:
             return f"{record.segment} offset {record.offset}"
     return f"record {index}"  # not reached: payloads() and records() walk the same records

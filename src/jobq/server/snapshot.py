@@ -1,15 +1,27 @@
-"""The engine snapshot: the jobs a cleanly stopped server held, so that the next start need
-not replay the whole command log.
+"""The engine snapshot: the jobs the engine held at a place in the command log, so that a
+start need not replay the whole log, only the records after that place.
 
-A snapshot is written when the server stops, after the log is closed, to ``engine.snapshot``
-in the log directory. It holds every job (``Job.row``) and a stamp of every segment file
-(name, size, modification time, inode) as the log was then. At start it is used only if the
-log is exactly as stamped: any record appended since, a segment the cleaner rewrote or
-deleted, a torn tail cut off, all change a stamp, and the server replays the whole log
-instead. It is also not used, and start-up replays the log, when it is missing, unreadable,
-fails its CRC32C, is of another format version, or describes an engine with schedules (a
-server with schedules writes none). It is deleted once read, so a server that crashes later
-never finds one that is stale.
+A snapshot is written to ``engine.snapshot`` in the log directory at a clean stop (at the
+log's end, after it is closed) and, while the server runs, by a forked child process
+(``snapshotter.py``) at the place the log had reached when the child was forked. It holds
+every job (``Job.row``) and that place (:class:`LogPosition`): the segment, its inode, the
+offset, and the four bytes before the offset (the last record's CRC, or the header's end).
+
+At start it is used if the place is still in the log as it was: the segment file is there,
+with the same inode (the cleaner's rewrite makes a new file), at least that long (a torn
+tail cut off, or records lost to a crash before the fsync, make it shorter), with the same
+four bytes before the offset. The start then replays only the records after the place. It
+is not used, removed, and the whole log replayed, when any of that fails, or when the file
+is unreadable, fails its CRC32C, is of another format version, or describes an engine with
+schedules (a server with schedules writes none).
+
+A snapshot stays valid as long as the records after its place stay as they were: the server
+keeps the cleaner off the snapshot's segment and every later one
+(``CommandLog.keep_from``), and removes the file before it lets the cleaner go further.
+Records before the place may be cleaned or deleted: the snapshot does not need them.
+Another program cleaning the log directory between two runs of jobq (workq's own server, for
+one) could drop records the snapshot needs; remove ``engine.snapshot`` before switching back
+to jobq after that.
 
 File layout: ``MAGIC`` (8 bytes), CRC32C of the body (4 bytes, big-endian), body (one
 MessagePack array, :class:`Snapshot`).
@@ -24,30 +36,43 @@ import os
 import google_crc32c
 import msgspec
 
-from jobq.cmdlog.segment import list_segments
+from jobq.cmdlog.record import HEADER_LEN
+from jobq.cmdlog.segment import fsync_directory, parse_segment_name, segment_name
 from jobq.engine.job import Job, JobRow
 from jobq.engine.machine import Engine
 
 logger = logging.getLogger("jobq.server")
 
 SNAPSHOT_NAME = "engine.snapshot"
+#: a snapshot being written: ``engine.snapshot.tmp.<pid>`` (stale ones are removed at start)
+TEMPORARY_PREFIX = SNAPSHOT_NAME + ".tmp."
 MAGIC = b"JOBQSNP1"
 #: the format of the body; a snapshot of another version is ignored
-VERSION = 1
+VERSION = 2
+#: bytes before a position that must read the same at start
+_TAIL_BYTES = 4
 
 
-class SegmentStamp(msgspec.Struct, array_like=True, frozen=True):
-    """One segment file as the snapshot saw it."""
+class LogPosition(msgspec.Struct, array_like=True, frozen=True):
+    """A place in the log between two records: a snapshot holds the effect of every record
+    before it and of none after it."""
 
-    name: str
-    size_bytes: int
-    mtime_ns: int
+    segment: str
     inode: int
+    offset: int
+    #: the ``_TAIL_BYTES`` bytes before ``offset``
+    tail: bytes
+
+    @property
+    def sequence(self) -> int:
+        sequence = parse_segment_name(self.segment)
+        assert sequence is not None  # checked on load, made by segment_name on write
+        return sequence
 
 
 class Snapshot(msgspec.Struct, array_like=True):
     version: int
-    segments: list[SegmentStamp]
+    position: LogPosition
     jobs: list[JobRow]
 
 
@@ -56,48 +81,85 @@ class _LoadedSnapshot(msgspec.Struct, array_like=True):
     (a job's fields up to ``meta`` are a row's, in order)."""
 
     version: int
-    segments: list[SegmentStamp]
+    position: LogPosition
     jobs: list[Job]
 
 
+class _Version(msgspec.Struct, array_like=True):
+    """Only the version, to tell an older format from damage."""
+
+    version: int
+
+
 _decoder = msgspec.msgpack.Decoder(_LoadedSnapshot)
+_version_decoder = msgspec.msgpack.Decoder(_Version)
 _encoder = msgspec.msgpack.Encoder()
 
 
-def stamp_log(log_dir: str) -> list[SegmentStamp]:
-    """Every segment of ``log_dir``, oldest first."""
-    stamps = []
-    for _, name in list_segments(log_dir):
-        st = os.stat(os.path.join(log_dir, name))
-        stamps.append(SegmentStamp(name, st.st_size, st.st_mtime_ns, st.st_ino))
-    return stamps
+def position_at(log_dir: str, sequence: int, offset: int, *, sync: bool = False) -> LogPosition:
+    """The place ``offset`` of segment ``sequence`` (a record boundary); with ``sync``, the
+    segment is first fsynced, so the place is on disk before a snapshot names it."""
+    name = segment_name(sequence)
+    fd = os.open(os.path.join(log_dir, name), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not HEADER_LEN <= offset <= st.st_size:
+            raise ValueError(f"{name}: offset {offset} is not in the segment")
+        if sync:
+            os.fsync(fd)
+        tail = os.pread(fd, _TAIL_BYTES, offset - _TAIL_BYTES)
+    finally:
+        os.close(fd)
+    return LogPosition(name, st.st_ino, offset, tail)
 
 
-def write_snapshot(log_dir: str, engine: Engine) -> int | None:
-    """Save ``engine``'s jobs against the log as it is now (closed); return how many, or
-    ``None`` if the engine cannot be snapshotted (then no snapshot file is left)."""
+def write_snapshot(log_dir: str, engine: Engine, position: LogPosition) -> int | None:
+    """Save ``engine``'s jobs as of ``position`` (every record before it applied, none
+    after); return how many, or ``None`` if the engine cannot be snapshotted (then no
+    snapshot file is left). The file is replaced atomically and made durable."""
     path = os.path.join(log_dir, SNAPSHOT_NAME)
     rows = engine.export_jobs()
     if rows is None:
-        _remove(path)
+        remove_snapshot(log_dir)
         return None
-    body = _encoder.encode(Snapshot(VERSION, stamp_log(log_dir), rows))
-    temporary = path + ".tmp"
-    with open(temporary, "wb") as f:
-        f.write(MAGIC)
-        f.write(google_crc32c.value(body).to_bytes(4, "big"))
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
+    body = _encoder.encode(Snapshot(VERSION, position, rows))
+    temporary = f"{TEMPORARY_PREFIX}{os.getpid()}"
+    temporary_path = os.path.join(log_dir, temporary)
+    try:
+        with open(temporary_path, "wb") as f:
+            f.write(MAGIC)
+            f.write(google_crc32c.value(body).to_bytes(4, "big"))
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary_path, path)
+    except BaseException:
+        _remove(temporary_path)
+        raise
+    fsync_directory(log_dir)
     return len(rows)
 
 
-def load_snapshot(log_dir: str, engine: Engine, now_ns: int) -> int | None:
-    """Fill the new ``engine`` from the snapshot if it matches the log; return how many jobs
-    it held, or ``None`` (with the reason logged) if the log must be replayed instead.
+def remove_snapshot(log_dir: str) -> None:
+    """Remove the snapshot, durably: once this returns, no start can use it."""
+    if _remove(os.path.join(log_dir, SNAPSHOT_NAME)):
+        fsync_directory(log_dir)
 
-    The file is removed either way."""
+
+def remove_stale_temporaries(log_dir: str) -> None:
+    """Remove snapshots left half-written (a process stopped while writing one)."""
+    with os.scandir(log_dir) as entries:
+        for entry in entries:
+            if entry.name.startswith(TEMPORARY_PREFIX):
+                _remove(entry.path)
+
+
+def load_snapshot(log_dir: str) -> tuple[list[Job], LogPosition] | None:
+    """The snapshot's jobs and place, if its place is still in the log (the caller enters
+    the jobs, ``Engine.adopt_jobs`` or ``Engine.begin_replay_from``, and replays the records
+    after the place); else ``None``, with the reason logged and the file removed: the whole
+    log must be replayed. A snapshot used stays: it is as valid after this start as
+    before."""
     path = os.path.join(log_dir, SNAPSHOT_NAME)
     try:
         with open(path, "rb") as f:
@@ -109,20 +171,17 @@ def load_snapshot(log_dir: str, engine: Engine, now_ns: int) -> int | None:
         return None
     except (OSError, ValueError) as exc:  # ValueError: an empty file cannot be mapped
         logger.warning("%s: cannot read the snapshot (%s), replaying the log", path, exc)
-        _remove(path)
+        remove_snapshot(log_dir)
         return None
-    _remove(path)
     try:
         checked = _check(mapped, log_dir)
     finally:
         mapped.close()
     if isinstance(checked, str):
         logger.info("%s: not used (%s), replaying the log", path, checked)
+        remove_snapshot(log_dir)
         return None
-    jobs = checked.jobs
-    del checked
-    engine.adopt_jobs(jobs, now_ns)
-    return len(jobs)
+    return checked.jobs, checked.position
 
 
 def _check(mapped: mmap.mmap, log_dir: str) -> _LoadedSnapshot | str:
@@ -133,16 +192,45 @@ def _check(mapped: mmap.mmap, log_dir: str) -> _LoadedSnapshot | str:
         return "not a snapshot file"
     if _body_crc32c(mapped, header_bytes).to_bytes(4, "big") != mapped[len(MAGIC) : header_bytes]:
         return "CRC32C mismatch"
-    try:
-        with memoryview(mapped) as whole, whole[header_bytes:] as body:
+    with memoryview(mapped) as whole, whole[header_bytes:] as body:
+        try:
             snapshot = _decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        return f"cannot decode: {exc}"
+        except msgspec.DecodeError as exc:
+            try:
+                version = _version_decoder.decode(body).version
+            except msgspec.DecodeError:
+                return f"cannot decode: {exc}"
+            if version != VERSION:
+                return f"format version {version}, not {VERSION}"
+            return f"cannot decode: {exc}"
     if snapshot.version != VERSION:
         return f"format version {snapshot.version}, not {VERSION}"
-    if snapshot.segments != stamp_log(log_dir):
-        return "the log changed since it was written"
-    return snapshot
+    return _check_position(log_dir, snapshot.position) or snapshot
+
+
+def _check_position(log_dir: str, position: LogPosition) -> str | None:
+    """Why ``position`` is no longer a place in the log, or ``None`` if it still is."""
+    name = position.segment
+    if parse_segment_name(name) is None:
+        return f"names no segment ({name!r})"
+    try:
+        fd = os.open(os.path.join(log_dir, name), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"its segment {name}: {exc.strerror or exc}"
+    try:
+        st = os.fstat(fd)
+        if st.st_ino != position.inode:
+            return f"{name} was rewritten or replaced since"
+        if st.st_size < position.offset:
+            return f"{name} ends before offset {position.offset} ({st.st_size} bytes)"
+        if (
+            position.offset < HEADER_LEN
+            or os.pread(fd, _TAIL_BYTES, position.offset - _TAIL_BYTES) != position.tail
+        ):
+            return f"{name} holds other records before offset {position.offset}"
+    finally:
+        os.close(fd)
+    return None
 
 
 #: bytes checksummed per call: google_crc32c takes bytes only, so the mapped body is copied
@@ -157,8 +245,10 @@ def _body_crc32c(mapped: mmap.mmap, start: int) -> int:
     return crc
 
 
-def _remove(path: str) -> None:
+def _remove(path: str) -> bool:
+    """Remove ``path``; whether it was there."""
     try:
         os.unlink(path)
     except FileNotFoundError:
-        pass
+        return False
+    return True

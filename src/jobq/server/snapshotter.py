@@ -1,0 +1,349 @@
+"""Engine snapshots while the server runs, so that a start after a crash replays only the
+records logged since the last one (``snapshot.py`` has the file and how a start uses it).
+
+A snapshot is written by a child process: the server forks at a moment when the engine holds
+exactly what the log holds (right after a batch is written, or while no change waits for
+the log), and the child, with the engine as it was at that moment (the pages are shared
+copy-on-write), fsyncs the log up to that place, writes ``engine.snapshot`` beside it and
+exits. The event loop pays for the fork only (the page tables: a few ms per 100 MiB of
+heap); encoding and writing the jobs run in the child, on the other core.
+
+When: once at least ``min_records`` records were logged since the snapshot on disk (the
+``--snapshot-min-records`` option; 0 turns snapshots while running off) and
+
+- the log has grown by at least as many records as the engine holds jobs: a start would then
+  spend about as long replaying them as loading a snapshot; and since a snapshot's cost
+  grows with the jobs, snapshots then cost a bounded share of the work of logging; or
+- the server is quiet: nothing logged for ``QUIET_S``.
+
+After a failed snapshot (the child's error is logged) none is tried for ``RETRY_AFTER_S``.
+
+The cleaner: while a snapshot is on disk or being written, the log's cleaner leaves its
+segment and every later one alone (``CommandLog.keep_from``): it drops records whose job is
+gone *now*, and the records after a snapshot's place must all stay for that snapshot to be
+replayed. When a snapshot lands, the limit moves up to its segment. When snapshots cannot be
+written (the engine has schedules, which snapshots do not hold, or a snapshot failed), the
+file is removed first, then the limit lifted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
+
+from jobq.cmdlog.segment import segment_name
+from jobq.config import DEFAULT_SNAPSHOT_MIN_RECORDS
+from jobq.engine.machine import Engine
+from jobq.server.snapshot import (
+    TEMPORARY_PREFIX,
+    LogPosition,
+    position_at,
+    remove_snapshot,
+    write_snapshot,
+)
+
+if TYPE_CHECKING:
+    from jobq.cmdlog.log import CommandLog
+
+logger = logging.getLogger("jobq.server")
+
+#: the default of ``--snapshot-min-records``
+DEFAULT_MIN_RECORDS = DEFAULT_SNAPSHOT_MIN_RECORDS
+#: nothing logged for this long: the server is quiet, a good time for a snapshot
+QUIET_S = 1.0
+#: how often the quiet rule is looked at
+CHECK_INTERVAL_S = 1.0
+#: no snapshot is tried for this long after one failed
+RETRY_AFTER_S = 60.0
+#: the most of a child's error message read back
+_MESSAGE_BYTES = 4096
+
+
+class _Child:
+    """A child process writing a snapshot."""
+
+    __slots__ = ("message_fd", "offset", "pid", "pidfd", "records", "sequence", "started_s")
+
+    def __init__(
+        self, pid: int, message_fd: int, sequence: int, offset: int, records: int, started_s: float
+    ) -> None:
+        self.pid = pid
+        self.message_fd = message_fd
+        self.sequence = sequence
+        self.offset = offset
+        #: records logged since the last snapshot when this one was forked
+        self.records = records
+        self.started_s = started_s
+        self.pidfd: int | None = None
+
+
+class Snapshotter:
+    """Decides when to snapshot the engine, forks the child that does, and keeps the
+    cleaner off the records a snapshot on disk needs.
+
+    ``written(n)`` is called after each batch of ``n`` records is written (the engine then
+    holds exactly what the log holds); ``quiescent()`` says whether it does now.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        log: CommandLog,
+        *,
+        min_records: int = DEFAULT_MIN_RECORDS,
+        on_disk: LogPosition | None = None,
+        records_since: int = 0,
+        quiescent: Callable[[], bool] = lambda: True,
+        monotonic_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.log = log
+        self.min_records = min_records
+        self._quiescent = quiescent
+        self._monotonic_s = monotonic_s
+        #: the segment of the snapshot on disk (None: none), which the cleaner leaves alone
+        self.on_disk_sequence = on_disk.sequence if on_disk is not None else None
+        #: records logged since the place of the snapshot on disk (or since the log began)
+        self.records_since = records_since
+        self._last_write_s = monotonic_s()
+        self._retry_after_s = 0.0
+        self._child: _Child | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+        #: snapshots written, and failed, since start (for tests and /metrics)
+        self.written_count = 0
+        self.failed_count = 0
+        #: how long the last fork stopped the loop, and the last child took (seconds)
+        self.last_fork_s = 0.0
+        self.last_child_s = 0.0
+        log.keep_from(self.on_disk_sequence)
+
+    @property
+    def running(self) -> bool:
+        """Whether a child is writing a snapshot now."""
+        return self._child is not None
+
+    # ------------------------------------------------------------------ when
+
+    def written(self, records: int) -> None:
+        """``records`` records were just logged, and the engine holds what the log holds."""
+        self.records_since += records
+        self._last_write_s = self._monotonic_s()
+        if (
+            self._child is None
+            and self.min_records
+            and self.records_since >= self.min_records
+            and self.records_since >= len(self.engine.jobs)
+        ):
+            self.take()
+
+    def start_checking(self) -> None:
+        """Look at the quiet rule every ``CHECK_INTERVAL_S`` until :meth:`close`."""
+        if not self._closed:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(CHECK_INTERVAL_S, self._check_due)
+
+    def _check_due(self) -> None:
+        self._timer = None
+        self.check()
+        self.start_checking()
+
+    def check(self) -> None:
+        """Take a snapshot if the server is quiet and enough was logged since the last."""
+        if self._child is not None:
+            return
+        if not self.engine.exportable:
+            if self.on_disk_sequence is not None:
+                self._drop("the engine has schedules, which snapshots do not hold")
+            return
+        if (
+            self.min_records
+            and self.records_since >= self.min_records
+            and self._monotonic_s() - self._last_write_s >= QUIET_S
+            and self._quiescent()
+        ):
+            self.take()
+
+    # ------------------------------------------------------------------ how
+
+    def take(self) -> bool:
+        """Fork a child that writes a snapshot at the log's current place (the engine must
+        hold what the log holds); whether one was started."""
+        if self._child is not None or self._closed:
+            return False
+        now_s = self._monotonic_s()
+        if now_s < self._retry_after_s:
+            return False
+        if not self.engine.exportable:
+            if self.on_disk_sequence is not None:
+                self._drop("the engine has schedules, which snapshots do not hold")
+            return False
+        sequence, offset = self.log.position()
+        # the cleaner leaves this segment on alone from before the fork: a pass starting
+        # while the child runs must not clean records its snapshot needs
+        self.log.keep_from(
+            sequence if self.on_disk_sequence is None else min(self.on_disk_sequence, sequence)
+        )
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        started = time.perf_counter()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            self.log.keep_from(self.on_disk_sequence)
+            self._failed(f"cannot fork: {exc}")
+            return False
+        if pid == 0:
+            _child_main(self.log.path, self.engine, sequence, offset, write_fd)
+        self.last_fork_s = time.perf_counter() - started
+        os.close(write_fd)
+        child = self._child = _Child(pid, read_fd, sequence, offset, self.records_since, now_s)
+        loop = asyncio.get_running_loop()
+        try:
+            child.pidfd = os.pidfd_open(pid)
+        except OSError:
+            self._poll_child()  # no pidfd (an old kernel): look every 50 ms
+        else:
+            loop.add_reader(child.pidfd, self._child_ended)
+        return True
+
+    def _poll_child(self) -> None:
+        child = self._child
+        if child is None:
+            return
+        pid, status = os.waitpid(child.pid, os.WNOHANG)
+        if pid == 0:
+            asyncio.get_running_loop().call_later(0.05, self._poll_child)
+            return
+        self._finish(child, status)
+
+    def _child_ended(self) -> None:
+        child = self._child
+        assert child is not None and child.pidfd is not None
+        asyncio.get_running_loop().remove_reader(child.pidfd)
+        os.close(child.pidfd)
+        child.pidfd = None
+        _, status = os.waitpid(child.pid, 0)
+        self._finish(child, status)
+
+    def _finish(self, child: _Child, status: int) -> None:
+        self._child = None
+        try:
+            message = os.read(child.message_fd, _MESSAGE_BYTES).decode(errors="replace")
+        except OSError:
+            message = ""
+        os.close(child.message_fd)
+        self.last_child_s = self._monotonic_s() - child.started_s
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0:
+            self.written_count += 1
+            self.on_disk_sequence = child.sequence
+            self.log.keep_from(child.sequence)
+            self.records_since -= child.records
+            logger.info(
+                "wrote an engine snapshot at %s offset %d: %s in %.2f s (the fork took %.1f ms)",
+                segment_name(child.sequence),
+                child.offset,
+                message,
+                self.last_child_s,
+                self.last_fork_s * 1000,
+            )
+            return
+        reason = message or (f"killed by signal {-code}" if code < 0 else f"exit status {code}")
+        _remove_temporary(self.log.path, child.pid)
+        self._failed(f"the engine snapshot failed: {reason}")
+
+    def _failed(self, reason: str) -> None:
+        self.failed_count += 1
+        self._retry_after_s = self._monotonic_s() + RETRY_AFTER_S
+        # the file on disk may be the older snapshot, this one or none: remove it rather
+        # than keep the cleaner waiting for snapshots that may keep failing
+        self._drop(reason)
+
+    def _drop(self, reason: str) -> None:
+        """Remove the snapshot on disk, then let the cleaner go everywhere again."""
+        try:
+            remove_snapshot(self.log.path)
+        except OSError as exc:
+            logger.warning("%s; cannot remove the engine snapshot either: %s", reason, exc)
+            return  # it may still be used: keep its records
+        logger.warning("%s; removed the engine snapshot (a start replays the whole log)", reason)
+        self.on_disk_sequence = None
+        self.log.keep_from(None)
+
+    def close(self) -> None:
+        """Stop: no more snapshots; a child still writing one is killed (the snapshot on
+        disk stays as it was, or is the child's if it got that far)."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        child = self._child
+        if child is None:
+            return
+        self._child = None
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(child.pid, 0)
+        if child.pidfd is not None:
+            try:
+                asyncio.get_running_loop().remove_reader(child.pidfd)
+            except RuntimeError:
+                pass  # no loop running (tests)
+            os.close(child.pidfd)
+        os.close(child.message_fd)
+        _remove_temporary(self.log.path, child.pid)
+
+
+def _remove_temporary(log_dir: str, pid: int) -> None:
+    try:
+        os.unlink(os.path.join(log_dir, f"{TEMPORARY_PREFIX}{pid}"))
+    except FileNotFoundError:
+        pass
+
+
+def _child_main(
+    log_dir: str, engine: Engine, sequence: int, offset: int, message_fd: int
+) -> NoReturn:
+    """The forked child: fsync the log up to the place, write the snapshot, exit. It
+    touches nothing the parent's other threads may hold (no log object, no logging) and
+    first closes every inherited descriptor: a child outliving a crashed parent must not
+    keep its port, its clients or the log's lock."""
+    code = 1
+    message = ""
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        gc.disable()  # a collection would touch (and so copy) every page of the heap
+        os.closerange(3, message_fd)
+        os.closerange(message_fd + 1, _max_fd())
+        position = position_at(log_dir, sequence, offset, sync=True)
+        saved = write_snapshot(log_dir, engine, position)
+        if saved is None:
+            message = "the engine has schedules"
+        else:
+            message = f"{saved} jobs"
+            code = 0
+    except BaseException as exc:  # any: the parent logs it
+        message = str(exc) or type(exc).__name__
+    try:
+        os.write(message_fd, message.encode()[:_MESSAGE_BYTES])
+    finally:
+        os._exit(code)
+
+
+def _max_fd() -> int:
+    try:
+        limit = os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        limit = -1
+    return limit if limit > 0 else 65536
