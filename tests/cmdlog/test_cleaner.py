@@ -159,3 +159,34 @@ def test_every_step_is_announced_in_order(tmp_path: Path) -> None:
         log.cleaner.step = seen.append
         log.clean(_keep, now_ns=0)
     assert seen == [*DELETE_STEPS, *CLEAN_STEPS, *CLEAN_STEPS]
+
+
+def test_segments_kept_for_a_snapshot_are_left_alone(tmp_path: Path) -> None:
+    # segments: 1 all dead, 2 all dead, 3 all dead, active (4)
+    names = _names("dd" + "dd" + "dd" + "k")
+    with _log(tmp_path, names, 2) as log:
+        log.keep_from(2)  # a snapshot's place is in segment 2
+        stats = log.clean(_keep, now_ns=0)
+        assert stats.segments_checked == 1  # segment 1 only
+        assert sorted(p.name for p in tmp_path.glob("*.log")) == [
+            f"00000000{n}.log" for n in (1, 2, 3, 4)
+        ]
+        assert (tmp_path / "000000001.log").read_bytes() == b"wqwq\x00\x00\x00\x02"
+        log.keep_from(None)  # the snapshot removed: every read-only segment again
+        stats = log.clean(_keep, now_ns=0)
+        assert stats.segments_checked == 3
+        assert [r.payload.decode() for r in log.records()] == [names[-1]]
+
+
+def test_records_from_a_place_on(tmp_path: Path) -> None:
+    names = _names("kkkkkkk")
+    with _log(tmp_path, names, 3) as log:
+        records = list(log.records())
+        for index, record in enumerate(records):
+            sequence = int(record.segment[:9])
+            after = [p.decode() for _, p in log.payloads_from(sequence, record.offset)]
+            assert after == names[index:]
+        with pytest.raises(FileNotFoundError):
+            list(log.payloads_from(9, HEADER_LEN))
+        end = log.position()
+        assert list(log.payloads_from(*end)) == []

@@ -67,9 +67,13 @@ class ServerProcess:
         finally:
             self._stderr.close()
 
-    def kill(self) -> None:
+    def kill(self, *, group: bool = True) -> None:
+        """SIGKILL the server and (``group``) every process it started."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            if group:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()
         self.proc.wait(10)
         self._stderr.close()
 

@@ -67,6 +67,8 @@ def test_no_options_give_the_defaults_both_ways() -> None:
             "1h30m",
             "--max-connections",
             "50",
+            "--snapshot-min-records",
+            "0",
         ],
     ],
 )
@@ -143,6 +145,7 @@ _NAMES = [
     "cmdlog-sync-interval",
     "cmdlog-seg-size",
     "cmdlog-clean-int",
+    "snapshot-min-records",
     "retention",
     "max-connections",
     "in-memory",

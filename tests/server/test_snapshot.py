@@ -194,7 +194,7 @@ def test_restore_replays_the_log_when_the_snapshot_is_corrupt_or_foreign(tmp_pat
 def test_restore_replays_the_log_for_a_snapshot_of_another_version(tmp_path: Path, caplog) -> None:
     import google_crc32c
 
-    directory, live, end = _engine_with_jobs(tmp_path)
+    directory, live, _end = _engine_with_jobs(tmp_path)
     # the first format: [1, segment stamps, rows]
     body = msgspec.msgpack.encode([1, [["000000001.log", 1, 2, 3]], live.export_jobs()])
     crc = google_crc32c.value(body).to_bytes(4, "big")
@@ -205,7 +205,7 @@ def test_restore_replays_the_log_for_a_snapshot_of_another_version(tmp_path: Pat
 
 
 def test_restore_removes_half_written_snapshots(tmp_path: Path) -> None:
-    directory, live, end = _engine_with_jobs(tmp_path)
+    directory, _live, _end = _engine_with_jobs(tmp_path)
     stale = Path(directory) / f"{TEMPORARY_PREFIX}12345"
     stale.write_bytes(b"half")
     _restored(directory)
@@ -221,7 +221,7 @@ def test_the_checksum_covers_every_chunk_of_a_large_body(tmp_path: Path, monkeyp
     write_snapshot(directory, live, end)
     size = path.stat().st_size
     assert size > 10 * 7
-    engine, records, used = _restored(directory)
+    engine, _records, used = _restored(directory)
     assert used == end  # whole: used
     assert snapshot(engine) == snapshot(live)
     for position in (12, 12 + 7 * 3 + 4, size - 1):

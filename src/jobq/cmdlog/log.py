@@ -183,6 +183,11 @@ class CommandLog:
         A pass already running keeps the limit it started with."""
         self._kept_from = sequence
 
+    @property
+    def kept_from(self) -> int | None:
+        """The segment :meth:`keep_from` keeps the cleaner off (and every later one)."""
+        return self._kept_from
+
     def _first_untouchable(self) -> int:
         """The first segment the cleaner must leave alone: the one being appended to, or an
         earlier one kept by :meth:`keep_from`."""

@@ -11,9 +11,10 @@ heap); encoding and writing the jobs run in the child, on the other core.
 When: once at least ``min_records`` records were logged since the snapshot on disk (the
 ``--snapshot-min-records`` option; 0 turns snapshots while running off) and
 
-- the log has grown by at least as many records as the engine holds jobs: a start would then
-  spend about as long replaying them as loading a snapshot; and since a snapshot's cost
-  grows with the jobs, snapshots then cost a bounded share of the work of logging; or
+- the log has grown by at least as many records as the snapshot on disk holds jobs: a start
+  would then spend about as long replaying them as loading that snapshot. A snapshot's cost
+  grows with the jobs it holds, so snapshots cost a bounded share of the work of logging
+  (while jobs pile up, each snapshot is taken at about twice the jobs of the last); or
 - the server is quiet: nothing logged for ``QUIET_S``.
 
 After a failed snapshot (the child's error is logged) none is tried for ``RETRY_AFTER_S``.
@@ -68,10 +69,17 @@ _MESSAGE_BYTES = 4096
 class _Child:
     """A child process writing a snapshot."""
 
-    __slots__ = ("message_fd", "offset", "pid", "pidfd", "records", "sequence", "started_s")
+    __slots__ = ("jobs", "message_fd", "offset", "pid", "pidfd", "records", "sequence", "started_s")
 
     def __init__(
-        self, pid: int, message_fd: int, sequence: int, offset: int, records: int, started_s: float
+        self,
+        pid: int,
+        message_fd: int,
+        sequence: int,
+        offset: int,
+        records: int,
+        jobs: int,
+        started_s: float,
     ) -> None:
         self.pid = pid
         self.message_fd = message_fd
@@ -79,6 +87,8 @@ class _Child:
         self.offset = offset
         #: records logged since the last snapshot when this one was forked
         self.records = records
+        #: jobs the engine held then
+        self.jobs = jobs
         self.started_s = started_s
         self.pidfd: int | None = None
 
@@ -111,6 +121,8 @@ class Snapshotter:
         self.on_disk_sequence = on_disk.sequence if on_disk is not None else None
         #: records logged since the place of the snapshot on disk (or since the log began)
         self.records_since = records_since
+        #: jobs the snapshot on disk holds (0: none on disk)
+        self.jobs_on_disk = len(engine.jobs) if on_disk is not None else 0
         self._last_write_s = monotonic_s()
         self._retry_after_s = 0.0
         self._child: _Child | None = None
@@ -139,7 +151,7 @@ class Snapshotter:
             self._child is None
             and self.min_records
             and self.records_since >= self.min_records
-            and self.records_since >= len(self.engine.jobs)
+            and self.records_since >= self.jobs_on_disk
         ):
             self.take()
 
@@ -191,6 +203,7 @@ class Snapshotter:
             sequence if self.on_disk_sequence is None else min(self.on_disk_sequence, sequence)
         )
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        parent_pid = os.getpid()
         started = time.perf_counter()
         try:
             pid = os.fork()
@@ -201,10 +214,12 @@ class Snapshotter:
             self._failed(f"cannot fork: {exc}")
             return False
         if pid == 0:
-            _child_main(self.log.path, self.engine, sequence, offset, write_fd)
+            _child_main(self.log.path, self.engine, sequence, offset, write_fd, parent_pid)
         self.last_fork_s = time.perf_counter() - started
         os.close(write_fd)
-        child = self._child = _Child(pid, read_fd, sequence, offset, self.records_since, now_s)
+        child = self._child = _Child(
+            pid, read_fd, sequence, offset, self.records_since, len(self.engine.jobs), now_s
+        )
         loop = asyncio.get_running_loop()
         try:
             child.pidfd = os.pidfd_open(pid)
@@ -247,6 +262,7 @@ class Snapshotter:
             self.on_disk_sequence = child.sequence
             self.log.keep_from(child.sequence)
             self.records_since -= child.records
+            self.jobs_on_disk = child.jobs
             logger.info(
                 "wrote an engine snapshot at %s offset %d: %s in %.2f s (the fork took %.1f ms)",
                 segment_name(child.sequence),
@@ -276,6 +292,7 @@ class Snapshotter:
             return  # it may still be used: keep its records
         logger.warning("%s; removed the engine snapshot (a start replays the whole log)", reason)
         self.on_disk_sequence = None
+        self.jobs_on_disk = 0
         self.log.keep_from(None)
 
     def close(self) -> None:
@@ -312,15 +329,16 @@ def _remove_temporary(log_dir: str, pid: int) -> None:
 
 
 def _child_main(
-    log_dir: str, engine: Engine, sequence: int, offset: int, message_fd: int
+    log_dir: str, engine: Engine, sequence: int, offset: int, message_fd: int, parent_pid: int
 ) -> NoReturn:
     """The forked child: fsync the log up to the place, write the snapshot, exit. It
-    touches nothing the parent's other threads may hold (no log object, no logging) and
-    first closes every inherited descriptor: a child outliving a crashed parent must not
-    keep its port, its clients or the log's lock."""
+    touches nothing the parent's other threads may hold (no log object, no logging), dies
+    with its parent, and first closes every inherited descriptor (the port, the clients'
+    connections, the log's lock: the next server must get them at once)."""
     code = 1
     message = ""
     try:
+        _die_with(parent_pid)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         gc.disable()  # a collection would touch (and so copy) every page of the heap
@@ -339,6 +357,24 @@ def _child_main(
         os.write(message_fd, message.encode()[:_MESSAGE_BYTES])
     finally:
         os._exit(code)
+
+
+def _die_with(parent_pid: int) -> None:
+    """Be killed when the parent dies (``PR_SET_PDEATHSIG``), so that no snapshot lands
+    after its server is gone: the next server may meanwhile have let the cleaner past the
+    place this snapshot would name."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: a snapshot may then outlive its server by the time it takes
+    if os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before that took effect
+
+
+#: prctl(2)
+_PR_SET_PDEATHSIG = 1
 
 
 def _max_fd() -> int:

@@ -1,0 +1,307 @@
+"""Engine snapshots while the server runs: when they are taken, that the forked child's
+snapshot restores the engine as of its place, what a failure or a stop leaves behind, and
+that the cleaner leaves alone what a snapshot on disk needs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from jobq.cmdlog.log import CommandLog
+from jobq.engine.commands import encode_command
+from jobq.engine.machine import Engine
+from jobq.server import snapshotter as snapshotter_module
+from jobq.server.app import _liveness
+from jobq.server.replay import restore
+from jobq.server.snapshot import SNAPSHOT_NAME, TEMPORARY_PREFIX
+from jobq.server.snapshotter import QUIET_S, RETRY_AFTER_S, Snapshotter
+from tests.engine.helpers import MS, T0, jid
+from tests.engine.test_replay_property import snapshot
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.s = 1000.0
+
+    def __call__(self) -> float:
+        return self.s
+
+
+class Server:
+    """An engine and its log, changed the way the server changes them: each change
+    applied, then its commands written as one batch."""
+
+    def __init__(self, path: Path, segment_size_bytes: int = 1 << 20) -> None:
+        self.directory = str(path / "cmdlog")
+        self.log = CommandLog.open(self.directory, sync="os", segment_size_bytes=segment_size_bytes)
+        self.engine = Engine()
+        self.now_ns = T0
+        self.clock = FakeClock()
+        self.snapshotter: Snapshotter | None = None
+
+    def start(self, min_records: int = 10) -> Snapshotter:
+        self.snapshotter = Snapshotter(
+            self.engine, self.log, min_records=min_records, monotonic_s=self.clock
+        )
+        return self.snapshotter
+
+    def commit(self) -> int:
+        commands = self.engine.drain()[0]
+        self.log.write([encode_command(c) for c in commands], self.now_ns)
+        if self.snapshotter is not None:
+            self.snapshotter.written(len(commands))
+        return len(commands)
+
+    def add(self, numbers: range) -> None:
+        for n in numbers:
+            self.engine.add(
+                id=jid(n), name="q", ttr_ms=60_000, ttl_ms=0, payload=b"%d" % n, now_ns=self.now_ns
+            )
+            self.commit()
+
+    def complete(self, numbers: range) -> None:
+        for n in numbers:
+            self.now_ns += MS
+            self.engine.lease(["q"], wait_timeout_ms=0, token=None, now_ns=self.now_ns)
+            self.engine.complete(jid(n), b"done", now_ns=self.now_ns)
+            self.commit()
+
+    def delete(self, numbers: range) -> None:
+        for n in numbers:
+            self.engine.delete(jid(n), now_ns=self.now_ns)
+            self.commit()
+
+    def crash_and_restart(self) -> tuple[Engine, int, object]:
+        """Close the log as a crash leaves it (no clean-stop snapshot); start again."""
+        self.log.close()
+        engine = Engine()
+        with CommandLog.open(self.directory, sync="os") as log:
+            stats = restore(log, engine, self.now_ns)
+        return engine, stats.records, stats.snapshot
+
+
+async def _child_done(snapshotter: Snapshotter) -> None:
+    """Wait for the child to exit (its pidfd becomes readable; not a timer)."""
+    deadline = time.monotonic() + 60
+    while snapshotter.running:
+        assert time.monotonic() < deadline, "the snapshot child did not finish"
+        await asyncio.sleep(0.01)
+
+
+def test_the_childs_snapshot_restores_the_engine_as_of_its_place(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+    snapshotter = server.start(min_records=1000)
+    server.add(range(50))
+
+    async def main() -> tuple[int, int]:
+        place = server.log.position()
+        assert snapshotter.take()
+        # changes after the fork are the parent's: the child writes the engine as it was
+        server.complete(range(10))
+        server.add(range(50, 60))
+        await _child_done(snapshotter)
+        return place
+
+    place = asyncio.run(main())
+    assert (snapshotter.written_count, snapshotter.failed_count) == (1, 0)
+    assert snapshotter.on_disk_sequence == place[0] == server.log.kept_from
+    assert snapshotter.records_since == 30  # 10 leases, 10 completions, 10 adds
+    live = snapshot(server.engine)
+    engine, records, used = server.crash_and_restart()
+    assert used is not None and (used.sequence, used.offset) == place
+    assert records == 30
+    assert snapshot(engine) == live
+    assert not list(Path(server.directory).glob(f"{TEMPORARY_PREFIX}*"))
+
+
+def test_a_snapshot_is_taken_once_the_log_grew_by_the_jobs_of_the_last(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+
+    async def main() -> Snapshotter:
+        snapshotter = server.start(min_records=10)
+        server.add(range(9))
+        assert not snapshotter.running
+        server.add(range(9, 10))  # 10 records: min_records, and none on disk
+        assert snapshotter.running
+        await _child_done(snapshotter)
+        assert (snapshotter.records_since, snapshotter.jobs_on_disk) == (0, 10)
+        server.add(range(10, 19))
+        assert not snapshotter.running
+        server.add(range(19, 20))  # 10 records since one of 10 jobs
+        assert snapshotter.running
+        await _child_done(snapshotter)
+        assert snapshotter.jobs_on_disk == 20
+        server.add(range(20, 39))
+        assert not snapshotter.running
+        server.add(range(39, 40))  # 20 records since one of 20 jobs
+        assert snapshotter.running
+        await _child_done(snapshotter)
+        server.complete(range(20))  # 40 records (leases, completions) since one of 40 jobs
+        assert snapshotter.running
+        await _child_done(snapshotter)
+        return snapshotter
+
+    snapshotter = asyncio.run(main())
+    assert snapshotter.written_count == 4
+    assert snapshotter.jobs_on_disk == 40  # completed jobs are kept (their results)
+
+
+def test_a_quiet_server_is_snapshotted(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+    server.add(range(100))
+
+    async def main() -> None:
+        quiet = [False]
+        snapshotter = Snapshotter(
+            server.engine,
+            server.log,
+            min_records=10,
+            monotonic_s=server.clock,
+            quiescent=lambda: quiet[0],
+        )
+        server.snapshotter = snapshotter
+        assert snapshotter.take()  # one of 100 jobs
+        await _child_done(snapshotter)
+        server.complete(range(10))  # 20 records since a snapshot of 100 jobs
+        assert not snapshotter.running
+        server.clock.s += QUIET_S - 0.01
+        snapshotter.check()
+        assert not snapshotter.running  # not quiet long enough
+        server.clock.s += 0.01
+        snapshotter.check()
+        assert not snapshotter.running  # a change waits for the log
+        quiet[0] = True
+        snapshotter.check()
+        assert snapshotter.running
+        await _child_done(snapshotter)
+        snapshotter.check()
+        assert not snapshotter.running  # nothing logged since
+
+    asyncio.run(main())
+    engine, records, used = server.crash_and_restart()
+    assert used is not None and records == 0
+    assert snapshot(engine) == snapshot(server.engine)
+
+
+def test_no_snapshots_while_running_with_zero_min_records(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+
+    async def main() -> None:
+        snapshotter = server.start(min_records=0)
+        server.add(range(50))
+        server.clock.s += 10 * QUIET_S
+        snapshotter.check()
+        assert not snapshotter.running
+
+    asyncio.run(main())
+    assert not (Path(server.directory) / SNAPSHOT_NAME).exists()
+
+
+def test_a_failed_snapshot_removes_the_one_on_disk_and_frees_the_cleaner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = Server(tmp_path)
+
+    def disk_full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    async def main() -> None:
+        snapshotter = server.start(min_records=10)
+        server.add(range(10))
+        await _child_done(snapshotter)
+        assert (Path(server.directory) / SNAPSHOT_NAME).exists()
+        # the child runs this module's write_snapshot: make it fail there
+        monkeypatch.setattr(snapshotter_module, "write_snapshot", disk_full)
+        server.add(range(10, 20))
+        assert snapshotter.running
+        await _child_done(snapshotter)
+        assert snapshotter.failed_count == 1
+        assert not (Path(server.directory) / SNAPSHOT_NAME).exists()
+        assert server.log.kept_from is None
+        assert snapshotter.records_since == 10
+        # none tried again for a while
+        monkeypatch.undo()
+        server.add(range(20, 40))
+        assert not snapshotter.running and not snapshotter.take()
+        server.clock.s += RETRY_AFTER_S
+        assert snapshotter.take()
+        await _child_done(snapshotter)
+        assert snapshotter.written_count == 2
+
+    with caplog.at_level("WARNING", logger="jobq.server"):
+        asyncio.run(main())
+    assert "the engine snapshot failed: [Errno 28] No space left on device" in caplog.text
+    engine, records, used = server.crash_and_restart()
+    assert used is not None and records == 0
+    assert snapshot(engine) == snapshot(server.engine)
+
+
+def test_an_engine_with_schedules_drops_its_snapshot(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+
+    async def main() -> None:
+        snapshotter = server.start(min_records=10)
+        server.add(range(10))
+        await _child_done(snapshotter)
+        assert server.log.kept_from is not None
+        server.engine.create_schedule(
+            name="s", args=b'{"name":"q","ttr_ms":100}', every_ms=1000, now_ns=server.now_ns
+        )
+        server.commit()
+        snapshotter.check()
+        assert not snapshotter.running and not snapshotter.take()
+
+    asyncio.run(main())
+    assert not (Path(server.directory) / SNAPSHOT_NAME).exists()
+    assert server.log.kept_from is None
+
+
+def test_a_stop_kills_the_child_and_leaves_the_older_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = Server(tmp_path)
+
+    def stuck(*args: object) -> None:
+        time.sleep(600)
+
+    async def main() -> None:
+        snapshotter = server.start(min_records=10)
+        server.add(range(10))
+        await _child_done(snapshotter)
+        before = (Path(server.directory) / SNAPSHOT_NAME).read_bytes()
+        monkeypatch.setattr(snapshotter_module, "write_snapshot", stuck)
+        server.add(range(10, 20))
+        assert snapshotter.running
+        snapshotter.close()
+        assert not snapshotter.running
+        assert (Path(server.directory) / SNAPSHOT_NAME).read_bytes() == before
+        assert not snapshotter.take()  # closed
+
+    asyncio.run(main())
+
+
+def test_the_cleaner_keeps_every_record_a_snapshot_on_disk_needs(tmp_path: Path) -> None:
+    # one record a segment: a snapshot with jobs 0-19 pending, then their deletions logged
+    # after it; the cleaner, asked which records replay still needs, would drop those (their
+    # jobs are gone now), and the snapshot would bring the jobs back
+    server = Server(tmp_path, segment_size_bytes=1)
+    server.add(range(20))
+
+    async def main() -> None:
+        snapshotter = server.start(min_records=1000)
+        assert snapshotter.take()
+        await _child_done(snapshotter)
+        server.delete(range(20))
+        server.add(range(20, 25))
+
+    asyncio.run(main())
+    keep, expires_at = _liveness(server.engine)
+    stats = server.log.clean(keep, expires_at=expires_at, now_ns=server.now_ns + 10**15)
+    assert stats.segments_deleted > 0  # records before the snapshot's place did go
+    engine, records, used = server.crash_and_restart()
+    assert used is not None and records == 25
+    assert sorted(engine.jobs) == sorted(server.engine.jobs)
+    assert snapshot(engine) == snapshot(server.engine)
