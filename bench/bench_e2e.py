@@ -137,7 +137,9 @@ def machine_info(root: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- runs
 
 
-def start_server(server: str, sc: Scenario, data_dir: Path, bs_binary: str) -> ServerProcess:
+def start_server(
+    server: str, sc: Scenario, data_dir: Path, bs_binary: str, jobq_args: str = ""
+) -> ServerProcess:
     if server == "beanstalkd":
         return beanstalkd_server(data_dir, sc.beanstalkd_fsync_ms, binary=bs_binary).start()
     port = free_port()
@@ -155,6 +157,7 @@ def start_server(server: str, sc: Scenario, data_dir: Path, bs_binary: str) -> S
         str(jobq_data),
         "--cmdlog-sync",
         sc.jobq_sync,
+        *jobq_args.split(),
     ]
     return ServerProcess("jobq", argv, port, data_dir / "jobq.log").start(ready_timeout=30.0)
 
@@ -164,7 +167,7 @@ def run_once(
 ) -> dict[str, Any]:
     data_dir = root / f"{sc.name}-{server}-{idx}"
     data_dir.mkdir(parents=True)
-    srv = start_server(server, sc, data_dir, bs_binary)
+    srv = start_server(server, sc, data_dir, bs_binary, args.jobq_args)
     try:
         cfg = LoadConfig(
             "beanstalkd" if server == "beanstalkd" else "workq",
@@ -333,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-gen-check", action="store_true", help="skip the generator check")
     ap.add_argument("--keep-data", action="store_true", help="keep the servers' data dirs")
     ap.add_argument("--out", type=Path, default=OUT_DIR / "e2e.md")
+    ap.add_argument(
+        "--jobq-args", default="", help="more options for jobq server (split on spaces)"
+    )
     args = ap.parse_args(argv)
     if not 1 <= args.rounds <= 20 or args.jobs < 1 or not 0 < args.duration <= 600:
         ap.error("need 1 <= --rounds <= 20, --jobs >= 1, 0 < --duration <= 600")

@@ -5,8 +5,10 @@
 Measures, each as the median of ``--rounds`` runs:
 - start-up with an empty log: process start to the first reply (target <= 250 ms);
 - restart with ``--pending`` pending jobs (64-byte payloads) in the log: process start to the
-  first reply, and RSS then (targets <= 1.5 s and <= 500 MB), after a clean stop (from the
-  engine snapshot) and after a crash (snapshot removed: the whole log replayed);
+  first reply, and RSS then (targets <= 1.5 s and <= 500 MB): after a clean stop (from its
+  engine snapshot); after a crash (SIGKILL) of a server that started from that snapshot and
+  took ``CRASH_EXTRA_JOBS`` more jobs over the protocol (the snapshot and the records after
+  it); and with no snapshot (removed: the whole log replayed, as for a log workq wrote);
 - memory with ``--memory-jobs`` pending jobs: RSS per job above the empty server's (target
   <= 1 KiB);
 - replay of a log cut into one-record segments (thousands of files) against the same records
@@ -121,6 +123,42 @@ def fill_beanstalkd(port: int, count: int) -> None:
             sent += n
 
 
+def add_jobq(port: int, ids: list[bytes]) -> None:
+    """Add jobs (64-byte payloads) over the protocol, pipelined; wait for every reply."""
+    _pipeline(port, [b"add %s q0 60000 604800000 64\r\n%s\r\n" % (i, PAYLOAD) for i in ids])
+
+
+def delete_jobq(port: int, ids: list[bytes]) -> None:
+    _pipeline(port, [b"delete %s\r\n" % i for i in ids])
+
+
+PAYLOAD = b"p" * 64
+
+
+def _pipeline(port: int, requests: list[bytes]) -> None:
+    with socket.create_connection((LOOPBACK, port), timeout=60) as sock:
+        for start in range(0, len(requests), 1000):
+            chunk = requests[start : start + 1000]
+            sock.sendall(b"".join(chunk))
+            buf = b""
+            while buf.count(b"\r\n") < len(chunk):
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionError("the server closed the connection")
+                buf += data
+            if not buf.startswith(b"+OK"):
+                raise RuntimeError(f"unexpected reply: {buf[:80]!r}")
+
+
+def sigkill(server: ServerProcess) -> None:
+    """SIGKILL the server's process group (a crash), and reap it."""
+    import signal
+
+    os.killpg(server.pid, signal.SIGKILL)
+    assert server.proc is not None
+    server.proc.wait()
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -145,6 +183,10 @@ def bench_startup(tmp: Path, rounds: int) -> dict[str, float]:
     return {"jobq_s": median(jobq), "beanstalkd_s": median(bean)}
 
 
+#: jobs added to a running server after the snapshot it started from, before it is killed
+CRASH_EXTRA_JOBS = 10_000
+
+
 def bench_restart(tmp: Path, pending: int, rounds: int) -> dict[str, float]:
     jobq_dir = tmp / "restart-jobq"
     fill_jobq(jobq_dir, pending)
@@ -153,6 +195,8 @@ def bench_restart(tmp: Path, pending: int, rounds: int) -> dict[str, float]:
     with beanstalkd_server(bean_dir, 1000, port=port):
         fill_beanstalkd(port, pending)
     jobq_s, jobq_rss, bean_s, bean_rss, replay_s, replay_rss = [], [], [], [], [], []
+    crash_s: list[float] = []
+    crash_rss: list[float] = []
     snapshot = jobq_dir / "cmdlog" / "engine.snapshot"
     for _ in range(rounds):
         # a start without the clean-stop snapshot (after a crash): the whole log replayed
@@ -169,8 +213,21 @@ def bench_restart(tmp: Path, pending: int, rounds: int) -> dict[str, float]:
             lambda p=port: _launch(jobq_server(jobq_dir, p)), b"inspect server\r\n", port
         )
         jobq_rss.append(rss_mib(server.pid))
-        server.stop()
         jobq_s.append(secs)
+        # a crash of a running server: jobs added after the snapshot it started from, then
+        # SIGKILL; the next start loads the snapshot and replays the records after it
+        extra = [str(uuid.uuid4()).encode() for _ in range(CRASH_EXTRA_JOBS)]
+        add_jobq(port, extra)
+        sigkill(server)
+        port = free_port()
+        secs, server = first_reply_s(
+            lambda p=port: _launch(jobq_server(jobq_dir, p)), b"inspect server\r\n", port
+        )
+        crash_rss.append(rss_mib(server.pid))
+        crash_s.append(secs)
+        delete_jobq(port, extra)  # back to --pending jobs for the next round
+        server.stop()
+        assert "after the engine snapshot at" in server.log_path.read_text(), "no snapshot used"
         port = free_port()
         secs, server = first_reply_s(
             lambda p=port: _launch(beanstalkd_server(bean_dir, 1000, port=p)), b"stats\r\n", port
@@ -182,6 +239,7 @@ def bench_restart(tmp: Path, pending: int, rounds: int) -> dict[str, float]:
         "jobq_s": median(jobq_s), "jobq_rss_mib": median(jobq_rss),
         "beanstalkd_s": median(bean_s), "beanstalkd_rss_mib": median(bean_rss),
         "jobq_replay_s": median(replay_s), "jobq_replay_rss_mib": median(replay_rss),
+        "jobq_crash_s": median(crash_s), "jobq_crash_rss_mib": median(crash_rss),
     }
 
 
@@ -278,10 +336,18 @@ def main(argv: list[str] | None = None) -> str:
         f"| restart, {args.pending:,} pending jobs: first reply | {restart['jobq_s']:.2f} s | "
         f"{restart['beanstalkd_s']:.2f} s | {restart['jobq_s'] / restart['beanstalkd_s']:.1f}x "
         "| <= 1.5 s |",
-        f"| restart after a crash (no snapshot: full replay), {args.pending:,} pending jobs: "
-        f"first reply | {restart['jobq_replay_s']:.2f} s | {restart['beanstalkd_s']:.2f} s | "
+        f"| restart after a crash (SIGKILL), {args.pending:,} pending jobs, "
+        f"{CRASH_EXTRA_JOBS:,} of them added after the engine snapshot: first reply | "
+        f"{restart['jobq_crash_s']:.2f} s | {restart['beanstalkd_s']:.2f} s | "
+        f"{restart['jobq_crash_s'] / restart['beanstalkd_s']:.1f}x | <= 1.5 s |",
+        f"| restart after a crash (SIGKILL), {args.pending:,} pending jobs: RSS | "
+        f"{restart['jobq_crash_rss_mib']:.0f} MiB | {restart['beanstalkd_rss_mib']:.0f} MiB | "
+        f"{restart['jobq_crash_rss_mib'] / restart['beanstalkd_rss_mib']:.1f}x | <= 500 MB |",
+        f"| restart with no snapshot (a log workq wrote, or the snapshot lost: full replay), "
+        f"{args.pending:,} pending jobs: first reply | {restart['jobq_replay_s']:.2f} s | "
+        f"{restart['beanstalkd_s']:.2f} s | "
         f"{restart['jobq_replay_s'] / restart['beanstalkd_s']:.1f}x | <= 1.5 s |",
-        f"| restart after a crash, {args.pending:,} pending jobs: RSS | "
+        f"| restart with no snapshot, {args.pending:,} pending jobs: RSS | "
         f"{restart['jobq_replay_rss_mib']:.0f} MiB | {restart['beanstalkd_rss_mib']:.0f} MiB | "
         f"{restart['jobq_replay_rss_mib'] / restart['beanstalkd_rss_mib']:.1f}x | <= 500 MB |",
         f"| restart, {args.pending:,} pending jobs: RSS | {restart['jobq_rss_mib']:.0f} MiB | "

@@ -19,7 +19,7 @@ DEFAULT_CLEAN_INTERVAL_MS = 300_000
 #: most client connections served at once
 DEFAULT_MAX_CONNECTIONS = 10_000
 #: records logged between engine snapshots while running, at least (server/snapshotter.py)
-DEFAULT_SNAPSHOT_MIN_RECORDS = 10_000
+DEFAULT_SNAPSHOT_MIN_RECORDS = 100_000
 
 
 class ConfigError(ValueError):
