@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -217,3 +218,24 @@ def test_acknowledged_submit_is_in_the_log(tmp_path: Path) -> None:
             assert response.json()["description"] == "kept"
     finally:
         again.stop()
+
+
+def test_metrics_of_engine_snapshots(tmp_path) -> None:
+    server = LiveServer(tmp_path / "data")
+    try:
+        with Client.from_address(server.tcp_address) as client:
+            for n in range(3):
+                client.add("api.snap", b"x", id=str(uuid.UUID(int=n + 1)))
+        text = httpx.get(f"{server.http_url}/metrics").text
+    finally:
+        server.stop()
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("jobq_engine_snapshot")
+    }
+    assert values == {
+        "jobq_engine_snapshots_written_total": 0.0,
+        "jobq_engine_snapshots_failed_total": 0.0,
+        "jobq_engine_snapshot_records_behind": 3.0,  # three adds, none snapshotted yet
+    }

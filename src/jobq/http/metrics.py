@@ -211,6 +211,21 @@ class JobqCollector(Collector):
                 "jobq_replay_seconds", "How long replaying the command log took at start-up",
                 value=float(replay),
             )
+        snapshotter = getattr(core, "snapshotter", None)
+        if snapshotter is not None:
+            yield CounterMetricFamily(
+                "jobq_engine_snapshots_written", "Engine snapshots written while running",
+                value=snapshotter.written_count,
+            )
+            yield CounterMetricFamily(
+                "jobq_engine_snapshots_failed", "Engine snapshots that failed while running",
+                value=snapshotter.failed_count,
+            )
+            yield GaugeMetricFamily(
+                "jobq_engine_snapshot_records_behind",
+                "Records logged since the engine snapshot on disk (a start replays them)",
+                value=snapshotter.records_since,
+            )
         if log is None:
             return
         try:
