@@ -125,3 +125,30 @@ def test_flipping_any_byte_of_an_older_segment_is_reported_with_file_and_offset(
         assert f"{older}: offset {record_start}:" in str(info.value)
     older.write_bytes(pristine)
     assert len(list(Cursor(str(tmp_path)))) == len(PAYLOADS) + 2
+
+
+def test_a_vouched_place_in_the_newest_segment_limits_the_torn_tail_check(tmp_path: Path) -> None:
+    payloads = _two_segment_log(tmp_path)
+    newest = tmp_path / "000000002.log"
+    records = [r for r in Cursor(str(tmp_path)) if r.segment == "000000002.log"]
+    place = (2, records[1].offset)  # between the newest segment's two records
+    data = bytearray(newest.read_bytes())
+    data[records[0].offset + 20] ^= 0xFF  # damage before the place
+    newest.write_bytes(bytes(data[:-3]))  # and a torn last record after it
+    asked: list[str] = []
+
+    def vouch(directory: str) -> tuple[int, int]:
+        asked.append(directory)
+        return place
+
+    with CommandLog.open(tmp_path, sync="os", whole_until=vouch):
+        pass  # the torn record is cut; the damage before the place is not looked at
+    assert asked == [str(tmp_path)]
+    assert newest.stat().st_size == records[1].offset
+    with pytest.raises(CorruptRecordError):  # without the vouch, the damage is found
+        CommandLog.open(tmp_path, sync="os")
+    # a place in another segment than the newest vouches for nothing there
+    newest.write_bytes(bytes(data[: records[1].offset]))
+    with pytest.raises(CorruptRecordError):
+        CommandLog.open(tmp_path, sync="os", whole_until=lambda d: (1, HEADER_LEN + 10))
+    assert len(payloads) == len(PAYLOADS) + 2

@@ -180,28 +180,44 @@ def test_restore_replays_the_log_when_the_snapshot_is_corrupt_or_foreign(tmp_pat
     directory, live, end = _engine_with_jobs(tmp_path)
     path = Path(directory) / SNAPSHOT_NAME
     for damage in (
-        lambda b: b[:-3],
-        lambda b: b[:20] + bytes([b[20] ^ 1]) + b[21:],
+        lambda b: b[:-3],  # the body cut short
+        lambda b: b[:20] + bytes([b[20] ^ 1]) + b[21:],  # a byte of the header flipped
+        lambda b: b[:-5] + bytes([b[-5] ^ 1]) + b[-4:],  # a byte of the body flipped
+        lambda b: b[:9] + b"\xff" + b[10:],  # a header size past the end
         lambda b: b"NOTSNAPS" + b[8:],
         lambda b: b"",
         lambda b: b[:10],
+        lambda b: b[:40],  # the header whole, the body's CRC cut
     ):
         write_snapshot(directory, live, end)
         path.write_bytes(damage(path.read_bytes()))
         _full_replay_and_removed(directory, live)
 
 
-def test_restore_replays_the_log_for_a_snapshot_of_another_version(tmp_path: Path, caplog) -> None:
+def test_restore_replays_the_log_for_a_snapshot_of_another_format(tmp_path: Path, caplog) -> None:
     import google_crc32c
 
-    directory, live, _end = _engine_with_jobs(tmp_path)
-    # the first format: [1, segment stamps, rows]
+    directory, live, end = _engine_with_jobs(tmp_path)
+    path = Path(directory) / SNAPSHOT_NAME
+    # the first format: its own magic, [1, segment stamps, rows]
     body = msgspec.msgpack.encode([1, [["000000001.log", 1, 2, 3]], live.export_jobs()])
     crc = google_crc32c.value(body).to_bytes(4, "big")
-    (Path(directory) / SNAPSHOT_NAME).write_bytes(MAGIC + crc + body)
+    path.write_bytes(b"JOBQSNP1" + crc + body)
     with caplog.at_level("INFO", logger="jobq.server"):
         _full_replay_and_removed(directory, live)
-    assert "format version 1, not 2" in caplog.text
+    assert "not used (not a snapshot file)" in caplog.text
+    # this layout, another version in the header
+    header = msgspec.msgpack.encode([3, end])
+    path.write_bytes(
+        MAGIC
+        + len(header).to_bytes(4, "big")
+        + google_crc32c.value(header).to_bytes(4, "big")
+        + header
+    )
+    caplog.clear()
+    with caplog.at_level("INFO", logger="jobq.server"):
+        _full_replay_and_removed(directory, live)
+    assert "format version 3, not 2" in caplog.text
 
 
 def test_restore_removes_half_written_snapshots(tmp_path: Path) -> None:
@@ -224,7 +240,8 @@ def test_the_checksum_covers_every_chunk_of_a_large_body(tmp_path: Path, monkeyp
     engine, _records, used = _restored(directory)
     assert used == end  # whole: used
     assert snapshot(engine) == snapshot(live)
-    for position in (12, 12 + 7 * 3 + 4, size - 1):
+    body_start = 16 + int.from_bytes(path.read_bytes()[8:12], "big") + 4
+    for position in (body_start, body_start + 7 * 3 + 4, size - 1):
         write_snapshot(directory, live, end)
         data = bytearray(path.read_bytes())
         data[position] ^= 0x40
@@ -249,3 +266,22 @@ def test_a_place_must_be_a_place_in_its_segment(tmp_path: Path) -> None:
             assert "is not in the segment" in str(exc)
         else:
             raise AssertionError(f"offset {offset} accepted")
+
+
+def test_the_header_vouches_for_the_place_while_it_holds(tmp_path: Path) -> None:
+    from jobq.server.snapshot import vouched_place
+
+    directory, live, end = _engine_with_jobs(tmp_path)
+    assert vouched_place(directory) is None  # no snapshot
+    write_snapshot(directory, live, end)
+    assert vouched_place(directory) == (end.sequence, end.offset)
+    path = Path(directory) / SNAPSHOT_NAME
+    data = path.read_bytes()
+    path.write_bytes(data[:-5] + bytes([data[-5] ^ 1]) + data[-4:])
+    # the body is not read: the header still vouches (the load finds the damage later)
+    assert vouched_place(directory) == (end.sequence, end.offset)
+    path.write_bytes(data[:20] + bytes([data[20] ^ 1]) + data[21:])
+    assert vouched_place(directory) is None  # the header damaged
+    path.write_bytes(data)
+    os.truncate(os.path.join(directory, end.segment), end.offset - 1)
+    assert vouched_place(directory) is None  # the place is gone

@@ -110,12 +110,16 @@ class Cursor:
                 return
 
 
-def recover_newest_segment(path: str, write_version: int) -> None:
+def recover_newest_segment(path: str, write_version: int, whole_until: int = HEADER_LEN) -> None:
     """Make the newest segment end on a whole record, as after a crash.
 
     An incomplete record at its tail is cut off (the file is truncated) and a missing or
     partial header rewritten, each with a WARNING naming the file and offset. A corrupt
     record raises :class:`~jobq.cmdlog.errors.CorruptRecordError`.
+
+    ``whole_until``: the caller vouches that the bytes before this offset are whole records
+    (an engine snapshot's place, fsynced by its writer): only the records after it are
+    checked. Checking a full 64 MiB segment costs ~0.4 s.
     """
     data = read_segment(path)
     version = check_header(data, path, newest=True)
@@ -131,7 +135,7 @@ def recover_newest_segment(path: str, write_version: int) -> None:
             os.fsync(f.fileno())
         return
     try:
-        for _ in decode_records(data, path, os.path.basename(path), version, HEADER_LEN):
+        for _ in decode_payloads(data, path, max(whole_until, HEADER_LEN)):
             pass
     except IncompleteRecordError as exc:
         logger.warning(

@@ -20,7 +20,7 @@ from jobq.cmdlog.cleaner import Cleaner, CleanStats, remove_stale_rewrites
 from jobq.cmdlog.cursor import Cursor, recover_newest_segment
 from jobq.cmdlog.errors import CmdlogError, LogDirectoryError
 from jobq.cmdlog.lock import DirectoryLock
-from jobq.cmdlog.record import READ_VERSIONS, VERSION_2, Record, encode_header
+from jobq.cmdlog.record import HEADER_LEN, READ_VERSIONS, VERSION_2, Record, encode_header
 from jobq.cmdlog.segment import (
     FIRST_SEQUENCE,
     fsync_directory,
@@ -77,12 +77,18 @@ class CommandLog:
         fsync: Callable[[int], None] = os.fsync,
         start_sync_thread: bool = True,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        whole_until: Callable[[str], tuple[int, int] | None] | None = None,
     ) -> CommandLog:
         """Open (and with ``create`` make) the log directory at ``path``.
 
         Takes the directory lock, removes stale cleaner rewrites, checks every segment
         header, cuts a torn record off the newest segment, and starts the first segment of
         a new log. Raises a :class:`~jobq.cmdlog.errors.CmdlogError` for anything wrong.
+
+        ``whole_until(directory)``, called once the lock is held, may name a place
+        ``(sequence, offset)`` before which the caller vouches the log holds whole records
+        (an engine snapshot's place): if it is in the newest segment, only the records after
+        it are checked for a torn tail.
         """
         directory = os.fspath(path)
         if write_version not in READ_VERSIONS:
@@ -92,7 +98,7 @@ class CommandLog:
         lock.acquire()
         try:
             try:
-                sequence = _recover(directory, write_version)
+                sequence = _recover(directory, write_version, whole_until)
                 appender = Appender(
                     directory,
                     sequence,
@@ -257,7 +263,11 @@ def _prepare_directory(directory: str, create: bool) -> None:
         raise LogDirectoryError(directory, _describe(exc)) from exc
 
 
-def _recover(directory: str, write_version: int) -> int:
+def _recover(
+    directory: str,
+    write_version: int,
+    whole_until: Callable[[str], tuple[int, int] | None] | None = None,
+) -> int:
     """Bring the directory to a state to append to; return the newest segment's number."""
     remove_stale_rewrites(directory)
     segments = list_segments(directory)
@@ -275,7 +285,9 @@ def _recover(directory: str, write_version: int) -> int:
         fsync_directory(directory)
         return sequence
     sequence, name = segments[-1]
-    recover_newest_segment(os.path.join(directory, name), write_version)
+    place = whole_until(directory) if whole_until is not None else None
+    offset = place[1] if place is not None and place[0] == sequence else HEADER_LEN
+    recover_newest_segment(os.path.join(directory, name), write_version, offset)
     return sequence
 
 

@@ -20,7 +20,7 @@ from jobq.server.core import Core, WallClock
 from jobq.server.history import read_history
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
-from jobq.server.snapshot import position_at, write_snapshot
+from jobq.server.snapshot import position_at, vouched_place, write_snapshot
 from jobq.server.snapshotter import Snapshotter
 from jobq.server.tcp import Connection
 
@@ -142,6 +142,8 @@ async def serve(
             sync=config.sync,  # type: ignore[arg-type]
             sync_interval_ms=config.sync_interval_ms,
             segment_size_bytes=config.segment_size_bytes,
+            # the records before an engine snapshot's place need no torn-tail check
+            whole_until=vouched_place,
         )
         stats = restore(log, engine, clock())
         logger.info(

@@ -23,8 +23,10 @@ Another program cleaning the log directory between two runs of jobq (workq's own
 one) could drop records the snapshot needs; remove ``engine.snapshot`` before switching back
 to jobq after that.
 
-File layout: ``MAGIC`` (8 bytes), CRC32C of the body (4 bytes, big-endian), body (one
-MessagePack array, :class:`Snapshot`).
+File layout: ``MAGIC`` (8 bytes); the header's size and CRC32C (4 bytes each, big-endian);
+the header (MessagePack, :class:`SnapshotHeader`: the version and the place); the body's
+CRC32C (4 bytes); the body (a MessagePack array of ``Job.row``). The header alone tells
+where the snapshot's place is (:func:`vouched_place`), without reading the jobs.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import msgspec
 
 from jobq.cmdlog.record import HEADER_LEN
 from jobq.cmdlog.segment import fsync_directory, parse_segment_name, segment_name
-from jobq.engine.job import Job, JobRow
+from jobq.engine.job import Job
 from jobq.engine.machine import Engine
 
 logger = logging.getLogger("jobq.server")
@@ -46,9 +48,14 @@ logger = logging.getLogger("jobq.server")
 SNAPSHOT_NAME = "engine.snapshot"
 #: a snapshot being written: ``engine.snapshot.tmp.<pid>`` (stale ones are removed at start)
 TEMPORARY_PREFIX = SNAPSHOT_NAME + ".tmp."
-MAGIC = b"JOBQSNP1"
-#: the format of the body; a snapshot of another version is ignored
+#: the first format, "JOBQSNP1", stamped every segment instead of naming a place
+MAGIC = b"JOBQSNP2"
+#: the format of the header and body; a snapshot of another version is ignored
 VERSION = 2
+#: magic, header size, header CRC
+_FIXED_BYTES = len(MAGIC) + 8
+#: a larger header size is damage
+_MAX_HEADER_BYTES = 1 << 16
 #: bytes before a position that must read the same at start
 _TAIL_BYTES = 4
 
@@ -70,29 +77,15 @@ class LogPosition(msgspec.Struct, array_like=True, frozen=True):
         return sequence
 
 
-class Snapshot(msgspec.Struct, array_like=True):
+class SnapshotHeader(msgspec.Struct, array_like=True):
     version: int
     position: LogPosition
-    jobs: list[JobRow]
 
 
-class _LoadedSnapshot(msgspec.Struct, array_like=True):
-    """A :class:`Snapshot` as read: each row decoded straight into the job it describes
-    (a job's fields up to ``meta`` are a row's, in order)."""
-
-    version: int
-    position: LogPosition
-    jobs: list[Job]
-
-
-class _Version(msgspec.Struct, array_like=True):
-    """Only the version, to tell an older format from damage."""
-
-    version: int
-
-
-_decoder = msgspec.msgpack.Decoder(_LoadedSnapshot)
-_version_decoder = msgspec.msgpack.Decoder(_Version)
+_header_decoder = msgspec.msgpack.Decoder(SnapshotHeader)
+#: each row decoded straight into the job it describes (a job's fields up to ``meta`` are a
+#: row's, in order)
+_jobs_decoder = msgspec.msgpack.Decoder(list[Job])
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -122,12 +115,16 @@ def write_snapshot(log_dir: str, engine: Engine, position: LogPosition) -> int |
     if rows is None:
         remove_snapshot(log_dir)
         return None
-    body = _encoder.encode(Snapshot(VERSION, position, rows))
+    header = _encoder.encode(SnapshotHeader(VERSION, position))
+    body = _encoder.encode(rows)
     temporary = f"{TEMPORARY_PREFIX}{os.getpid()}"
     temporary_path = os.path.join(log_dir, temporary)
     try:
         with open(temporary_path, "wb") as f:
             f.write(MAGIC)
+            f.write(len(header).to_bytes(4, "big"))
+            f.write(google_crc32c.value(header).to_bytes(4, "big"))
+            f.write(header)
             f.write(google_crc32c.value(body).to_bytes(4, "big"))
             f.write(body)
             f.flush()
@@ -181,31 +178,70 @@ def load_snapshot(log_dir: str) -> tuple[list[Job], LogPosition] | None:
         logger.info("%s: not used (%s), replaying the log", path, checked)
         remove_snapshot(log_dir)
         return None
-    return checked.jobs, checked.position
+    return checked
 
 
-def _check(mapped: mmap.mmap, log_dir: str) -> _LoadedSnapshot | str:
-    """The snapshot in the file (``mapped``: magic, CRC, body) if it is whole and matches
-    ``log_dir``, else why not."""
-    header_bytes = len(MAGIC) + 4
-    if len(mapped) < header_bytes or mapped[: len(MAGIC)] != MAGIC:
+def _read_header(data: bytes | mmap.mmap) -> tuple[SnapshotHeader, int] | str:
+    """The header at the start of ``data`` and where the body's CRC starts, else why not."""
+    if len(data) < _FIXED_BYTES or data[: len(MAGIC)] != MAGIC:
         return "not a snapshot file"
-    if _body_crc32c(mapped, header_bytes).to_bytes(4, "big") != mapped[len(MAGIC) : header_bytes]:
+    size = int.from_bytes(data[len(MAGIC) : len(MAGIC) + 4], "big")
+    end = _FIXED_BYTES + size
+    header = data[_FIXED_BYTES:end]
+    if len(header) != size:
+        return "truncated"
+    if google_crc32c.value(header).to_bytes(4, "big") != data[len(MAGIC) + 4 : _FIXED_BYTES]:
+        return "header CRC32C mismatch"
+    try:
+        decoded = _header_decoder.decode(header)
+    except msgspec.DecodeError as exc:
+        return f"cannot decode its header: {exc}"
+    if decoded.version != VERSION:
+        return f"format version {decoded.version}, not {VERSION}"
+    return decoded, end
+
+
+def _check(mapped: mmap.mmap, log_dir: str) -> tuple[list[Job], LogPosition] | str:
+    """The jobs and place in the file (``mapped``) if it is whole and its place is still in
+    ``log_dir``, else why not."""
+    read = _read_header(mapped)
+    if isinstance(read, str):
+        return read
+    header, end = read
+    problem = _check_position(log_dir, header.position)
+    if problem is not None:
+        return problem
+    body_start = end + 4
+    if len(mapped) < body_start:
+        return "truncated"
+    if _body_crc32c(mapped, body_start).to_bytes(4, "big") != mapped[end:body_start]:
         return "CRC32C mismatch"
-    with memoryview(mapped) as whole, whole[header_bytes:] as body:
+    with memoryview(mapped) as whole, whole[body_start:] as body:
         try:
-            snapshot = _decoder.decode(body)
+            jobs = _jobs_decoder.decode(body)
         except msgspec.DecodeError as exc:
-            try:
-                version = _version_decoder.decode(body).version
-            except msgspec.DecodeError:
-                return f"cannot decode: {exc}"
-            if version != VERSION:
-                return f"format version {version}, not {VERSION}"
             return f"cannot decode: {exc}"
-    if snapshot.version != VERSION:
-        return f"format version {snapshot.version}, not {VERSION}"
-    return _check_position(log_dir, snapshot.position) or snapshot
+    return jobs, header.position
+
+
+def vouched_place(log_dir: str) -> tuple[int, int] | None:
+    """The place ``(sequence, offset)`` of the snapshot in ``log_dir``, read from its header
+    alone, if that place is still in the log: the bytes before it are whole records (the
+    snapshot's writer fsynced them), so opening the log need not check them for a torn
+    tail (``CommandLog.open(whole_until=...)``). ``None`` if there is no such snapshot."""
+    try:
+        with open(os.path.join(log_dir, SNAPSHOT_NAME), "rb") as f:
+            start = f.read(_FIXED_BYTES)
+            size = int.from_bytes(start[len(MAGIC) : len(MAGIC) + 4], "big")
+            if len(start) < _FIXED_BYTES or size > _MAX_HEADER_BYTES:
+                return None
+            read = _read_header(start + f.read(size))
+    except OSError:
+        return None
+    if isinstance(read, str) or _check_position(log_dir, read[0].position) is not None:
+        return None
+    position = read[0].position
+    return position.sequence, position.offset
 
 
 def _check_position(log_dir: str, position: LogPosition) -> str | None:
