@@ -305,3 +305,39 @@ def test_the_cleaner_keeps_every_record_a_snapshot_on_disk_needs(tmp_path: Path)
     assert used is not None and records == 25
     assert sorted(engine.jobs) == sorted(server.engine.jobs)
     assert snapshot(engine) == snapshot(server.engine)
+
+
+def test_a_fork_that_fails_keeps_the_snapshot_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = Server(tmp_path)
+
+    def no_fork() -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    async def main() -> Snapshotter:
+        snapshotter = server.start(min_records=10)
+        server.add(range(10))
+        await _child_done(snapshotter)
+        kept_from = server.log.kept_from
+        monkeypatch.setattr(snapshotter_module.os, "fork", no_fork)
+        server.add(range(10, 20))  # due: the fork fails
+        assert not snapshotter.running
+        assert snapshotter.failed_count == 1
+        assert server.log.kept_from == kept_from  # still kept for the snapshot on disk
+        assert (Path(server.directory) / SNAPSHOT_NAME).exists()
+        monkeypatch.undo()
+        server.add(range(20, 30))
+        assert not snapshotter.running  # not before RETRY_AFTER_S
+        server.clock.s += RETRY_AFTER_S
+        assert snapshotter.take()
+        await _child_done(snapshotter)
+        return snapshotter
+
+    with caplog.at_level("WARNING", logger="jobq.server"):
+        snapshotter = asyncio.run(main())
+    assert "cannot fork for an engine snapshot: [Errno 11]" in caplog.text
+    assert snapshotter.written_count == 2
+    engine, records, used = server.crash_and_restart()
+    assert used is not None and records == 0
+    assert snapshot(engine) == snapshot(server.engine)

@@ -196,13 +196,17 @@ class Snapshotter:
             if self.on_disk_sequence is not None:
                 self._drop("the engine has schedules, which snapshots do not hold")
             return False
-        sequence, offset = self.log.position()
+        try:
+            sequence, offset = self.log.position()
+            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:  # too many open files, the log closed: nothing was written
+            self._not_started(f"cannot start an engine snapshot: {exc}")
+            return False
         # the cleaner leaves this segment on alone from before the fork: a pass starting
         # while the child runs must not clean records its snapshot needs
         self.log.keep_from(
             sequence if self.on_disk_sequence is None else min(self.on_disk_sequence, sequence)
         )
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         parent_pid = os.getpid()
         started = time.perf_counter()
         try:
@@ -211,7 +215,7 @@ class Snapshotter:
             os.close(read_fd)
             os.close(write_fd)
             self.log.keep_from(self.on_disk_sequence)
-            self._failed(f"cannot fork: {exc}")
+            self._not_started(f"cannot fork for an engine snapshot: {exc}")
             return False
         if pid == 0:
             _child_main(self.log.path, self.engine, sequence, offset, write_fd, parent_pid)
@@ -275,6 +279,12 @@ class Snapshotter:
         reason = message or (f"killed by signal {-code}" if code < 0 else f"exit status {code}")
         _remove_temporary(self.log.path, child.pid)
         self._failed(f"the engine snapshot failed: {reason}")
+
+    def _not_started(self, reason: str) -> None:
+        """No child was started: the snapshot on disk is as it was, and stays in use."""
+        self.failed_count += 1
+        self._retry_after_s = self._monotonic_s() + RETRY_AFTER_S
+        logger.warning("%s; trying again in %.0f s", reason, RETRY_AFTER_S)
 
     def _failed(self, reason: str) -> None:
         self.failed_count += 1
