@@ -62,6 +62,7 @@ QUIET_S = 1.0
 CHECK_INTERVAL_S = 1.0
 #: no snapshot is tried for this long after one failed
 RETRY_AFTER_S = 60.0
+_HAS_SCHEDULES = "the engine has schedules, which snapshots do not hold"
 #: the most of a child's error message read back
 _MESSAGE_BYTES = 4096
 
@@ -172,7 +173,7 @@ class Snapshotter:
             return
         if not self.engine.exportable:
             if self.on_disk_sequence is not None:
-                self._drop("the engine has schedules, which snapshots do not hold")
+                self._drop(_HAS_SCHEDULES, logging.INFO)
             return
         if (
             self.min_records
@@ -194,7 +195,7 @@ class Snapshotter:
             return False
         if not self.engine.exportable:
             if self.on_disk_sequence is not None:
-                self._drop("the engine has schedules, which snapshots do not hold")
+                self._drop(_HAS_SCHEDULES, logging.INFO)
             return False
         try:
             sequence, offset = self.log.position()
@@ -293,14 +294,14 @@ class Snapshotter:
         # than keep the cleaner waiting for snapshots that may keep failing
         self._drop(reason)
 
-    def _drop(self, reason: str) -> None:
+    def _drop(self, reason: str, level: int = logging.WARNING) -> None:
         """Remove the snapshot on disk, then let the cleaner go everywhere again."""
         try:
             remove_snapshot(self.log.path)
         except OSError as exc:
             logger.warning("%s; cannot remove the engine snapshot either: %s", reason, exc)
             return  # it may still be used: keep its records
-        logger.warning("%s; removed the engine snapshot (a start replays the whole log)", reason)
+        logger.log(level, "%s; removed the engine snapshot (a start replays the whole log)", reason)
         self.on_disk_sequence = None
         self.jobs_on_disk = 0
         self.log.keep_from(None)
