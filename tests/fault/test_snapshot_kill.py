@@ -1,10 +1,11 @@
 """SIGKILL of a server that takes engine snapshots while it runs (server/snapshotter.py):
-add, lease, heartbeat with checkpoints, complete, with the cleaner at work on small
-segments, round after round under ``sync=always``. After every restart, from a snapshot and
-the records after it, no acknowledged command is missing and the log verifies; most
-restarts did start from a snapshot, written by a child the kill may have stopped
-mid-write (killed with the server's process group, or by its own death signal when only the
-server was killed)."""
+add, lease, heartbeat with checkpoints, complete, a schedule firing every 100 ms, with the
+cleaner at work on small segments, round after round under ``sync=always``. After every
+restart, from a snapshot and the records after it, no acknowledged command is missing and
+the log verifies; in the end every run of the schedule fired exactly once. Most restarts
+did start from a snapshot, written by a child the kill may have stopped mid-write (killed
+with the server's process group, or by its own death signal when only the server was
+killed)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.server.procs import ServerProcess
 
 from .conftest import kill_rounds
 from .load import Ledger, losses
-from .test_kill_mixed import _load, log_dir, verify_log
+from .test_kill_mixed import _ensure_schedule, _load, fire_seqs, log_dir, verify_log
 
 OPTIONS = (
     "--cmdlog-sync",
@@ -44,6 +45,7 @@ def test_sigkill_with_snapshots_while_running_loses_nothing(tmp_path: Path, seed
             with Client.from_address(f"127.0.0.1:{server.port}", timeout_s=10) as client:
                 lost = losses(ledger, client)
                 assert not lost, f"round {number}: acknowledged commands lost: {lost[:5]}"
+                _ensure_schedule(client)
             load = _load(server.port, ledger, rng, rng.uniform(0.1, 0.4))
         finally:
             # every other round the server alone: a snapshot child it forked must die with
@@ -63,8 +65,13 @@ def test_sigkill_with_snapshots_while_running_loses_nothing(tmp_path: Path, seed
             assert not lost, f"after the last round: acknowledged commands lost: {lost[:5]}"
     finally:
         assert final.terminate() == 0
+    firings = fire_seqs(log_dir(data_dir))
+    seqs = [seq for seq, _ in firings]
+    assert seqs == list(range(1, len(seqs) + 1)), f"firings lost or repeated: {seqs}"
+    times = [t for _, t in firings]
+    assert times == sorted(set(times)), "a scheduled time fired twice"
     print(
-        f"{rounds} rounds, {ledger.counts}; {written} snapshots written, "
+        f"{rounds} rounds, {ledger.counts}; {len(seqs)} firings; {written} snapshots written, "
         f"{from_snapshot} starts from one"
     )
     # a kill often stops the child mid-write; its snapshot is then not used

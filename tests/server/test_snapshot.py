@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from jobq.cmdlog.log import CommandLog
 from jobq.engine.commands import encode_command
 from jobq.engine.machine import Engine
+from jobq.engine.schedules import ScheduleRow
 from jobq.server import snapshot as snapshot_module
 from jobq.server.replay import replay, restore
 from jobq.server.snapshot import (
@@ -27,9 +28,6 @@ from jobq.server.snapshot import (
 )
 from tests.engine.helpers import MS, T0
 from tests.engine.test_replay_property import OPTIONS, op, perform, snapshot
-
-# operations without schedules: an engine with schedules writes no snapshot
-job_op = op.filter(lambda o: o[0] not in ("screate", "spause", "sresume", "strigger", "sdrop"))
 
 
 def _run(
@@ -64,7 +62,7 @@ def _append(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    st.lists(job_op, max_size=25),
+    st.lists(op, max_size=25),
     st.lists(op, max_size=15),
     st.integers(0, 3000),
     st.sampled_from([1, 200, 1 << 20]),
@@ -72,8 +70,8 @@ def _append(
 def test_snapshot_and_the_records_after_it_give_the_state_replay_gives(
     tmp_path_factory, before, after, later_ms, segment_size_bytes
 ) -> None:
-    # a snapshot taken after ``before``; ``after`` (schedules too) logged after it; then a
-    # start some time later, from the snapshot and from the whole log
+    # a snapshot taken after ``before``; ``after`` logged after it (jobs and schedules
+    # both); then a start some time later, from the snapshot and from the whole log
     live, log, now_ns = _run(before)
     directory = str(tmp_path_factory.mktemp("snap") / "cmdlog")
     position = _append(directory, log, segment_size_bytes)
@@ -93,7 +91,18 @@ def test_snapshot_and_the_records_after_it_give_the_state_replay_gives(
         engine.tick(start_ns)
     assert restored.drain()[0] == replayed.drain()[0]
     assert snapshot(restored) == snapshot(replayed)
+    assert _schedule_state(restored) == _schedule_state(replayed)
     assert restored.next_deadline_ns() == replayed.next_deadline_ns()
+
+
+def _schedule_state(engine: Engine) -> tuple[object, ...]:
+    """Every schedule field a snapshot holds, and what ``snapshot`` leaves out."""
+    return (
+        engine.next_schedule_id,
+        engine.schedule_names,
+        engine._last_fire_jobs,
+        [ScheduleRow.of(schedule) for schedule in engine.schedules.values()],
+    )
 
 
 def _engine_with_jobs(tmp_path: Path) -> tuple[str, Engine, LogPosition]:
@@ -200,7 +209,7 @@ def test_restore_replays_the_log_for_a_snapshot_of_another_format(tmp_path: Path
     directory, live, end = _engine_with_jobs(tmp_path)
     path = Path(directory) / SNAPSHOT_NAME
     # the first format: its own magic, [1, segment stamps, rows]
-    body = msgspec.msgpack.encode([1, [["000000001.log", 1, 2, 3]], live.export_jobs()])
+    body = msgspec.msgpack.encode([1, [["000000001.log", 1, 2, 3]], live.export().jobs])
     crc = google_crc32c.value(body).to_bytes(4, "big")
     path.write_bytes(b"JOBQSNP1" + crc + body)
     with caplog.at_level("INFO", logger="jobq.server"):
@@ -249,12 +258,19 @@ def test_the_checksum_covers_every_chunk_of_a_large_body(tmp_path: Path, monkeyp
         _full_replay_and_removed(directory, live)
 
 
-def test_no_snapshot_for_an_engine_with_schedules(tmp_path: Path) -> None:
-    directory, live, end = _engine_with_jobs(tmp_path)
-    write_snapshot(directory, live, end)
+def test_a_snapshot_holds_the_schedules(tmp_path: Path) -> None:
+    directory, live, _end = _engine_with_jobs(tmp_path)
     live.create_schedule(name="s", args=b'{"name":"a","ttr_ms":100}', every_ms=1000, now_ns=T0)
-    assert write_snapshot(directory, live, end) is None
-    assert not (Path(directory) / SNAPSHOT_NAME).exists()  # the older one is gone too
+    live.create_schedule(name="t", args=b'{"name":"b"}', cron="0 3 * * *", now_ns=T0)
+    live.pause_schedule("t", reason="not yet", now_ns=T0)
+    position = _append(directory, [(c, T0) for c in live.drain()[0]])
+    assert write_snapshot(directory, live, position) == 4
+    engine, records, used = _restored(directory)
+    assert (records, used) == (0, position)
+    assert snapshot(engine) == snapshot(live)
+    assert _schedule_state(engine) == _schedule_state(live)
+    assert [s.name for s in engine.list_schedules()] == ["s", "t"]
+    assert engine.get_schedule("t").paused
 
 
 def test_a_place_must_be_a_place_in_its_segment(tmp_path: Path) -> None:

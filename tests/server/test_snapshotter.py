@@ -239,24 +239,29 @@ def test_a_failed_snapshot_removes_the_one_on_disk_and_frees_the_cleaner(
     assert snapshot(engine) == snapshot(server.engine)
 
 
-def test_an_engine_with_schedules_drops_its_snapshot(tmp_path: Path) -> None:
+def test_an_engine_with_schedules_is_snapshotted(tmp_path: Path) -> None:
     server = Server(tmp_path)
+    server.add(range(10))
 
-    async def main() -> None:
-        snapshotter = server.start(min_records=10)
-        server.add(range(10))
-        await _child_done(snapshotter)
-        assert server.log.kept_from is not None
+    async def main() -> Snapshotter:
+        snapshotter = server.start(min_records=1000)
         server.engine.create_schedule(
             name="s", args=b'{"name":"q","ttr_ms":100}', every_ms=1000, now_ns=server.now_ns
         )
         server.commit()
-        snapshotter.check()
-        assert not snapshotter.running and not snapshotter.take()
+        server.now_ns += 5000 * MS
+        server.engine.tick(server.now_ns)  # the schedule fires
+        assert server.commit() >= 1
+        assert snapshotter.take()
+        await _child_done(snapshotter)
+        return snapshotter
 
-    asyncio.run(main())
-    assert not (Path(server.directory) / SNAPSHOT_NAME).exists()
-    assert server.log.kept_from is None
+    snapshotter = asyncio.run(main())
+    assert snapshotter.written_count == 1
+    assert server.engine.schedules[1].jobs_started >= 1
+    engine, records, used = server.crash_and_restart()
+    assert used is not None and records == 0
+    assert snapshot(engine) == snapshot(server.engine)
 
 
 def test_a_stop_kills_the_child_and_leaves_the_older_snapshot(

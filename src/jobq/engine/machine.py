@@ -75,6 +75,7 @@ from jobq.engine.schedules import (
     ScheduledJobExecutor,
     ScheduleError,
     ScheduleNotFound,
+    ScheduleRow,
     Spec,
     WaitPolicy,
     jitter_ns,
@@ -100,6 +101,20 @@ class Action:
     CONTINUE = "continue"
     PAUSE = "pause"
     CANCEL = "cancel"
+
+
+class EngineRows(msgspec.Struct, array_like=True):
+    """The engine's state as plain values, for an engine snapshot (:meth:`Engine.export`):
+    what replaying the log would rebuild. Waits, ``run`` jobs and the indexes are not in
+    it (none of them is logged)."""
+
+    jobs: list[JobRow]
+    schedules: list[ScheduleRow]
+    next_schedule_id: int
+    #: jobs started, runs skipped, runs missed (the schedule counters)
+    schedule_counters: tuple[int, int, int]
+    #: (job id, schedule id) of each schedule's newest run
+    last_fire_jobs: list[tuple[bytes, int]]
 
 
 class SchedulerOptions(msgspec.Struct, frozen=True):
@@ -783,24 +798,47 @@ class Engine:
         self._deadlines.end_bulk()
         self._offer_names.clear()
 
-    @property
-    def exportable(self) -> bool:
-        """Whether :meth:`export_jobs` can describe the engine (it has no schedules)."""
-        return not self.schedules and not self._last_fire_jobs
+    def export(self) -> EngineRows:
+        """The engine's state as plain values, for a snapshot (:class:`EngineRows`); every
+        job as a row (:meth:`Job.row`)."""
+        return EngineRows(
+            [job.row() for job in self.jobs.values() if not job.run],
+            [ScheduleRow.of(schedule) for schedule in self.schedules.values()],
+            self.next_schedule_id,
+            (self.schedule_jobs_started, self.schedule_runs_skipped, self.schedule_runs_missed),
+            list(self._last_fire_jobs.items()),
+        )
 
-    def export_jobs(self) -> list[JobRow] | None:
-        """Every job as a row (:meth:`Job.row`), for a snapshot of the engine; ``None`` if
-        the engine holds state rows do not cover (schedules), which then needs the log."""
-        if not self.exportable:
-            return None
-        return [job.row() for job in self.jobs.values() if not job.run]
+    def adopt_schedules(
+        self,
+        schedules: list[ScheduleRow],
+        next_schedule_id: int,
+        schedule_counters: tuple[int, int, int],
+        last_fire_jobs: list[tuple[bytes, int]],
+    ) -> None:
+        """Start from the schedules an engine snapshot holds (:meth:`export`), before its
+        jobs (:meth:`adopt_jobs` or :meth:`begin_replay_from`). The engine must be new."""
+        if self.jobs or self.schedules:
+            raise ValueError("adopt_schedules needs a new engine")
+        for row in schedules:
+            schedule = row.schedule(_executor_for(row.executor_type, row.args))
+            self.schedules[schedule.id] = schedule
+            self.schedule_names[schedule.name] = schedule.id
+        self.next_schedule_id = next_schedule_id
+        (
+            self.schedule_jobs_started,
+            self.schedule_runs_skipped,
+            self.schedule_runs_missed,
+        ) = schedule_counters
+        self._last_fire_jobs = dict(last_fire_jobs)
 
     def adopt_jobs(self, jobs: list[Job], now_ns: int) -> None:
         """Start from the jobs an engine snapshot holds (:meth:`Job.row`, decoded), instead
         of replaying the log they describe; as replay does, a job whose TTL has passed by
         ``now_ns`` is left out. The jobs must be queued nowhere (``queued`` None) and not
-        ``run`` jobs. The engine must be new; it is then ready for live operation."""
-        if self.jobs or self.schedules:
+        ``run`` jobs. The engine must hold no jobs (its schedules may be adopted already:
+        :meth:`adopt_schedules`); it is then ready for live operation."""
+        if self.jobs:
             raise ValueError("adopt_jobs needs a new engine")
         self.begin_replay()
         self._rebuild_indexes(adopted=jobs, now_ns=now_ns)
@@ -811,8 +849,8 @@ class Engine:
         :meth:`adopt_jobs` takes them; those whose TTL has passed by ``now_ns`` left out):
         the records logged after the snapshot are replayed next, then :meth:`end_replay`
         indexes every job, as after a whole replay."""
-        if self.jobs or self.schedules:
-            raise ValueError("begin_replay_from needs a new engine")
+        if self.jobs:
+            raise ValueError("begin_replay_from needs an engine without jobs")
         self.begin_replay()
         kept = self.jobs
         names: dict[str, str] = {}
@@ -1460,12 +1498,7 @@ class Engine:
     def _apply_schedule(self, command: ScheduleCommand, at_ns: int) -> None:
         if isinstance(command, CreateSchedule):
             self._touch_schedule(command.schedule)
-            try:
-                executor: ScheduledJobExecutor = make_executor(
-                    command.executor, _decode_args(command.args)
-                )
-            except ScheduleError:
-                executor = MissingExecutor(command.executor)
+            executor = _executor_for(command.executor, command.args)
             schedule = Schedule(
                 id=command.schedule,
                 name=command.name,
@@ -2020,6 +2053,15 @@ _SCHEDULE_COMMAND_TYPES = (
     FireSchedule,
     ScheduleRunEnded,
 )
+
+
+def _executor_for(executor_type: str, args: bytes) -> ScheduledJobExecutor:
+    """The executor of a logged (or snapshotted) schedule; a missing one if its type is
+    unknown here or its arguments do not fit."""
+    try:
+        return make_executor(executor_type, _decode_args(args))
+    except ScheduleError:
+        return MissingExecutor(executor_type)
 
 
 def _decode_args(args: bytes) -> dict[str, Any]:

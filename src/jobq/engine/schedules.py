@@ -563,6 +563,75 @@ class Schedule:
         return self.id < other.id if isinstance(other, Schedule) else id(self) < id(other)
 
 
+class ScheduleRow(msgspec.Struct, array_like=True):
+    """A schedule as plain values (an engine snapshot's row): every field but the executor
+    (made again from its type and arguments) and the two times replay does not restore
+    either (``recheck_ns``: replay looks at once; ``heap_ns``: the heap is rebuilt)."""
+
+    id: int
+    name: str
+    owner: str
+    created_ns: int
+    spec: Spec
+    executor_type: str
+    args: bytes
+    wait: str
+    on_error: str
+    catchup_ms: int
+    next_run_ns: int | None
+    paused: bool
+    pause_reason: str
+    changes: list[tuple[int, str]]
+    fire_seq: int
+    jobs_started: int
+    skipped: int
+    missed: int
+    last_run_ns: int | None
+    last_job_id: bytes | None
+    last_outcome: str
+    consecutive_failures: int
+    last_ended_job: bytes | None
+    running: list[bytes]
+    pending_buffered: bool
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> ScheduleRow:
+        return cls(
+            schedule.id, schedule.name, schedule.owner, schedule.created_ns, schedule.spec,
+            schedule.executor_type, schedule.args, schedule.wait.value, schedule.on_error.value,
+            schedule.catchup_ms, schedule.next_run_ns, schedule.paused, schedule.pause_reason,
+            list(schedule.changes), schedule.fire_seq, schedule.jobs_started, schedule.skipped,
+            schedule.missed, schedule.last_run_ns, schedule.last_job_id, schedule.last_outcome,
+            schedule.consecutive_failures, schedule.last_ended_job, sorted(schedule.running),
+            schedule.pending_buffered,
+        )
+
+    def schedule(self, executor: ScheduledJobExecutor) -> Schedule:
+        """The schedule this row describes, with ``executor`` (made from its type and
+        arguments by the caller)."""
+        schedule = Schedule(
+            id=self.id, name=self.name, owner=self.owner, created_ns=self.created_ns,
+            spec=self.spec, executor_type=self.executor_type, args=self.args,
+            executor=executor, wait=WaitPolicy(self.wait), on_error=ErrorPolicy(self.on_error),
+            catchup_ms=self.catchup_ms, next_run_ns=self.next_run_ns,
+        )
+        schedule.paused = self.paused
+        schedule.pause_reason = self.pause_reason
+        schedule.changes = [tuple(change) for change in self.changes]  # type: ignore[misc]
+        schedule.fire_seq = self.fire_seq
+        schedule.jobs_started = self.jobs_started
+        schedule.skipped = self.skipped
+        schedule.missed = self.missed
+        schedule.last_run_ns = self.last_run_ns
+        schedule.last_job_id = self.last_job_id
+        schedule.last_outcome = self.last_outcome
+        schedule.consecutive_failures = self.consecutive_failures
+        schedule.last_ended_job = self.last_ended_job
+        schedule.running = set(self.running)
+        schedule.pending_buffered = self.pending_buffered
+        return schedule
+
+
 def run_job_id(schedule_id: int, created_ns: int, seq: int) -> bytes:
     """The id of a schedule's run ``seq``: derived, so the firing is deterministic (a UUID of
     version 8, distinct from client-chosen version-4 ids)."""

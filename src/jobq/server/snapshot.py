@@ -1,19 +1,19 @@
-"""The engine snapshot: the jobs the engine held at a place in the command log, so that a
-start need not replay the whole log, only the records after that place.
+"""The engine snapshot: the engine's jobs and schedules as of a place in the command log, so
+that a start need not replay the whole log, only the records after that place.
 
 A snapshot is written to ``engine.snapshot`` in the log directory at a clean stop (at the
 log's end, after it is closed) and, while the server runs, by a forked child process
 (``snapshotter.py``) at the place the log had reached when the child was forked. It holds
-every job (``Job.row``) and that place (:class:`LogPosition`): the segment, its inode, the
-offset, and the four bytes before the offset (the last record's CRC, or the header's end).
+every job (``Job.row``), every schedule (``ScheduleRow``) and that place
+(:class:`LogPosition`): the segment, its inode, the offset, and the four bytes before the
+offset (the last record's CRC, or the header's end).
 
 At start it is used if the place is still in the log as it was: the segment file is there,
 with the same inode (the cleaner's rewrite makes a new file), at least that long (a torn
 tail cut off, or records lost to a crash before the fsync, make it shorter), with the same
 four bytes before the offset. The start then replays only the records after the place. It
 is not used, removed, and the whole log replayed, when any of that fails, or when the file
-is unreadable, fails its CRC32C, is of another format version, or describes an engine with
-schedules (a server with schedules writes none).
+is unreadable, fails its CRC32C or is of another format version.
 
 A snapshot stays valid as long as the records after its place stay as they were: the server
 keeps the cleaner off the snapshot's segment and every later one
@@ -25,7 +25,8 @@ to jobq after that.
 
 File layout: ``MAGIC`` (8 bytes); the header's size and CRC32C (4 bytes each, big-endian);
 the header (MessagePack, :class:`SnapshotHeader`: the version and the place); the body's
-CRC32C (4 bytes); the body (a MessagePack array of ``Job.row``). The header alone tells
+CRC32C (4 bytes); the body (MessagePack, ``Engine.export``: the jobs as ``Job.row``, the
+schedules as ``ScheduleRow``, the schedule counters). The header alone tells
 where the snapshot's place is (:func:`vouched_place`), without reading the jobs.
 """
 
@@ -42,6 +43,7 @@ from jobq.cmdlog.record import HEADER_LEN
 from jobq.cmdlog.segment import fsync_directory, parse_segment_name, segment_name
 from jobq.engine.job import Job
 from jobq.engine.machine import Engine
+from jobq.engine.schedules import ScheduleRow
 
 logger = logging.getLogger("jobq.server")
 
@@ -82,10 +84,26 @@ class SnapshotHeader(msgspec.Struct, array_like=True):
     position: LogPosition
 
 
+class LoadedBody(msgspec.Struct, array_like=True):
+    """The body (``Engine.export``'s :class:`EngineRows`) as read: each job row decoded
+    straight into the job it describes (a job's fields up to ``meta`` are a row's, in
+    order)."""
+
+    jobs: list[Job]
+    schedules: list[ScheduleRow]
+    next_schedule_id: int
+    schedule_counters: tuple[int, int, int]
+    last_fire_jobs: list[tuple[bytes, int]]
+
+    def adopt_schedules(self, engine: Engine) -> None:
+        """Enter the schedules and their counters into the new ``engine`` (before the jobs)."""
+        engine.adopt_schedules(
+            self.schedules, self.next_schedule_id, self.schedule_counters, self.last_fire_jobs
+        )
+
+
 _header_decoder = msgspec.msgpack.Decoder(SnapshotHeader)
-#: each row decoded straight into the job it describes (a job's fields up to ``meta`` are a
-#: row's, in order)
-_jobs_decoder = msgspec.msgpack.Decoder(list[Job])
+_body_decoder = msgspec.msgpack.Decoder(LoadedBody)
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -106,15 +124,12 @@ def position_at(log_dir: str, sequence: int, offset: int, *, sync: bool = False)
     return LogPosition(name, st.st_ino, offset, tail)
 
 
-def write_snapshot(log_dir: str, engine: Engine, position: LogPosition) -> int | None:
-    """Save ``engine``'s jobs as of ``position`` (every record before it applied, none
-    after); return how many, or ``None`` if the engine cannot be snapshotted (then no
-    snapshot file is left). The file is replaced atomically and made durable."""
+def write_snapshot(log_dir: str, engine: Engine, position: LogPosition) -> int:
+    """Save ``engine``'s state as of ``position`` (every record before it applied, none
+    after); return how many jobs it held. The file is replaced atomically and made
+    durable."""
     path = os.path.join(log_dir, SNAPSHOT_NAME)
-    rows = engine.export_jobs()
-    if rows is None:
-        remove_snapshot(log_dir)
-        return None
+    rows = engine.export()
     header = _encoder.encode(SnapshotHeader(VERSION, position))
     body = _encoder.encode(rows)
     temporary = f"{TEMPORARY_PREFIX}{os.getpid()}"
@@ -134,7 +149,7 @@ def write_snapshot(log_dir: str, engine: Engine, position: LogPosition) -> int |
         _remove(temporary_path)
         raise
     fsync_directory(log_dir)
-    return len(rows)
+    return len(rows.jobs)
 
 
 def remove_snapshot(log_dir: str) -> None:
@@ -151,12 +166,12 @@ def remove_stale_temporaries(log_dir: str) -> None:
                 _remove(entry.path)
 
 
-def load_snapshot(log_dir: str) -> tuple[list[Job], LogPosition] | None:
-    """The snapshot's jobs and place, if its place is still in the log (the caller enters
-    the jobs, ``Engine.adopt_jobs`` or ``Engine.begin_replay_from``, and replays the records
-    after the place); else ``None``, with the reason logged and the file removed: the whole
-    log must be replayed. A snapshot used stays: it is as valid after this start as
-    before."""
+def load_snapshot(log_dir: str) -> tuple[LoadedBody, LogPosition] | None:
+    """The snapshot's state and place, if its place is still in the log (the caller enters
+    the schedules, then the jobs, ``Engine.adopt_jobs`` or ``Engine.begin_replay_from``,
+    and replays the records after the place); else ``None``, with the reason logged and the
+    file removed: the whole log must be replayed. A snapshot used stays: it is as valid
+    after this start as before."""
     path = os.path.join(log_dir, SNAPSHOT_NAME)
     try:
         with open(path, "rb") as f:
@@ -201,9 +216,9 @@ def _read_header(data: bytes | mmap.mmap) -> tuple[SnapshotHeader, int] | str:
     return decoded, end
 
 
-def _check(mapped: mmap.mmap, log_dir: str) -> tuple[list[Job], LogPosition] | str:
-    """The jobs and place in the file (``mapped``) if it is whole and its place is still in
-    ``log_dir``, else why not."""
+def _check(mapped: mmap.mmap, log_dir: str) -> tuple[LoadedBody, LogPosition] | str:
+    """The state and place in the file (``mapped``) if it is whole and its place is still
+    in ``log_dir``, else why not."""
     read = _read_header(mapped)
     if isinstance(read, str):
         return read
@@ -218,10 +233,10 @@ def _check(mapped: mmap.mmap, log_dir: str) -> tuple[list[Job], LogPosition] | s
         return "CRC32C mismatch"
     with memoryview(mapped) as whole, whole[body_start:] as body:
         try:
-            jobs = _jobs_decoder.decode(body)
+            loaded = _body_decoder.decode(body)
         except msgspec.DecodeError as exc:
             return f"cannot decode: {exc}"
-    return jobs, header.position
+    return loaded, header.position
 
 
 def vouched_place(log_dir: str) -> tuple[int, int] | None:

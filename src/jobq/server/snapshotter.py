@@ -22,9 +22,9 @@ After a failed snapshot (the child's error is logged) none is tried for ``RETRY_
 The cleaner: while a snapshot is on disk or being written, the log's cleaner leaves its
 segment and every later one alone (``CommandLog.keep_from``): it drops records whose job is
 gone *now*, and the records after a snapshot's place must all stay for that snapshot to be
-replayed. When a snapshot lands, the limit moves up to its segment. When snapshots cannot be
-written (the engine has schedules, which snapshots do not hold, or a snapshot failed), the
-file is removed first, then the limit lifted.
+replayed. When a snapshot lands, the limit moves up to its segment. When a child failed,
+the file (the older snapshot, the child's, or none) is removed first, then the limit
+lifted.
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ QUIET_S = 1.0
 CHECK_INTERVAL_S = 1.0
 #: no snapshot is tried for this long after one failed
 RETRY_AFTER_S = 60.0
-_HAS_SCHEDULES = "the engine has schedules, which snapshots do not hold"
 #: the most of a child's error message read back
 _MESSAGE_BYTES = 4096
 
@@ -171,10 +170,6 @@ class Snapshotter:
         """Take a snapshot if the server is quiet and enough was logged since the last."""
         if self._child is not None:
             return
-        if not self.engine.exportable:
-            if self.on_disk_sequence is not None:
-                self._drop(_HAS_SCHEDULES, logging.INFO)
-            return
         if (
             self.min_records
             and self.records_since >= self.min_records
@@ -192,10 +187,6 @@ class Snapshotter:
             return False
         now_s = self._monotonic_s()
         if now_s < self._retry_after_s:
-            return False
-        if not self.engine.exportable:
-            if self.on_disk_sequence is not None:
-                self._drop(_HAS_SCHEDULES, logging.INFO)
             return False
         try:
             sequence, offset = self.log.position()
@@ -294,14 +285,14 @@ class Snapshotter:
         # than keep the cleaner waiting for snapshots that may keep failing
         self._drop(reason)
 
-    def _drop(self, reason: str, level: int = logging.WARNING) -> None:
+    def _drop(self, reason: str) -> None:
         """Remove the snapshot on disk, then let the cleaner go everywhere again."""
         try:
             remove_snapshot(self.log.path)
         except OSError as exc:
             logger.warning("%s; cannot remove the engine snapshot either: %s", reason, exc)
             return  # it may still be used: keep its records
-        logger.log(level, "%s; removed the engine snapshot (a start replays the whole log)", reason)
+        logger.warning("%s; removed the engine snapshot (a start replays the whole log)", reason)
         self.on_disk_sequence = None
         self.jobs_on_disk = 0
         self.log.keep_from(None)
@@ -357,11 +348,8 @@ def _child_main(
         os.closerange(message_fd + 1, _max_fd())
         position = position_at(log_dir, sequence, offset, sync=True)
         saved = write_snapshot(log_dir, engine, position)
-        if saved is None:
-            message = "the engine has schedules"
-        else:
-            message = f"{saved} jobs"
-            code = 0
+        message = f"{saved} jobs"
+        code = 0
     except BaseException as exc:  # any: the parent logs it
         message = str(exc) or type(exc).__name__
     try:
