@@ -16,7 +16,7 @@ from jobq.engine.machine import Engine
 from jobq.server import snapshotter as snapshotter_module
 from jobq.server.app import _liveness
 from jobq.server.replay import restore
-from jobq.server.snapshot import SNAPSHOT_NAME, TEMPORARY_PREFIX
+from jobq.server.snapshot import SNAPSHOT_NAME, TEMPORARY_PREFIX, load_snapshot
 from jobq.server.snapshotter import QUIET_S, RETRY_AFTER_S, Snapshotter
 from tests.engine.helpers import MS, T0, jid
 from tests.engine.test_replay_property import snapshot
@@ -346,3 +346,50 @@ def test_a_fork_that_fails_keeps_the_snapshot_on_disk(
     engine, records, used = server.crash_and_restart()
     assert used is not None and records == 0
     assert snapshot(engine) == snapshot(server.engine)
+
+
+def test_with_zero_min_records_the_snapshot_a_start_used_is_dropped(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+
+    async def main() -> None:
+        snapshotter = server.start(min_records=10)
+        server.add(range(10))
+        await _child_done(snapshotter)
+
+    asyncio.run(main())
+    assert server.log.kept_from is not None
+    loaded = load_snapshot(server.directory)
+    assert loaded is not None
+    position = loaded[1]
+    # the next server runs with snapshots while running off: nothing would replace this
+    # one, which would keep the cleaner off everything logged since
+    snapshotter = Snapshotter(server.engine, server.log, min_records=0, on_disk=position)
+    assert server.log.kept_from is None
+    assert not (Path(server.directory) / SNAPSHOT_NAME).exists()
+    assert not snapshotter.running
+
+
+def test_without_pidfd_no_snapshots_while_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = Server(tmp_path)
+
+    def no_pidfd(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    async def main() -> Snapshotter:
+        snapshotter = server.start(min_records=10)
+        monkeypatch.setattr(snapshotter_module.os, "pidfd_open", no_pidfd)
+        server.add(range(10))  # due: forked, then stopped
+        assert not snapshotter.running
+        server.add(range(10, 30))
+        assert not snapshotter.running
+        return snapshotter
+
+    with caplog.at_level("WARNING", logger="jobq.server"):
+        snapshotter = asyncio.run(main())
+    assert snapshotter.min_records == 0
+    assert "cannot watch a child ([Errno 38]" in caplog.text
+    assert server.log.kept_from is None
+    assert not (Path(server.directory) / SNAPSHOT_NAME).exists()
+    assert not list(Path(server.directory).glob(f"{TEMPORARY_PREFIX}*"))

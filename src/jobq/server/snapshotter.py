@@ -135,6 +135,10 @@ class Snapshotter:
         self.last_fork_s = 0.0
         self.last_child_s = 0.0
         log.keep_from(self.on_disk_sequence)
+        if not min_records and on_disk is not None:
+            # no newer snapshot will come: keeping this one would hold the cleaner back
+            # from everything logged since the start, for as long as the server runs
+            self._drop("no engine snapshots while running", logging.INFO)
 
     @property
     def running(self) -> bool:
@@ -216,24 +220,16 @@ class Snapshotter:
         child = self._child = _Child(
             pid, read_fd, sequence, offset, self.records_since, len(self.engine.jobs), now_s
         )
-        loop = asyncio.get_running_loop()
         try:
             child.pidfd = os.pidfd_open(pid)
-        except OSError:
-            self._poll_child()  # no pidfd (an old kernel): look every 50 ms
-        else:
-            loop.add_reader(child.pidfd, self._child_ended)
+        except OSError as exc:
+            # no pidfd (a kernel before 5.3): the loop cannot learn when the child ends
+            self._stop_child(child)
+            self.min_records = 0
+            self._drop(f"no engine snapshots while running: cannot watch a child ({exc})")
+            return False
+        asyncio.get_running_loop().add_reader(child.pidfd, self._child_ended)
         return True
-
-    def _poll_child(self) -> None:
-        child = self._child
-        if child is None:
-            return
-        pid, status = os.waitpid(child.pid, os.WNOHANG)
-        if pid == 0:
-            asyncio.get_running_loop().call_later(0.05, self._poll_child)
-            return
-        self._finish(child, status)
 
     def _child_ended(self) -> None:
         child = self._child
@@ -285,14 +281,14 @@ class Snapshotter:
         # than keep the cleaner waiting for snapshots that may keep failing
         self._drop(reason)
 
-    def _drop(self, reason: str) -> None:
+    def _drop(self, reason: str, level: int = logging.WARNING) -> None:
         """Remove the snapshot on disk, then let the cleaner go everywhere again."""
         try:
             remove_snapshot(self.log.path)
         except OSError as exc:
             logger.warning("%s; cannot remove the engine snapshot either: %s", reason, exc)
             return  # it may still be used: keep its records
-        logger.warning("%s; removed the engine snapshot (a start replays the whole log)", reason)
+        logger.log(level, "%s; removed the engine snapshot (a start replays the whole log)", reason)
         self.on_disk_sequence = None
         self.jobs_on_disk = 0
         self.log.keep_from(None)
@@ -304,9 +300,12 @@ class Snapshotter:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        child = self._child
-        if child is None:
-            return
+        if self._child is not None:
+            self._stop_child(self._child)
+
+    def _stop_child(self, child: _Child) -> None:
+        """Kill ``child`` and reap it; the snapshot on disk is the older one, or the
+        child's if it got that far (its segment is then kept too: never a later one)."""
         self._child = None
         try:
             os.kill(child.pid, signal.SIGKILL)
