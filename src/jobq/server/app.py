@@ -101,15 +101,14 @@ async def _clean_periodically(core: Core, log: CommandLog, interval_ms: int) -> 
 
 
 def _save_snapshot(log_dir: str, engine: Engine, end: tuple[int, int]) -> None:
-    """Leave the engine's jobs beside the closed log, at its ``end``, for a fast next start
+    """Leave the engine's state beside the closed log, at its ``end``, for a fast next start
     (``snapshot.py``)."""
     try:
         saved = write_snapshot(log_dir, engine, position_at(log_dir, *end))
     except (OSError, ValueError) as exc:
         logger.warning("cannot write the engine snapshot: %s", exc)
         return
-    if saved is not None:
-        logger.info("wrote the engine snapshot: %d jobs", saved)
+    logger.info("wrote the engine snapshot: %d jobs", saved)
 
 
 async def serve(
@@ -180,7 +179,6 @@ async def serve(
             records_since=stats.records,
             quiescent=core.holds_only_logged,
         )
-        core.on_written = snapshotter.written
         core.snapshotter = snapshotter
     if on_core is not None:
         on_core(core)

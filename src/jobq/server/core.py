@@ -166,12 +166,10 @@ class Core:
         self.on_fatal: Callable[[], None] | None = None
         #: how long start-up replay took (for /metrics)
         self.replay_seconds = 0.0
-        #: takes engine snapshots while the server runs (set by the app; None: in memory)
+        #: takes engine snapshots while the server runs (set by the app; None: in memory);
+        #: told of each batch written, when the engine holds exactly what the log holds
         self.snapshotter: Snapshotter | None = None
         self._housekeeping_timer: asyncio.TimerHandle | None = None
-        #: called with the number of records after each batch is written, when the engine
-        #: holds exactly what the log holds (the engine snapshots' moment: snapshotter.py)
-        self.on_written: Callable[[int], None] | None = None
         #: the most jobs seen by :meth:`housekeeping` since memory was last handed back
         self._jobs_high = len(engine.jobs)
         #: how many times freed memory was handed back to the OS (for tests and /metrics)
@@ -339,8 +337,8 @@ class Core:
         engine = self.engine
         engine.commit()
         engine.begin()
-        if commands and self.on_written is not None and self.log is not None:
-            self.on_written(len(commands))
+        if commands and self.snapshotter is not None:
+            self.snapshotter.written(len(commands))
         if self.sync_always and commands:
             self._syncing = True
             assert self.log is not None
