@@ -126,6 +126,26 @@ def _start(
     return ServerProcess(data_dir, "--cmdlog-seg-size", str(segment_size), *args, **kwargs)  # type: ignore[arg-type]
 
 
+def final_start_loses_nothing(final: ServerProcess, ledger: Ledger) -> None:
+    """After the last round: every acknowledged command is there, and a clean stop."""
+    try:
+        with Client.from_address(f"127.0.0.1:{final.port}", timeout_s=10) as client:
+            lost = losses(ledger, client)
+            assert not lost, f"after the last round: acknowledged commands lost: {lost[:5]}"
+    finally:
+        assert final.terminate() == 0
+
+
+def fired_once(directory: Path) -> int:
+    """Every run of schedule 1 in the log fired once, each scheduled time once; how many."""
+    firings = fire_seqs(directory)
+    seqs = [s for s, _ in firings]
+    assert seqs == list(range(1, len(seqs) + 1)), f"firings lost or repeated: {seqs}"
+    times = [t for _, t in firings]
+    assert times == sorted(set(times)), "a scheduled time fired twice"
+    return len(seqs)
+
+
 def _ensure_schedule(client: Client) -> None:
     if not client.schedules():
         client.create_schedule(TICK, every_ms=100, args={"name": TICK}, wait="no_wait")
@@ -149,20 +169,10 @@ def test_sigkill_under_mixed_load_with_sync_always_loses_nothing(tmp_path: Path,
         load.stop()
         assert not ledger.errors, f"round {number}: unexpected refusals {ledger.errors[:5]}"
         verify_log(log_dir(data_dir), after_crash=True)
-    final = _start(data_dir, "--cmdlog-sync", "always")
-    try:
-        with Client.from_address(f"127.0.0.1:{final.port}", timeout_s=10) as client:
-            lost = losses(ledger, client)
-            assert not lost, f"after the last round: acknowledged commands lost: {lost[:5]}"
-    finally:
-        assert final.terminate() == 0
+    final_start_loses_nothing(_start(data_dir, "--cmdlog-sync", "always"), ledger)
     verify_log(log_dir(data_dir))  # a torn tail was cut by the start after it
-    firings = fire_seqs(log_dir(data_dir))
-    seqs = [s for s, _ in firings]
-    assert seqs == list(range(1, len(seqs) + 1)), f"firings lost or repeated: {seqs}"
-    times = [t for _, t in firings]
-    assert times == sorted(set(times)), "a scheduled time fired twice"
-    print(f"{rounds} rounds, acknowledged: {ledger.counts}, firings {len(seqs)}")
+    fired = fired_once(log_dir(data_dir))
+    print(f"{rounds} rounds, acknowledged: {ledger.counts}, firings {fired}")
     for what in ("add", "lease", "lease_fired", "heartbeat", "complete"):
         assert ledger.counts.get(what, 0) >= rounds // 4, f"too few {what}: {ledger.counts}"
 

@@ -18,7 +18,14 @@ from tests.server.procs import ServerProcess
 
 from .conftest import kill_rounds
 from .load import Ledger, losses
-from .test_kill_mixed import _ensure_schedule, _load, fire_seqs, log_dir, verify_log
+from .test_kill_mixed import (
+    _ensure_schedule,
+    _load,
+    final_start_loses_nothing,
+    fired_once,
+    log_dir,
+    verify_log,
+)
 
 OPTIONS = (
     "--cmdlog-sync",
@@ -58,20 +65,10 @@ def test_sigkill_with_snapshots_while_running_loses_nothing(tmp_path: Path, seed
         written += text.count("wrote an engine snapshot")
         assert not ledger.errors, f"round {number}: unexpected refusals {ledger.errors[:5]}"
         verify_log(log_dir(data_dir), after_crash=True)
-    final = ServerProcess(data_dir, *OPTIONS)
-    try:
-        with Client.from_address(f"127.0.0.1:{final.port}", timeout_s=10) as client:
-            lost = losses(ledger, client)
-            assert not lost, f"after the last round: acknowledged commands lost: {lost[:5]}"
-    finally:
-        assert final.terminate() == 0
-    firings = fire_seqs(log_dir(data_dir))
-    seqs = [seq for seq, _ in firings]
-    assert seqs == list(range(1, len(seqs) + 1)), f"firings lost or repeated: {seqs}"
-    times = [t for _, t in firings]
-    assert times == sorted(set(times)), "a scheduled time fired twice"
+    final_start_loses_nothing(ServerProcess(data_dir, *OPTIONS), ledger)
+    fired = fired_once(log_dir(data_dir))
     print(
-        f"{rounds} rounds, {ledger.counts}; {len(seqs)} firings; {written} snapshots written, "
+        f"{rounds} rounds, {ledger.counts}; {fired} firings; {written} snapshots written, "
         f"{from_snapshot} starts from one"
     )
     # a kill often stops the child mid-write; its snapshot is then not used
