@@ -126,6 +126,29 @@ def _start(
     return ServerProcess(data_dir, "--cmdlog-seg-size", str(segment_size), *args, **kwargs)  # type: ignore[arg-type]
 
 
+def kill_round(
+    server: ServerProcess,
+    ledger: Ledger,
+    rng: random.Random,
+    seconds: float,
+    number: int,
+    *,
+    group: bool = True,
+) -> None:
+    """One round: nothing acknowledged before is missing, the schedule exists, the clients
+    run for ``seconds``, then SIGKILL (``group``: the server's whole process group, else the
+    server alone) and the clients stop."""
+    try:
+        with Client.from_address(f"127.0.0.1:{server.port}", timeout_s=10) as client:
+            lost = losses(ledger, client)
+            assert not lost, f"round {number}: acknowledged commands lost: {lost[:5]}"
+            _ensure_schedule(client)
+        load = _load(server.port, ledger, rng, seconds)
+    finally:
+        server.kill(group=group)
+    load.stop()
+
+
 def final_start_loses_nothing(final: ServerProcess, ledger: Ledger) -> None:
     """After the last round: every acknowledged command is there, and a clean stop."""
     try:
@@ -158,15 +181,7 @@ def test_sigkill_under_mixed_load_with_sync_always_loses_nothing(tmp_path: Path,
     rounds = kill_rounds(100, 400)
     for number in range(rounds):
         server = _start(data_dir, "--cmdlog-sync", "always")
-        try:
-            with Client.from_address(f"127.0.0.1:{server.port}", timeout_s=10) as client:
-                lost = losses(ledger, client)
-                assert not lost, f"round {number}: acknowledged commands lost: {lost[:5]}"
-                _ensure_schedule(client)
-            load = _load(server.port, ledger, rng, rng.uniform(0.03, 0.2))
-        finally:
-            server.kill()
-        load.stop()
+        kill_round(server, ledger, rng, rng.uniform(0.03, 0.2), number)
         assert not ledger.errors, f"round {number}: unexpected refusals {ledger.errors[:5]}"
         verify_log(log_dir(data_dir), after_crash=True)
     final_start_loses_nothing(_start(data_dir, "--cmdlog-sync", "always"), ledger)

@@ -13,19 +13,11 @@ import random
 import re
 from pathlib import Path
 
-from jobq.client import Client
 from tests.server.procs import ServerProcess
 
 from .conftest import kill_rounds
-from .load import Ledger, losses
-from .test_kill_mixed import (
-    _ensure_schedule,
-    _load,
-    final_start_loses_nothing,
-    fired_once,
-    log_dir,
-    verify_log,
-)
+from .load import Ledger
+from .test_kill_mixed import final_start_loses_nothing, fired_once, kill_round, log_dir, verify_log
 
 OPTIONS = (
     "--cmdlog-sync",
@@ -48,17 +40,9 @@ def test_sigkill_with_snapshots_while_running_loses_nothing(tmp_path: Path, seed
     written = 0
     for number in range(rounds):
         server = ServerProcess(data_dir, *OPTIONS)
-        try:
-            with Client.from_address(f"127.0.0.1:{server.port}", timeout_s=10) as client:
-                lost = losses(ledger, client)
-                assert not lost, f"round {number}: acknowledged commands lost: {lost[:5]}"
-                _ensure_schedule(client)
-            load = _load(server.port, ledger, rng, rng.uniform(0.1, 0.4))
-        finally:
-            # every other round the server alone: a snapshot child it forked must die with
-            # it (it is not in the log's lock, nor on the port, in any case)
-            server.kill(group=number % 2 == 0)
-        load.stop()
+        # every other round the server alone: a snapshot child it forked must die with it
+        # (it is not in the log's lock, nor on the port, in any case)
+        kill_round(server, ledger, rng, rng.uniform(0.1, 0.4), number, group=number % 2 == 0)
         text = server.log()
         assert not re.search(r"CRITICAL|Traceback", text), text
         from_snapshot += "after the engine snapshot at" in text
