@@ -78,7 +78,10 @@ class RunningServer:
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
+            try:
+                self._loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:
+                pass  # the loop closed between the check and the call
         self._thread.join(10)
 
     def client(self, **kwargs: float) -> Client:

@@ -61,7 +61,10 @@ class RunningServer:
 
     def stop(self) -> int | None:
         if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
+            try:
+                self._loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:
+                pass  # the loop closed between the check and the call: it stopped by itself
         self._thread.join(20)
         return self.status
 
