@@ -192,6 +192,11 @@ def run_once(
     out["scenario"] = sc.name
     out["server_cpu"] = server_cpu  # cores used by the server while the load ran
     out["gen_cpu"] = res.gen_cpu_s / res.elapsed if res.elapsed > 0 else 0.0
+    # the server's CPU time per completed job (us): the cost of its own work, whatever the
+    # generator left it
+    out["server_us_per_job"] = (
+        server_cpu * res.elapsed / res.completed * 1e6 if res.completed else float("nan")
+    )
     out["summary"] = res.summary()
     return out
 
@@ -214,6 +219,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "server_cpu": median([r["server_cpu"] for r in runs]),
         "gen_cpu": median([r["gen_cpu"] for r in runs]),
         "gen_busiest": median([r["gen_busiest"] for r in runs]),
+        "server_us_per_job": median([r["server_us_per_job"] for r in runs]),
         "errors": errors,
         "stopped_by": sorted({r["stopped_by"] for r in runs}),
     }
@@ -288,15 +294,28 @@ def report(
             "same generator in the same rounds:"
         )
         lines.append("")
-        lines.append(f"| scenario | {NOOP} / beanstalkd | jobq / {NOOP} |")
-        lines.append("|---|---:|---:|")
+        lines.append(
+            f"| scenario | {NOOP} / beanstalkd | jobq / {NOOP} "
+            f"| server CPU per job: beanstalkd / {NOOP} / jobq |"
+        )
+        lines.append("|---|---:|---:|---:|")
         for name, per_server in results.items():
             b, n = per_server["beanstalkd"]["median"], per_server[NOOP]["median"]
             j = per_server["jobq"]["median"] if "jobq" in per_server else float("nan")
+            per_job = " / ".join(
+                f"{per_server[s]['server_us_per_job']:.0f} us" if s in per_server else "-"
+                for s in ("beanstalkd", NOOP, "jobq")
+            )
             lines.append(
                 f"| {name} | {n / b if b > 0 else float('nan'):.2f}x "
-                f"| {j / n if n > 0 else float('nan'):.2f}x |"
+                f"| {j / n if n > 0 else float('nan'):.2f}x | {per_job} |"
             )
+        lines.append("")
+        lines.append(
+            "Server CPU per job: the server's CPU time over the run divided by the jobs "
+            "completed (median of the runs). A job is three requests; whatever the server "
+            "spends beyond the no-op's figure is its own work (parsing, engine, log)."
+        )
         lines.append("")
     if capacity:
         lines.append("## Load generator capacity")

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobq.engine.job import STATUS_ORDER, Job, Status
-from jobq.engine.joblist import JobFilter
+from jobq.engine.joblist import JobFilter, StatusIndex
 from jobq.engine.machine import Engine
 
 from .helpers import MS, T0, jid
@@ -90,3 +90,51 @@ def test_pages_concatenate_to_the_reference_order(specs, job_filter, order, limi
         if cursor is None:
             break
     assert got == reference(engine, job_filter, order)
+
+
+def test_the_status_index_keeps_the_layout_sortedlist_would() -> None:
+    # StatusIndex.add and .discard take SortedList's own branches for the usual ends
+    # without its bisects (sortedcontainers 2.4.0's layout, pinned): after any mix of adds
+    # and discards, each status's list must be laid out exactly as plain SortedList's
+    import random
+
+    from sortedcontainers import SortedList
+
+    rng = random.Random(5)
+    for _trial in range(8):
+        index = StatusIndex()
+        reference = {status: SortedList() for status in Status}
+        load = rng.choice([4, 8, 1000])
+        for entries in [*index._lists.values(), *reference.values()]:
+            entries._reset(load)
+        jobs: list[Job] = []
+        for step in range(1500):
+            roll = rng.random()
+            if roll < 0.45 or not jobs:
+                created_ns = step * 10 if rng.random() < 0.7 else rng.randrange(0, 15_000)
+                job = Job(rng.randbytes(16), "n", b"", 0, 1, 1, 0, 0, None, created_ns)
+                job.status = rng.choice(list(Status))
+                jobs.append(job)
+                index.add(job)
+                reference[job.status].add(job)
+            elif roll < 0.9:
+                job = rng.choice(jobs[:3] if rng.random() < 0.5 else jobs)
+                status = job.status if rng.random() < 0.9 else rng.choice(list(Status))
+                index.discard(job, status)
+                reference[status].discard(job)
+            else:
+                status = rng.choice(list(Status))
+                if reference[status]:
+                    at = rng.randrange(len(reference[status]))  # builds the positional index
+                    assert index._lists[status][at] is reference[status][at]
+            for status in Status:
+                got, want = index._lists[status], reference[status]
+                assert [list(map(id, part)) for part in got._lists] == [
+                    list(map(id, part)) for part in want._lists
+                ]
+                assert list(map(id, got._maxes)) == list(map(id, want._maxes))
+                assert (got._len, got._index, got._offset) == (
+                    want._len,
+                    want._index,
+                    want._offset,
+                )

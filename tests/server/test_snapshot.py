@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -301,3 +302,16 @@ def test_the_header_vouches_for_the_place_while_it_holds(tmp_path: Path) -> None
     path.write_bytes(data)
     os.truncate(os.path.join(directory, end.segment), end.offset - 1)
     assert vouched_place(directory) is None  # the place is gone
+
+
+def test_a_snapshot_that_cannot_be_read_or_removed_means_a_full_replay(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a directory where the snapshot goes: neither read nor removed; the start goes on
+    directory, live, _end = _engine_with_jobs(tmp_path)
+    os.mkdir(os.path.join(directory, SNAPSHOT_NAME))
+    with caplog.at_level("WARNING", logger="jobq.server"):
+        engine, records, used = _restored(directory)
+    assert (records, used) == (4, None)
+    assert snapshot(engine) == snapshot(live)
+    assert "cannot remove the unusable engine snapshot" in caplog.text

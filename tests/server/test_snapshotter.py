@@ -17,7 +17,7 @@ from jobq.server import snapshotter as snapshotter_module
 from jobq.server.app import _liveness
 from jobq.server.replay import restore
 from jobq.server.snapshot import SNAPSHOT_NAME, TEMPORARY_PREFIX, load_snapshot
-from jobq.server.snapshotter import QUIET_S, RETRY_AFTER_S, Snapshotter
+from jobq.server.snapshotter import CHILD_TIMEOUT_S, QUIET_S, RETRY_AFTER_S, Snapshotter
 from tests.engine.helpers import MS, T0, jid
 from tests.engine.test_replay_property import snapshot
 
@@ -264,28 +264,65 @@ def test_an_engine_with_schedules_is_snapshotted(tmp_path: Path) -> None:
     assert snapshot(engine) == snapshot(server.engine)
 
 
+def _stuck(*args: object) -> None:
+    time.sleep(600)
+
+
+async def _stuck_child(server: Server, monkeypatch: pytest.MonkeyPatch) -> Snapshotter:
+    """A snapshotter whose first snapshot landed and whose second child is stuck writing."""
+    snapshotter = server.start(min_records=10)
+    server.add(range(10))
+    await _child_done(snapshotter)
+    monkeypatch.setattr(snapshotter_module, "write_snapshot", _stuck)
+    server.add(range(10, 20))
+    assert snapshotter.running
+    return snapshotter
+
+
 def test_a_stop_kills_the_child_and_leaves_the_older_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = Server(tmp_path)
 
-    def stuck(*args: object) -> None:
-        time.sleep(600)
-
     async def main() -> None:
-        snapshotter = server.start(min_records=10)
-        server.add(range(10))
-        await _child_done(snapshotter)
+        snapshotter = await _stuck_child(server, monkeypatch)
         before = (Path(server.directory) / SNAPSHOT_NAME).read_bytes()
-        monkeypatch.setattr(snapshotter_module, "write_snapshot", stuck)
-        server.add(range(10, 20))
-        assert snapshotter.running
         snapshotter.close()
         assert not snapshotter.running
         assert (Path(server.directory) / SNAPSHOT_NAME).read_bytes() == before
         assert not snapshotter.take()  # closed
 
     asyncio.run(main())
+
+
+def test_a_child_that_runs_too_long_is_killed_and_its_snapshot_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a child stuck (a disk that stopped answering) must not hold the cleaner back for good
+    server = Server(tmp_path)
+
+    async def main() -> Snapshotter:
+        snapshotter = await _stuck_child(server, monkeypatch)
+        assert server.log.kept_from is not None
+        server.clock.s += CHILD_TIMEOUT_S - 1
+        snapshotter.check()
+        await asyncio.sleep(0.2)
+        assert snapshotter.running  # not yet
+        server.clock.s += 1
+        snapshotter.check()
+        await _child_done(snapshotter)  # reaped through its pidfd, as any child
+        return snapshotter
+
+    with caplog.at_level("WARNING", logger="jobq.server"):
+        snapshotter = asyncio.run(main())
+    assert (snapshotter.written_count, snapshotter.failed_count) == (1, 1)
+    assert f"it took more than {CHILD_TIMEOUT_S:.0f} s, killed" in caplog.text
+    assert not (Path(server.directory) / SNAPSHOT_NAME).exists()
+    assert not list(Path(server.directory).glob(f"{TEMPORARY_PREFIX}*"))
+    assert server.log.kept_from is None
+    engine, records, used = server.crash_and_restart()
+    assert used is None and records == 20
+    assert snapshot(engine) == snapshot(server.engine)
 
 
 def test_the_cleaner_keeps_every_record_a_snapshot_on_disk_needs(tmp_path: Path) -> None:
@@ -303,8 +340,8 @@ def test_the_cleaner_keeps_every_record_a_snapshot_on_disk_needs(tmp_path: Path)
         server.add(range(20, 25))
 
     asyncio.run(main())
-    keep, expires_at = _liveness(server.engine)
-    stats = server.log.clean(keep, expires_at=expires_at, now_ns=server.now_ns + 10**15)
+    keep, expires_at, keys = _liveness(server.engine)
+    stats = server.log.clean(keep, expires_at=expires_at, keys=keys, now_ns=server.now_ns + 10**15)
     assert stats.segments_deleted > 0  # records before the snapshot's place did go
     engine, records, used = server.crash_and_restart()
     assert used is not None and records == 25

@@ -436,7 +436,8 @@ class Appender:
         with self._lock:
             if self._closed:
                 raise LogClosedError(self.directory)
-            self._write_buffered()  # records appended before come first
+            if self._pending or self._encoded:
+                self._write_buffered()  # records appended before come first
             if not data:
                 return self._written
             return self._write_locked(data)
@@ -452,14 +453,15 @@ class Appender:
         """:meth:`_write_encoded` with ``_lock`` held."""
         fd = self._fd
         start = self._size
+        size = len(data)
         if self._tail_dirty:
             os.ftruncate(fd, start)
             self._tail_dirty = False
         try:
             done = os.pwrite(fd, data, start)
-            if done < len(data):
+            if done < size:
                 view = memoryview(data)
-                while done < len(data):
+                while done < size:
                     done += os.pwrite(fd, view[done:], start + done)
         except OSError:
             try:
@@ -468,9 +470,8 @@ class Appender:
                 # cut it back before the next write instead
                 self._tail_dirty = True
             raise
-        self._size = start + len(data)
-        self._written += len(data)
-        lsn = self._written
+        self._size = start + size
+        self._written = lsn = self._written + size
         if self._size >= self.segment_size_bytes:
             try:
                 self._rotate()

@@ -14,6 +14,16 @@ and either
 
 A read-only segment left with no records is deleted, except the newest read-only one,
 which is kept as a header-only file so that numbering never goes backwards.
+
+*Dead records that stay.* ``keep`` judges each record by the state *now*: once a job is
+deleted, its ``add`` and its ``delete`` are both dead. But segments are rewritten one at a
+time, and one not worth rewriting keeps its dead records: were the ``add`` kept in a skipped
+segment and the ``delete`` dropped from a later one, replay would bring the job back (and
+an ``add`` of a later job with that id would then be a duplicate). So with ``keys`` (the
+ids a record is about: a job's, a schedule's), a pass goes from the oldest segment to the
+newest and, once a dead record of some key stays in the log, keeps every later record of
+that key too. Replay ignores a record whose job or schedule is not there, so records of a
+key dropped *before* the first that stays are harmless.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Final
 
 import msgspec
@@ -106,10 +116,15 @@ class Cleaner:
         keep: Callable[[Record], bool],
         *,
         expires_at: Callable[[Record], int | None] | None = None,
+        keys: Callable[[Record], Iterable[Hashable]] | None = None,
         now_ns: int,
     ) -> CleanStats:
-        """Rewrite the read-only segments worth it, keeping the records ``keep`` keeps."""
+        """Rewrite the read-only segments worth it, keeping the records ``keep`` keeps, and
+        with ``keys``, every record of a key after a dead record of it that stays (see the
+        module)."""
         checked = rewritten = deleted = skipped = kept_total = dropped_total = reclaimed = 0
+        # keys of dead records left in the log by this pass (in segments not rewritten)
+        staying: set[Hashable] = set()
         with self.lock:
             active = self._active_sequence()
             readonly = [s for s in list_segments(self.directory) if s[0] < active]
@@ -130,10 +145,18 @@ class Cleaner:
                         skipped += 1
                     continue
                 kept = [keep(record) for record in records]
+                if keys is not None and staying:
+                    for index, record in enumerate(records):
+                        if not kept[index] and not staying.isdisjoint(keys(record)):
+                            kept[index] = True
                 dead = kept.count(False)
                 if dead == 0 or not self._worth_rewriting(records, dead, expires_at, now_ns):
                     skipped += 1
                     kept_total += len(records) - dead
+                    if keys is not None:
+                        for record, keeps in zip(records, kept, strict=True):
+                            if not keeps:
+                                staying.update(keys(record))
                     continue
                 dropped_total += dead
                 kept_total += len(records) - dead

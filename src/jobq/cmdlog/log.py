@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -166,12 +166,15 @@ class CommandLog:
         keep: Callable[[Record], bool],
         *,
         expires_at: Callable[[Record], int | None] | None = None,
+        keys: Callable[[Record], Iterable[Hashable]] | None = None,
         now_ns: int,
     ) -> CleanStats:
-        """Rewrite read-only segments worth it, keeping the records ``keep`` keeps
-        (buffered records are written first, so segments they fill count as read-only)."""
+        """Rewrite read-only segments worth it, keeping the records ``keep`` keeps, and
+        with ``keys`` (the ids a record is about) every record of a key after a dead one
+        of it that stays (``cleaner.py``). Buffered records are written first, so segments
+        they fill count as read-only."""
         self._write_buffer()
-        return self.cleaner.clean(keep, expires_at=expires_at, now_ns=now_ns)
+        return self.cleaner.clean(keep, expires_at=expires_at, keys=keys, now_ns=now_ns)
 
     # ------------------------------------------------------------------ state
 

@@ -70,8 +70,12 @@ _SWAP_CRCS: Final = sys.byteorder == "little"
 assert array("I").itemsize == CRC_LEN
 _EMPTY = (b"",)
 _TIME_AND_SIZE = struct.Struct(">BqiHB")
+#: TIME and a two-byte SIZE (payloads of 128 to 16383 bytes)
+_TIME_AND_SIZE_2 = struct.Struct(">BqiHBB")
 _TIME = struct.Struct(">Bqi")
 _NS_PER_S = 1_000_000_000
+#: a TIME's zone offset: -1 (UTC) as uint16
+_UTC = 0xFFFF
 #: the whole record (TIME, one SIZE byte, PAYLOAD, CRC) for each payload size below 128:
 #: one pack or unpack per record on the fast paths
 _SMALL_RECORDS: Final = tuple(struct.Struct(f">{TIME_LEN}sB{size}sI") for size in range(0x80))
@@ -130,7 +134,7 @@ def parse_header(data: bytes, path: str) -> int:
 
 def encode_record(payload: bytes, time_ns: int) -> bytes:
     """One record: TIME, SIZE, PAYLOAD, CRC."""
-    return _encode_few((payload,), time_ns)
+    return _encode_one(payload, time_ns)
 
 
 def _crc_block(crcs: Iterable[int]) -> bytes:
@@ -157,7 +161,10 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
     and the records are assembled by C loops (see :func:`_encode_same_size` for the common
     batch, and one join of each record's TIME+SIZE, payload and CRC for mixed sizes).
     """
-    if len(payloads) <= _SMALL_BATCH:
+    count = len(payloads)
+    if count == 1:  # the server's batch under light load
+        return _encode_one(payloads[0], time_ns)
+    if count <= _SMALL_BATCH:
         return _encode_few(payloads, time_ns)
     sizes = list(map(len, payloads))
     distinct = set(sizes)
@@ -177,6 +184,22 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
 #: more than they save for a few records (a server batch under light load: 1-4 records;
 #: measured: 1 record 1.9 against 2.5 us, 9 mixed sizes 6.1 against 10.0 us)
 _SMALL_BATCH = 8
+
+
+def _encode_one(payload: bytes, time_ns: int) -> bytes:
+    """One record, TIME and SIZE packed with one call for payloads below 16 KiB (what
+    :func:`_encode_few` does for one payload, in fewer steps)."""
+    size = len(payload)
+    if size >= 0x4000:
+        return _encode_few((payload,), time_ns)
+    seconds, nanos = divmod(time_ns, _NS_PER_S)
+    seconds += GO_UNIX_OFFSET_S
+    if size < 0x80:
+        head = _TIME_AND_SIZE.pack(1, seconds, nanos, _UTC, size)
+    else:
+        head = _TIME_AND_SIZE_2.pack(1, seconds, nanos, _UTC, (size & 0x7F) | 0x80, size >> 7)
+    record = head + payload
+    return record + _CRC.pack(crc32c_value(record))
 
 
 def _encode_few(payloads: Sequence[bytes], time_ns: int) -> bytes:

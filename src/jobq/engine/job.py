@@ -24,6 +24,11 @@ class Status(enum.Enum):
     FAILED = "failed"
     CANCELED = "canceled"
 
+    #: members are singletons compared by identity, so the identity hash (in C) will do:
+    #: Enum's own ``__hash__`` is a Python-level call, and the engine looks statuses up in
+    #: dicts and sets on every change of a job
+    __hash__ = object.__hash__
+
     @property
     def finished(self) -> bool:
         return self in _FINISHED

@@ -53,7 +53,22 @@ class StatusIndex:
         self._lists: dict[Status, SortedList] = {s: SortedList() for s in Status}
 
     def add(self, job: Job) -> None:
-        self._lists[job.status].add(job)
+        entries = self._lists[job.status]
+        maxes = entries._maxes
+        if maxes and not job < maxes[-1]:
+            # after every job there (jobs mostly change status in creation order):
+            # SortedList.add's own branch for that case, without its bisect of ``_maxes``
+            # (a Python-level comparison per step; sortedcontainers 2.x layout, see
+            # _presorted)
+            pos = len(maxes) - 1
+            last = entries._lists[pos]
+            last.append(job)
+            maxes[pos] = job
+            if entries._index or len(last) > entries._load << 1:
+                entries._expand(pos)  # else it would do nothing
+            entries._len += 1
+        else:
+            entries.add(job)
 
     def rebuild(self, jobs: dict[Status, list[Job]], *, in_creation_order: bool) -> None:
         """Replace the contents with ``jobs`` (each status's jobs), which are in creation
@@ -69,7 +84,14 @@ class StatusIndex:
         self._lists = lists
 
     def discard(self, job: Job, status: Status) -> None:
-        self._lists[status].discard(job)
+        entries = self._lists[status]
+        lists = entries._lists
+        if lists and lists[0][0] is job:
+            # the oldest job of its status (a queue's usual order): where SortedList.discard
+            # would find it, without its two bisects
+            entries._delete(0, 0)
+        else:
+            entries.discard(job)
 
     def count(self, status: Status) -> int:
         return len(self._lists[status])

@@ -65,7 +65,7 @@ from jobq.engine.extensions import (
 )
 from jobq.engine.job import CREATION_ORDER, TRANSITIONS, Job, JobMeta, JobRow, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
-from jobq.engine.queues import IN_RUN, Queue
+from jobq.engine.queues import IN_RUN, Queue, ReadyEntry
 from jobq.engine.schedules import (
     DEFAULT_CATCHUP_MS,
     ErrorPolicy,
@@ -274,6 +274,20 @@ class Engine:
         self._commands, self._wakeups = [], []
         return commands, wakeups
 
+    def drain_into(self, commands: list[Command], wakeups: list[Wakeup]) -> bool:
+        """:meth:`drain`, onto the end of the caller's lists (no new lists per operation);
+        returns whether there were commands."""
+        new_commands = self._commands
+        changed = bool(new_commands)
+        if changed:
+            commands += new_commands
+            new_commands.clear()
+        new_wakeups = self._wakeups
+        if new_wakeups:
+            wakeups += new_wakeups
+            new_wakeups.clear()
+        return changed
+
     def next_deadline_ns(self) -> int | None:
         """When :meth:`tick` has work next (possibly earlier: waking early is harmless)."""
         return self._deadlines.next_ns()
@@ -461,7 +475,8 @@ class Engine:
         """Finish a job successfully with ``result``."""
         self._check_unfinished(id)
         self._emit(CompleteJob(id=id, result=result), now_ns)
-        self._flush_offers(now_ns)
+        if self._offer_names:  # only if completing made jobs ready (a schedule firing)
+            self._flush_offers(now_ns)
 
     def fail(self, id: bytes, result: bytes, *, now_ns: int) -> None:
         """Fail the job's attempt: retried while fails < max-fails, else the job failed."""
@@ -1066,6 +1081,21 @@ class Engine:
                 return True  # only in the journal: keep it
             return command.at_ns in (meta.last_heartbeat_ns, meta.last_checkpoint_ns)
         return True
+
+    @staticmethod
+    def command_keys(command: Command) -> tuple[bytes | int, ...]:
+        """What a logged command is about, for the cleaner (``CommandLog.clean(keys=...)``,
+        which keeps every later record of a key once a dead record of it stays): its job's
+        id; for a schedule command, the schedule's number, and the job a firing created or
+        a run's end names."""
+        if isinstance(command, _SCHEDULE_COMMAND_TYPES):
+            keys: list[bytes | int] = [command.schedule]
+            if isinstance(command, FireSchedule) and command.job is not None:
+                keys.append(command.job.id)
+            if command.id:
+                keys.append(command.id)
+            return tuple(keys)
+        return (command.id,)
 
     def record_expires_ns(self, job_id: bytes) -> int | None:
         """When the records of ``job_id`` stop being needed, if known (the cleaner's
@@ -1706,14 +1736,15 @@ class Engine:
 
     def _apply(self, command: Command, at_ns: int) -> None:
         """Change state as ``command`` says; shared by live operation and replay."""
-        if isinstance(command, _NEW_JOB_COMMAND_TYPES):
-            self._create_job(_new_job(command))
-            return
-        if isinstance(command, _SCHEDULE_COMMAND_TYPES):
-            self._apply_schedule(command, at_ns)
-            return
-        self._touch(command.id)
         kind = type(command)
+        if kind not in _EXISTING_JOB_COMMAND_TYPES:
+            if isinstance(command, _NEW_JOB_COMMAND_TYPES):
+                self._create_job(_new_job(command))
+                return
+            if isinstance(command, _SCHEDULE_COMMAND_TYPES):
+                self._apply_schedule(command, at_ns)
+                return
+        self._touch(command.id)
         job = self.jobs[command.id]
         if kind is StartAttempt or kind is LeaseBy:
             self._unindex(job)
@@ -1729,14 +1760,14 @@ class Engine:
             elif job.meta is not None:
                 job.meta.worker = None
             self._index(job)
-        elif isinstance(command, Heartbeat):
-            self._apply_heartbeat(job, command)
         elif isinstance(command, CompleteJob):
             self._unindex(job)
             self._transition(job, "complete")
             if job.meta is not None:
                 job.meta.fraction_completed = 1.0
             self._finish(job, command.result, at_ns)
+        elif isinstance(command, Heartbeat):
+            self._apply_heartbeat(job, command)
         elif isinstance(command, FailJob):
             self._unindex(job)
             job.fails += 1
@@ -1864,11 +1895,10 @@ class Engine:
             self._push_expiry(job)
         if job.meta is not None and job.meta.created_by is not None:
             self._run_ended(job, job.status.value)
-        outcome = _job_result(job)
         if job.run:
-            self._finish_run(job, outcome)
-        else:
-            self._wake_result_waiters(job.id, outcome)
+            self._finish_run(job, _job_result(job))
+        elif job.id in self._result_waiters:  # the result is built only for a waiter
+            self._wake_result_waiters(job.id, _job_result(job))
 
     def _finish_run(self, job: Job, value: JobResult | Outcome) -> None:
         waiter = self._run_waiters.pop(job.id, None)
@@ -1977,25 +2007,23 @@ class Engine:
             queue.running.pop(job.id, None)
 
     def _best_ready(self, names: Iterable[str]) -> Job | None:
-        best_queue: Queue | None = None
-        best_key: tuple[int, int, bytes] | None = None
+        best: ReadyEntry | None = None
         # names may repeat; comparing each queue's head finds the global best
+        queues = self.queues
         for name in names:
-            queue = self.queues.get(name)
+            queue = queues.get(name)
             if queue is None or queue.ready_len == 0:
                 continue
             entry = queue.head()
             if entry is None:
                 continue
-            key = (entry[0], entry[1], entry[2])
-            if best_key is None or key < best_key:
-                best_key, best_queue = key, queue
-        if best_queue is None:
+            if best is None or (entry[0], entry[1], entry[2]) < (best[0], best[1], best[2]):
+                best = entry
+        if best is None:
             return None
-        head = best_queue.head()
-        assert head is not None
-        # stays on the heap: _unindex clears job.queued, which makes the entry lapse
-        return head[3]
+        # the best queue's head still (other queues' heads do not change it); the entry
+        # stays on the heap: _unindex clears job.queued, which makes it lapse
+        return best[3]
 
     def _start_attempt(self, job: Job, now_ns: int, worker: str | None = None) -> None:
         if worker is None:
@@ -2046,6 +2074,24 @@ class Engine:
 
 #: a tuple, not a union: ``isinstance`` is cheaper so (replay runs it once per record)
 _NEW_JOB_COMMAND_TYPES = (AddJob, ScheduleJob, SubmitJob)
+#: the command types :meth:`Engine._apply` applies to an existing job (none is a new-job or
+#: schedule command): one set lookup skips the two ``isinstance`` checks for them
+_EXISTING_JOB_COMMAND_TYPES: frozenset[type] = frozenset(
+    {
+        StartAttempt,
+        LeaseBy,
+        CompleteJob,
+        Heartbeat,
+        FailJob,
+        TimeoutAttempt,
+        ReleaseJob,
+        PauseJob,
+        ResumeJob,
+        CancelJob,
+        DeleteJob,
+        ExpireJob,
+    }
+)
 _SCHEDULE_COMMAND_TYPES = (
     CreateSchedule,
     AlterSchedule,

@@ -130,15 +130,18 @@ class Queue:
     def head(self) -> ReadyEntry | None:
         """The best ready entry, dropping stale ones in front (the run's first job as an
         entry too: its key and the job)."""
+        # _live and _live_in_run, inlined (a lease calls this once or twice)
         ready = self.ready
         while ready:
-            if self._live(ready[0]):
+            top = ready[0]
+            job = top[3]
+            if job.queued is top and job.status is Status.PENDING:
                 break
             heapq.heappop(ready)
         run = self.run
         while run:
             first = run[0]
-            if self._live_in_run(first):
+            if first.queued is IN_RUN and first.status is Status.PENDING:
                 break
             run.popleft()
         else:

@@ -3,7 +3,7 @@
 Gauges are read from the engine, the core and the command log when Prometheus scrapes (a
 custom collector, on the event loop, so the reads see a consistent state); nothing is added
 to the engine's hot paths. Counters of leases, adoptions, heartbeats and lease timeouts are
-counted from the commands each batch drains (one pass over a batch's commands); the fsync
+counted from the commands each batch logs (one pass over a batch's commands); the fsync
 latency histogram times the log's fsync calls in the log's own thread.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -35,11 +34,11 @@ FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 
 class CommandCounts:
-    """Counts of lease, heartbeat and timeout commands the core drains from the engine.
+    """Counts of lease, heartbeat and timeout commands the core logs.
 
-    Installed by wrapping the engine's ``drain``: the core calls it after each request and
-    each tick, and this counts the batch's commands by type. An adoption is a lease of a
-    job whose previous attempt timed out (its worker died or stalled).
+    Installed as one of the core's ``command_observers``: the core calls it with each
+    batch's commands once the log holds them, and this counts them by type. An adoption is
+    a lease of a job whose previous attempt timed out (its worker died or stalled).
     """
 
     def __init__(self) -> None:
@@ -71,21 +70,12 @@ class CommandCounts:
 
 
 def install_command_counts(core: Core) -> CommandCounts:
-    """Count the commands ``core``'s engine produces (idempotent per core)."""
+    """Count the commands ``core`` logs (idempotent per core)."""
     existing = getattr(core, "_jobq_command_counts", None)
     if isinstance(existing, CommandCounts):
         return existing
     counts = CommandCounts()
-    engine = core.engine
-    drain = engine.drain
-
-    def counted_drain() -> Any:
-        commands, wakeups = drain()
-        if commands:
-            counts.observe(commands)
-        return commands, wakeups
-
-    engine.drain = counted_drain  # type: ignore[method-assign]
+    core.command_observers.append(counts.observe)
     core._jobq_command_counts = counts  # type: ignore[attr-defined]
     return counts
 

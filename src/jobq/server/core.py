@@ -166,9 +166,13 @@ class Core:
         self.on_fatal: Callable[[], None] | None = None
         #: how long start-up replay took (for /metrics)
         self.replay_seconds = 0.0
-        #: takes engine snapshots while the server runs (set by the app; None: in memory);
-        #: told of each batch written, when the engine holds exactly what the log holds
+        #: takes engine snapshots while the server runs (set by the app, for /metrics to
+        #: read; None: in memory)
         self.snapshotter: Snapshotter | None = None
+        #: told of each batch's commands once the log holds them (in memory: once made),
+        #: when the engine holds exactly what the log holds: the snapshotter counts them,
+        #: /metrics too (``jobq.http.metrics.install_command_counts``)
+        self.command_observers: list[Callable[[list[Command]], None]] = []
         self._housekeeping_timer: asyncio.TimerHandle | None = None
         #: the most jobs seen by :meth:`housekeeping` since memory was last handed back
         self._jobs_high = len(engine.jobs)
@@ -195,12 +199,8 @@ class Core:
         """
         slot.request = request
         reply = self.dispatcher.handle(request, slot, self.clock())
-        commands, wakeups = self.engine.drain()
         batch = self._batch
-        if commands:
-            batch.commands += commands
-        if wakeups:
-            batch.wakeups += wakeups
+        changed = self.engine.drain_into(batch.commands, batch.wakeups)
         if reply is None:
             slot.waiting = True
         elif isinstance(reply, Deferred):
@@ -209,8 +209,8 @@ class Core:
             future = self.loop.run_in_executor(None, reply.work)
             future.add_done_callback(lambda f: self._deferred_done(slot, f))
         else:
-            batch.replies.append((slot, reply, bool(commands)))
-            if commands:
+            batch.replies.append((slot, reply, changed))
+            if changed:
                 batch.changes += 1
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -327,7 +327,7 @@ class Core:
         self._batch = Batch()
         if commands and self.log is not None:
             try:
-                self.log.write([encode_command(c) for c in commands], self.clock())
+                self.log.write(list(map(encode_command, commands)), self.clock())
             except Exception as exc:  # an OSError, or the log's own error for one
                 self._write_failed(batch, exc)
                 return
@@ -337,8 +337,9 @@ class Core:
         engine = self.engine
         engine.commit()
         engine.begin()
-        if commands and self.snapshotter is not None:
-            self.snapshotter.written(len(commands))
+        if commands:
+            for observe in self.command_observers:
+                observe(commands)
         if self.sync_always and commands:
             self._syncing = True
             assert self.log is not None
@@ -471,15 +472,17 @@ class Core:
 
     # ------------------------------------------------------------------ shutdown
 
-    async def drain_pending(self) -> None:
-        """Wait until every logged batch is released (for shutdown)."""
+    async def drain_pending(self) -> bool:
+        """Wait until every logged batch is released (for shutdown), for at most about a
+        second; whether that happened (else a batch is still unwritten or unsynced)."""
         self._draining = True  # no batch is held back for a wave any more
         for _ in range(1000):
             if not self._syncing and not self._batch.commands and not self._flush_scheduled:
-                return
+                return True
             if not self._flush_scheduled and not self._syncing:
                 self.flush()
             await asyncio.sleep(0.001)
+        return False
 
     def close(self) -> None:
         self._closed = True

@@ -90,12 +90,12 @@ class Dispatcher:
         """The reply; ``None`` when the request waits; a :class:`Deferred` to run off the
         event loop."""
         try:
+            handler = self._handlers.get(type(request))
+            if handler is not None:  # a workq request (none is an Extension)
+                return handler(request, token, now_ns)
             if isinstance(request, p.Extension):
                 return self.extensions.handlers[request.word](request.body, token, now_ns)
-            handler = self._handlers.get(type(request))
-            if handler is None:
-                return p.client_error(p.UNKNOWN_COMMAND)
-            return handler(request, token, now_ns)
+            return p.client_error(p.UNKNOWN_COMMAND)
         except EngineError as exc:
             return error_reply(exc)
 
@@ -172,7 +172,8 @@ class Dispatcher:
             r.names, wait_timeout_ms=r.wait_timeout_ms, token=token, now_ns=now_ns
         )
         if job is not None:
-            return self.wake_reply(job)
+            # what wake_reply gives a job for a workq lease
+            return p.job_reply(job.id, job.name, job.ttr_ms, job.payload)
         return None if r.wait_timeout_ms > 0 else p.timeout()
 
     def _complete(self, r: p.Request, token: object, now_ns: int) -> bytes | None:

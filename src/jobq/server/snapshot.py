@@ -183,7 +183,7 @@ def load_snapshot(log_dir: str) -> tuple[LoadedBody, LogPosition] | None:
         return None
     except (OSError, ValueError) as exc:  # ValueError: an empty file cannot be mapped
         logger.warning("%s: cannot read the snapshot (%s), replaying the log", path, exc)
-        remove_snapshot(log_dir)
+        _discard(log_dir)
         return None
     try:
         checked = _check(mapped, log_dir)
@@ -191,9 +191,18 @@ def load_snapshot(log_dir: str) -> tuple[LoadedBody, LogPosition] | None:
         mapped.close()
     if isinstance(checked, str):
         logger.info("%s: not used (%s), replaying the log", path, checked)
-        remove_snapshot(log_dir)
+        _discard(log_dir)
         return None
     return checked
+
+
+def _discard(log_dir: str) -> None:
+    """Remove a snapshot found unusable; one that cannot be removed (a directory in its
+    place, a read-only directory) is left, and found unusable again by the next start."""
+    try:
+        remove_snapshot(log_dir)
+    except OSError as exc:
+        logger.warning("cannot remove the unusable engine snapshot: %s", exc)
 
 
 def _read_header(data: bytes | mmap.mmap) -> tuple[SnapshotHeader, int] | str:

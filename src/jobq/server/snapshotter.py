@@ -18,6 +18,8 @@ When: once at least ``min_records`` records were logged since the snapshot on di
 - the server is quiet: nothing logged for ``QUIET_S``.
 
 After a failed snapshot (the child's error is logged) none is tried for ``RETRY_AFTER_S``.
+A child still running after ``CHILD_TIMEOUT_S`` (a disk that stopped answering, say) is
+killed and counts as failed, so that a stuck child cannot hold the cleaner back for good.
 
 The cleaner: while a snapshot is on disk or being written, the log's cleaner leaves its
 segment and every later one alone (``CommandLog.keep_from``): it drops records whose job is
@@ -62,6 +64,8 @@ QUIET_S = 1.0
 CHECK_INTERVAL_S = 1.0
 #: no snapshot is tried for this long after one failed
 RETRY_AFTER_S = 60.0
+#: a child still writing after this long is killed (at 500,000 jobs a child takes ~1-2 s)
+CHILD_TIMEOUT_S = 600.0
 #: the most of a child's error message read back
 _MESSAGE_BYTES = 4096
 
@@ -69,7 +73,17 @@ _MESSAGE_BYTES = 4096
 class _Child:
     """A child process writing a snapshot."""
 
-    __slots__ = ("jobs", "message_fd", "offset", "pid", "pidfd", "records", "sequence", "started_s")
+    __slots__ = (
+        "jobs",
+        "message_fd",
+        "offset",
+        "pid",
+        "pidfd",
+        "records",
+        "sequence",
+        "started_s",
+        "timed_out",
+    )
 
     def __init__(
         self,
@@ -91,6 +105,8 @@ class _Child:
         self.jobs = jobs
         self.started_s = started_s
         self.pidfd: int | None = None
+        #: killed for running longer than ``CHILD_TIMEOUT_S``
+        self.timed_out = False
 
 
 class Snapshotter:
@@ -171,8 +187,18 @@ class Snapshotter:
         self.start_checking()
 
     def check(self) -> None:
-        """Take a snapshot if the server is quiet and enough was logged since the last."""
-        if self._child is not None:
+        """Take a snapshot if the server is quiet and enough was logged since the last;
+        kill a child that has run for longer than ``CHILD_TIMEOUT_S``."""
+        child = self._child
+        if child is not None:
+            if not child.timed_out and self._monotonic_s() - child.started_s >= CHILD_TIMEOUT_S:
+                # reaped as any child (its pidfd): only then is the file on disk dropped,
+                # when no rename of the child's can land any more
+                child.timed_out = True
+                try:
+                    os.kill(child.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             return
         if (
             self.min_records
@@ -264,7 +290,10 @@ class Snapshotter:
                 self.last_fork_s * 1000,
             )
             return
-        reason = message or (f"killed by signal {-code}" if code < 0 else f"exit status {code}")
+        if child.timed_out:
+            reason = f"it took more than {CHILD_TIMEOUT_S:.0f} s, killed"
+        else:
+            reason = message or (f"killed by signal {-code}" if code < 0 else f"exit status {code}")
         _remove_temporary(self.log.path, child.pid)
         self._failed(f"the engine snapshot failed: {reason}")
 
