@@ -63,6 +63,12 @@ class CommandLog:
         #: the cleaner (tests set ``cleaner.step`` to inject crashes)
         self.cleaner = Cleaner(path, self._first_untouchable, fsync=fsync)
 
+    @property
+    def lock_fd(self) -> int | None:
+        """The descriptor holding the directory lock (None once closed); see
+        :attr:`DirectoryLock.fd`."""
+        return self._lock.fd
+
     @classmethod
     def open(
         cls,
@@ -78,6 +84,7 @@ class CommandLog:
         start_sync_thread: bool = True,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         whole_until: Callable[[str], tuple[int, int] | None] | None = None,
+        lock_wait_s: float = 0.0,
     ) -> CommandLog:
         """Open (and with ``create`` make) the log directory at ``path``.
 
@@ -89,13 +96,16 @@ class CommandLog:
         ``(sequence, offset)`` before which the caller vouches the log holds whole records
         (an engine snapshot's place): if it is in the newest segment, only the records after
         it are checked for a torn tail.
+
+        ``lock_wait_s``: how long to wait for a directory lock another process holds
+        before :class:`~jobq.cmdlog.errors.LogLockedError` (0: not at all).
         """
         directory = os.fspath(path)
         if write_version not in READ_VERSIONS:
             raise ValueError(f"cannot write segment version {write_version}")
         _prepare_directory(directory, create)
         lock = DirectoryLock(directory)
-        lock.acquire()
+        lock.acquire(lock_wait_s)
         try:
             try:
                 sequence = _recover(directory, write_version, whole_until)

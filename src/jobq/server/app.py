@@ -30,6 +30,9 @@ logger = logging.getLogger("jobq.server")
 _WORKQ_TYPES = range(1, 9)
 #: the GIL switch interval under ``sync=always`` (see ``serve``)
 SYNC_ALWAYS_SWITCH_INTERVAL_S = 0.0005
+#: how long a start waits for the log directory's lock: the last server's snapshot child
+#: holds it with that server and dies with it, but a SIGKILL waits for its fsync to end
+LOCK_WAIT_S = 5.0
 
 
 def _validate_spark_job(name: str, payload: bytes) -> str | None:
@@ -161,6 +164,7 @@ async def serve(
             segment_size_bytes=config.segment_size_bytes,
             # the records before an engine snapshot's place need no torn-tail check
             whole_until=vouched_place,
+            lock_wait_s=LOCK_WAIT_S,
         )
         stats = restore(log, engine, clock())
         logger.info(

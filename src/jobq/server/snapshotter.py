@@ -240,7 +240,15 @@ class Snapshotter:
             self._not_started(f"cannot fork for an engine snapshot: {exc}")
             return False
         if pid == 0:
-            _child_main(self.log.path, self.engine, sequence, offset, write_fd, parent_pid)
+            _child_main(
+                self.log.path,
+                self.engine,
+                sequence,
+                offset,
+                write_fd,
+                parent_pid,
+                self.log.lock_fd,
+            )
         self.last_fork_s = time.perf_counter() - started
         os.close(write_fd)
         child = self._child = _Child(
@@ -359,12 +367,24 @@ def _remove_temporary(log_dir: str, pid: int) -> None:
 
 
 def _child_main(
-    log_dir: str, engine: Engine, sequence: int, offset: int, message_fd: int, parent_pid: int
+    log_dir: str,
+    engine: Engine,
+    sequence: int,
+    offset: int,
+    message_fd: int,
+    parent_pid: int,
+    lock_fd: int | None,
 ) -> NoReturn:
     """The forked child: fsync the log up to the place, write the snapshot, exit. It
     touches nothing the parent's other threads may hold (no log object, no logging), dies
-    with its parent, and first closes every inherited descriptor (the port, the clients'
-    connections, the log's lock: the next server must get them at once)."""
+    with its parent, and first closes every inherited descriptor but two: its pipe to the
+    parent and the log directory's lock.
+
+    The port and the clients' connections are closed so that the next server gets them at
+    once. The lock is kept: the kernel drops it only once the child is gone too, so no
+    snapshot of this child's can land after the next server took the directory (its
+    cleaner may by then have dropped records this snapshot needs). ``PR_SET_PDEATHSIG``
+    kills the child when the parent dies, so this costs the next start microseconds."""
     code = 1
     message = ""
     try:
@@ -372,8 +392,7 @@ def _child_main(
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         gc.disable()  # a collection would touch (and so copy) every page of the heap
-        os.closerange(3, message_fd)
-        os.closerange(message_fd + 1, _max_fd())
+        _close_all_but(message_fd, lock_fd)
         position = position_at(log_dir, sequence, offset, sync=True)
         saved = write_snapshot(log_dir, engine, position)
         message = f"{saved} jobs"
@@ -386,10 +405,19 @@ def _child_main(
         os._exit(code)
 
 
+def _close_all_but(*kept: int | None) -> None:
+    """Close every descriptor from 3 up except those in ``kept``."""
+    low = 3
+    for fd in sorted(fd for fd in kept if fd is not None and fd >= low):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, _max_fd())
+
+
 def _die_with(parent_pid: int) -> None:
-    """Be killed when the parent dies (``PR_SET_PDEATHSIG``), so that no snapshot lands
-    after its server is gone: the next server may meanwhile have let the cleaner past the
-    place this snapshot would name."""
+    """Be killed when the parent dies (``PR_SET_PDEATHSIG``): a snapshot of a server that
+    is gone is not wanted, and the child holds the directory's lock (see
+    :func:`_child_main`), which the next server needs."""
     try:
         import ctypes
 
