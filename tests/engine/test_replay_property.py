@@ -72,7 +72,9 @@ op = st.one_of(
     st.tuples(
         st.sampled_from(["spause", "sresume", "strigger", "sdrop"]), st.sampled_from(["s1", "s2"])
     ),
-    st.tuples(st.just("sjob"), st.booleans()),
+    st.tuples(st.just("sbackfill"), st.sampled_from(["s1", "s2"]), st.integers(0, 1500)),
+    # a run ends (True: succeeds) or, False for "sdelete", an ended run is deleted
+    st.tuples(st.sampled_from(["sjob", "sdelete"]), st.booleans()),
 )
 
 batch = st.tuples(st.lists(op, max_size=5), st.booleans())
@@ -131,9 +133,14 @@ def snapshot(engine: Engine) -> dict[str, Any]:
                 sorted(sc.running),
                 sc.pending_buffered,
                 list(sc.changes),
+                sc.one_off_fired,
+                sc.next_run_by,
+                sc.pending_buffered_by,
+                sc.outcome_by,
             )
             for sid, sc in engine.schedules.items()
         },
+        "next_schedule_id": engine.next_schedule_id,
         "schedule_counters": (
             engine.schedule_jobs_started,
             engine.schedule_runs_skipped,
@@ -234,6 +241,20 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
             engine.trigger_schedule(operation[1], now_ns=now_ns)
         elif kind == "sdrop":
             engine.drop_schedule(operation[1], now_ns=now_ns)
+        elif kind == "sbackfill":
+            engine.backfill_schedule(
+                operation[1], from_ns=now_ns - operation[2] * 1_000_000, to_ns=now_ns, now_ns=now_ns
+            )
+        elif kind == "sdelete":
+            ended = sorted(
+                job_id
+                for key, ids in engine.by_created_by.items()
+                if key[0] == "schedule"
+                for job_id in ids
+                if engine.jobs[job_id].status.finished
+            )
+            if ended:
+                engine.delete(ended[0] if operation[1] else ended[-1], now_ns=now_ns)
         elif kind == "sjob":
             made = sorted(
                 job_id

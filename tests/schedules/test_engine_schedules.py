@@ -357,7 +357,7 @@ def test_retry_sched_runs_next_as_scheduled() -> None:
 
 def test_retry_soon_backs_off_and_resets_on_success() -> None:
     world = World()
-    s = world.create(cron="0 * * * *", on_error="retry_soon")
+    s = world.create(cron="0 * * * *", on_error="retry_soon", wait="no_wait")
     world.at(T0 + 3600 * S)
     base = world.now
     out = world.finish(world.lease(), ok=False)
@@ -555,6 +555,112 @@ def test_failed_write_rolls_back_firing() -> None:
     world.engine.begin()
     world.engine.tick(T0 + MIN)  # due again: fired once
     assert len(fires(world.engine.drain()[0])) == 1 and len(world.engine.jobs) == 1
+
+
+def _replay_kept(world: World) -> Engine:
+    """A full replay of what a cleaner pass would keep of ``world``'s log now."""
+    engine = Engine(scheduler=world.options, started_ns=world.now)
+    engine.begin_replay()
+    for command, logged in world.log:
+        if world.engine.command_is_live(command, logged):
+            engine.replay(command, logged_ns=logged, now_ns=world.now)
+    engine.end_replay()
+    return engine
+
+
+@pytest.mark.parametrize("extra_run", ["trigger", "backfill"])
+def test_cleaning_keeps_the_firing_that_set_the_next_run(extra_run: str) -> None:
+    # a scheduled run, then a manual one (which leaves the next run alone); the scheduled
+    # run's job is deleted: its firing is no longer the newest, but it alone says the
+    # 09:00 run happened. Dropping it made a full replay fire 09:00 again.
+    world = World()
+    s = world.create(cron="0 * * * *")
+    world.at(T0 + 60 * MIN)
+    first = world.lease()
+    world.finish(first)
+    world.now += MIN
+    if extra_run == "trigger":
+        world.engine.trigger_schedule("s", now_ns=world.now)
+    else:
+        world.engine.backfill_schedule("s", from_ns=T0, to_ns=T0, now_ns=world.now)
+    world.drain()
+    world.engine.delete(first.id, now_ns=world.now)
+    world.drain()
+    replayed = _replay_kept(world).get_schedule("s")
+    assert s.next_run_ns == T0 + 120 * MIN
+    assert (replayed.next_run_ns, replayed.jobs_started) == (s.next_run_ns, 2)
+
+
+def test_cleaning_keeps_the_run_end_that_set_a_retry() -> None:
+    # retry_soon: a failed run sets the next run 30 s on; a later run's end (a manual run)
+    # supersedes it as the newest end, but not as the one that set the next run
+    world = World()
+    s = world.create(cron="0 * * * *", on_error="retry_soon", wait="no_wait")
+    world.engine.trigger_schedule("s", now_ns=world.now)
+    world.drain()
+    world.at(T0 + 60 * MIN)
+    scheduled = world.engine.get_schedule("s").last_job_id
+    triggered = next(job for job in world.jobs() if job.id != scheduled)
+    world.engine.lease(["q"], wait_timeout_ms=0, token=None, now_ns=world.now)
+    world.engine.lease(["q"], wait_timeout_ms=0, token=None, now_ns=world.now)
+    world.drain()
+    world.engine.fail(scheduled, b"boom", now_ns=world.now)
+    world.drain()
+    retry_ns = s.next_run_ns
+    assert retry_ns is not None and retry_ns < T0 + 120 * MIN
+    world.engine.complete(triggered.id, b"ok", now_ns=world.now)
+    world.drain()
+    assert s.next_run_ns == retry_ns
+    assert _replay_kept(world).get_schedule("s").next_run_ns == retry_ns
+
+
+def test_a_record_superseded_by_an_unlogged_change_stays_live() -> None:
+    # the cleaner runs in a thread while a change is applied but not yet logged (or about
+    # to be rolled back): it must judge by the schedule as the log holds it
+    world = World()
+    world.create(cron="0 * * * *")
+    world.at(T0 + 60 * MIN)
+    world.finish(world.lease())
+    fired, logged = next((c, t) for c, t in world.log if isinstance(c, FireSchedule))
+    world.engine.delete(fired.id, now_ns=world.now)
+    world.drain()
+    assert world.engine.command_is_live(fired, logged)  # the newest firing
+    world.engine.begin()
+    world.engine.trigger_schedule("s", now_ns=world.now)  # applied, not logged
+    assert world.engine.command_is_live(fired, logged)
+    world.engine.rollback()
+    assert world.engine.command_is_live(fired, logged)
+
+
+def test_a_dropped_schedules_number_is_not_used_again_after_cleaning() -> None:
+    world = World()
+    world.create("a", cron="0 * * * *")
+    world.create("b", cron="0 * * * *")
+    world.engine.drop_schedule("b", now_ns=world.now)
+    world.drain()
+    assert _replay_kept(world).create_schedule(
+        name="c", cron="0 * * * *", args=ARGS, now_ns=world.now
+    ).id == 3
+
+
+def test_a_triggered_one_off_paused_and_resumed_still_runs_at_its_time() -> None:
+    world = World()
+    s = world.create(at_ns=T0 + 120 * MIN)
+    world.engine.trigger_schedule("s", now_ns=world.now)
+    world.drain()
+    world.finish(world.lease())
+    world.engine.pause_schedule("s", now_ns=world.now)
+    world.engine.resume_schedule("s", now_ns=world.now + MIN)
+    world.drain()
+    assert s.next_run_ns == T0 + 120 * MIN
+    assert len(fires(world.at(T0 + 120 * MIN))) == 1
+    # once it ran as scheduled, a resume gives it no next run, after a replay too
+    world.engine.pause_schedule("s", now_ns=world.now)
+    world.drain()
+    replayed = world.replayed()
+    for engine in (world.engine, replayed):
+        engine.resume_schedule("s", now_ns=world.now)
+        assert engine.get_schedule("s").next_run_ns is None
 
 
 def test_cleaner_keeps_what_replay_needs() -> None:

@@ -83,6 +83,39 @@ def test_a_deleted_job_stays_deleted_when_its_add_stays_in_a_segment_not_rewritt
     assert replayed == snapshot(engine)
 
 
+def test_a_record_kept_for_one_key_keeps_the_later_records_of_its_others(
+    tmp_path: Path,
+) -> None:
+    # segment 1 keeps a dead schedule creation (not worth a rewrite), so the dead firing
+    # in segment 2 stays for the schedule's number; the firing created a job, canceled and
+    # deleted in segment 3: dropping those brought the job back in a full replay
+    directory = str(tmp_path / "cmdlog")
+    live = Engine(scheduler=OPTIONS, started_ns=T0)
+    now_ns = T0
+    keep, expires_at, keys = _liveness(live)
+    with CommandLog.open(directory, sync="os", segment_size_bytes=150) as log:
+        for operation in [
+            ("schedule", 0, "a", 0),
+            ("pause", 0),
+            ("screate", "s1", ("every", 200), "wait", "retry_sched"),
+            ("advance", 200),  # the firing: its job, in segment 2
+            ("complete", 0),
+            ("sdrop", "s1"),
+            ("by_creator", "cancel"),
+            ("sdelete", False),
+        ]:
+            now_ns = perform(live, now_ns, operation)
+            log.write([encode_command(c) for c in live.drain()[0]], now_ns)
+        assert log.position()[0] == 4
+        log.clean(keep, expires_at=expires_at, keys=keys, now_ns=now_ns)
+    assert live.by_created_by == {}
+    replayed = _replayed(directory, now_ns)
+    replayed.pop("schedule_counters")
+    expected = snapshot(live)
+    expected.pop("schedule_counters")
+    assert replayed == expected
+
+
 @settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

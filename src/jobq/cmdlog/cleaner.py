@@ -22,8 +22,10 @@ segment and the ``delete`` dropped from a later one, replay would bring the job 
 an ``add`` of a later job with that id would then be a duplicate). So with ``keys`` (the
 ids a record is about: a job's, a schedule's), a pass goes from the oldest segment to the
 newest and, once a dead record of some key stays in the log, keeps every later record of
-that key too. Replay ignores a record whose job or schedule is not there, so records of a
-key dropped *before* the first that stays are harmless.
+that key too; a record kept so is a dead record that stays as well, so the later records
+of its other keys stay with it (a schedule's firing kept for the schedule's number keeps
+its job's later records). Replay ignores a record whose job or schedule is not there, so
+records of a key dropped *before* the first that stays are harmless.
 """
 
 from __future__ import annotations
@@ -147,8 +149,14 @@ class Cleaner:
                 kept = [keep(record) for record in records]
                 if keys is not None and staying:
                     for index, record in enumerate(records):
-                        if not kept[index] and not staying.isdisjoint(keys(record)):
-                            kept[index] = True
+                        if not kept[index]:
+                            record_keys = keys(record)
+                            if not staying.isdisjoint(record_keys):
+                                # a dead record that stays too: so must the later records
+                                # of its other keys (a firing kept for its schedule's
+                                # number keeps its job's later records)
+                                kept[index] = True
+                                staying.update(record_keys)
                 dead = kept.count(False)
                 if dead == 0 or not self._worth_rewriting(records, dead, expires_at, now_ns):
                     skipped += 1

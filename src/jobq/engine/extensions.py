@@ -153,6 +153,12 @@ class FireSchedule(_SchedExt, kw_only=True, omit_defaults=True):
     missed: int = 0
     #: the job the run created; None for a skip
     job: SubmitJob | None = None
+    #: the schedule's counters after this firing (None in logs written before they were
+    #: added: replay then adds ``skipped``, ``missed`` and the job up), so that the newest
+    #: firing alone restores them once the cleaner dropped older ones
+    jobs_started_total: int | None = None
+    skipped_total: int | None = None
+    missed_total: int | None = None
 
 
 class ScheduleRunEnded(_SchedExt, kw_only=True, omit_defaults=True):

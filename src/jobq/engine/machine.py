@@ -70,6 +70,7 @@ from jobq.engine.schedules import (
     DEFAULT_CATCHUP_MS,
     ErrorPolicy,
     MissingExecutor,
+    RecordKey,
     RunInfo,
     Schedule,
     ScheduledJobExecutor,
@@ -230,7 +231,6 @@ class Engine:
 
     def _rollback_schedules(self) -> None:
         journal = self._sched_journal
-        self._sched_journal = None
         if journal is None:
             return
         (
@@ -251,6 +251,8 @@ class Engine:
         self._last_fire_jobs = {
             s.last_job_id: s.id for s in self.schedules.values() if s.last_job_id is not None
         }
+        # only now: a cleaner thread reading the journal must still see the saved copies
+        self._sched_journal = None
 
     def _touch_schedule(self, schedule_id: int) -> None:
         """Save a schedule before its first change in the open transaction."""
@@ -1058,14 +1060,21 @@ class Engine:
         still in the journal (saved there before its removal, dropped only after a rollback
         put it back), so a record is never judged dead while a rollback could revive its job.
         """
+        if self._job_is_live(job_id, logged_ns):
+            return True
+        journal = self._journal
+        entry = journal.get(job_id) if journal is not None else None
+        if entry is not None and logged_ns >= entry[0].created_ns:
+            return True
+        # again: a rollback may have put the job back (then dropped the journal) meanwhile
+        return self._job_is_live(job_id, logged_ns)
+
+    def _job_is_live(self, job_id: bytes, logged_ns: int) -> bool:
         job = self.jobs.get(job_id)
         if job is not None and logged_ns >= job.created_ns:
             return True
-        if job is None and job_id in self._last_fire_jobs:
-            return True  # a schedule's newest run: replay must see it created and removed
-        journal = self._journal
-        entry = journal.get(job_id) if journal is not None else None
-        return entry is not None and logged_ns >= entry[0].created_ns
+        # a schedule's newest run: replay must see it created and removed
+        return job is None and job_id in self._last_fire_jobs
 
     def command_is_live(self, command: Command, logged_ns: int) -> bool:
         """Whether replay still needs this logged command (see :meth:`record_is_live`); of a
@@ -1218,7 +1227,8 @@ class Engine:
             raise InvalidStatus("Schedule is not paused")
         spec = schedule.spec
         if spec.kind == "at":
-            next_run = spec.at_ns if schedule.fire_seq == 0 else None
+            # a trigger or backfill is not the one-off's run: only its scheduled firing is
+            next_run = None if schedule.one_off_fired else spec.at_ns
         else:
             next_run = next_after(spec, now_ns)
         self._emit(
@@ -1403,6 +1413,9 @@ class Engine:
                 next_run_ns=following,
                 skipped=skipped,
                 missed=missed,
+                jobs_started_total=schedule.jobs_started,
+                skipped_total=schedule.skipped + skipped,
+                missed_total=schedule.missed + missed,
             ),
             now_ns,
         )
@@ -1452,6 +1465,9 @@ class Engine:
                 skipped=skipped,
                 missed=missed,
                 job=job,
+                jobs_started_total=schedule.jobs_started + 1,
+                skipped_total=schedule.skipped + skipped,
+                missed_total=schedule.missed + missed,
             ),
             now_ns,
         )
@@ -1569,16 +1585,27 @@ class Engine:
                 self._last_fire_jobs.pop(schedule.last_job_id, None)
             return
         if isinstance(command, FireSchedule):
+            key: RecordKey = ("fire", command.seq)
             schedule.fire_seq = command.seq
             if command.advance:
                 schedule.next_run_ns = command.next_run_ns
+                schedule.next_run_by = key
                 schedule.recheck_ns = None
-                if command.next_run_ns is None and schedule.spec.kind == "at":
-                    _change(schedule, command.fired_ns, "one-off run fired; no next run")
+                if schedule.spec.kind == "at":
+                    schedule.one_off_fired = True
+                    if command.next_run_ns is None:
+                        _change(schedule, command.fired_ns, "one-off run fired; no next run")
             if command.kind == "buffer":
                 schedule.pending_buffered = True
-            schedule.skipped += command.skipped
-            schedule.missed += command.missed
+                schedule.pending_buffered_by = key
+            if command.skipped_total is not None:
+                schedule.skipped = command.skipped_total
+            else:
+                schedule.skipped += command.skipped
+            if command.missed_total is not None:
+                schedule.missed = command.missed_total
+            else:
+                schedule.missed += command.missed
             self.schedule_runs_skipped += command.skipped
             if command.kind == "skip" and command.missed:
                 self.schedule_runs_missed += command.missed
@@ -1591,16 +1618,23 @@ class Engine:
                 schedule.last_job_id = job_id
                 self._last_fire_jobs[job_id] = schedule.id
                 schedule.last_outcome = "running"
+                schedule.outcome_by = None  # this firing: kept while its job is the newest
                 schedule.jobs_started += 1
                 self.schedule_jobs_started += 1
+            if command.jobs_started_total is not None:
+                schedule.jobs_started = command.jobs_started_total
         elif isinstance(command, ScheduleRunEnded):
+            end_key: RecordKey = ("end", command.id)
             if schedule.last_job_id == command.id:
                 schedule.last_outcome = command.outcome
+                schedule.outcome_by = end_key
             schedule.last_ended_job = command.id
             schedule.consecutive_failures = command.consecutive_failures
             schedule.pending_buffered = command.pending_buffered
+            schedule.pending_buffered_by = end_key
             if command.set_next and not schedule.paused:
                 schedule.next_run_ns = command.next_run_ns
+                schedule.next_run_by = end_key
                 schedule.recheck_ns = None
             if command.paused:
                 schedule.paused = True
@@ -1613,12 +1647,15 @@ class Engine:
             if command.action == "pause":
                 schedule.paused = True
                 schedule.next_run_ns = None
+                schedule.next_run_by = None  # alterations are all kept
                 schedule.recheck_ns = None
                 schedule.pending_buffered = False
+                schedule.pending_buffered_by = None
                 _change(schedule, command.at_ns, f"paused{who}{why}")
             elif command.action == "resume":
                 schedule.paused = False
                 schedule.next_run_ns = command.next_run_ns
+                schedule.next_run_by = None
                 _change(schedule, command.at_ns, f"resumed{who}{why}")
             else:
                 changed = []
@@ -1657,26 +1694,39 @@ class Engine:
                     self._register(_new_job(command.job))
                 return
         if schedule is None:
+            if isinstance(command, DropSchedule):
+                # the drop of the newest schedule, kept so that its number is not used again
+                self.next_schedule_id = max(self.next_schedule_id, command.schedule + 1)
             return
         self._apply_schedule(command, logged_ns)
 
     def _schedule_command_is_live(self, command: ScheduleCommand, logged_ns: int) -> bool:
-        """Whether replay still needs a schedule command: those of an existing schedule,
-        except firings superseded by a newer one whose job is gone, and run ends superseded
-        by a newer one that did not pause."""
-        schedule = self.schedules.get(command.schedule)
-        current = schedule is not None and logged_ns >= schedule.created_ns
-        if isinstance(command, FireSchedule):
-            if command.job is not None and self.record_is_live(command.job.id, logged_ns):
-                return True
-            return current and schedule is not None and command.seq >= schedule.fire_seq
-        if isinstance(command, ScheduleRunEnded):
-            return current and schedule is not None and (
-                command.paused or command.id == schedule.last_ended_job
-            )
+        """Whether replay still needs a schedule command (see :func:`_schedule_needs`);
+        the drop of the newest schedule is kept too, so that its number is not used again.
+
+        Safe to call from the cleaner's thread. A change not yet logged may have
+        superseded a record in the live schedule, so a record is kept if the schedule as
+        the log holds it needs it: read live, then the copy saved before the open
+        transaction's first change, then live again (a rollback puts the saved copy back
+        before it drops the journal)."""
+        if (
+            isinstance(command, FireSchedule)
+            and command.job is not None
+            and self.record_is_live(command.job.id, logged_ns)
+        ):
+            return True
         if isinstance(command, DropSchedule):
-            return False
-        return current
+            next_id = min(self.next_schedule_id, self._sched_saved[0] or self.next_schedule_id)
+            return command.schedule + 1 >= next_id
+        schedule_id = command.schedule
+        if _schedule_needs(self.schedules.get(schedule_id), command, logged_ns):
+            return True
+        journal = self._sched_journal
+        if journal is not None and _schedule_needs(
+            journal.get(schedule_id), command, logged_ns
+        ):
+            return True
+        return _schedule_needs(self.schedules.get(schedule_id), command, logged_ns)
 
     # ------------------------------------------------------------------ reads
 
@@ -2136,6 +2186,40 @@ def _error_policy(text: str) -> ErrorPolicy:
         raise ScheduleError(
             f"Invalid error policy {text!r} (retry_sched, retry_soon, pause_sched)"
         ) from None
+
+
+def _schedule_needs(
+    schedule: Schedule | None, command: ScheduleCommand, logged_ns: int
+) -> bool:
+    """Whether replay needs ``command`` to rebuild ``schedule`` (None: gone) as it is.
+
+    Creations and alterations of an existing schedule are all kept. A firing is kept while
+    it is the newest (or a skip after it), while it is the one that set the next run or
+    the owed buffered run, and, for a one-off, if it was its scheduled run; a run's end
+    while it is the newest, paused the schedule, or set its next run, owed run or last
+    outcome. (A firing whose job exists is kept for its job, by ``record_is_live``.) What
+    a dropped firing or end set is set again by a later kept record, and the counters
+    come whole with the newest firing."""
+    if schedule is None or logged_ns < schedule.created_ns:
+        return False  # gone, or an older schedule that had the same number
+    if isinstance(command, FireSchedule):
+        key: RecordKey = ("fire", command.seq)
+        return (
+            command.seq >= schedule.fire_seq
+            or key == schedule.next_run_by
+            or key == schedule.pending_buffered_by
+            or (command.advance and schedule.spec.kind == "at")
+        )
+    if isinstance(command, ScheduleRunEnded):
+        key = ("end", command.id)
+        return (
+            command.paused
+            or command.id == schedule.last_ended_job
+            or key == schedule.next_run_by
+            or key == schedule.pending_buffered_by
+            or key == schedule.outcome_by
+        )
+    return not isinstance(command, DropSchedule)
 
 
 def _change(schedule: Schedule, at_ns: int, reason: str) -> None:

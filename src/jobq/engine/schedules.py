@@ -16,7 +16,7 @@ import enum
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeAlias
 
 import msgspec
 
@@ -475,12 +475,16 @@ class Schedule:
         "last_run_ns",
         "missed",
         "name",
+        "next_run_by",
         "next_run_ns",
         "on_error",
+        "one_off_fired",
+        "outcome_by",
         "owner",
         "pause_reason",
         "paused",
         "pending_buffered",
+        "pending_buffered_by",
         "recheck_ns",
         "running",
         "skipped",
@@ -537,6 +541,14 @@ class Schedule:
         self.running: set[bytes] = set()
         #: buffer_one: a run is owed as soon as the previous one ends
         self.pending_buffered = False
+        #: a one-off ("at") whose scheduled run fired: a resume gives it no next run
+        self.one_off_fired = False
+        #: the firing or run-ended record that last set ``next_run_ns``, the one that set
+        #: ``pending_buffered`` and the one that set ``last_outcome`` (:data:`RecordKey`;
+        #: None: none, or a record the cleaner always keeps): the cleaner keeps them
+        self.next_run_by: RecordKey | None = None
+        self.pending_buffered_by: RecordKey | None = None
+        self.outcome_by: RecordKey | None = None
         #: wait: when a blocked run is looked at again (not logged: replay looks at once)
         self.recheck_ns: int | None = None
         #: the deadline of the schedule's live heap entry
@@ -561,6 +573,11 @@ class Schedule:
 
     def __lt__(self, other: object) -> bool:
         return self.id < other.id if isinstance(other, Schedule) else id(self) < id(other)
+
+
+#: a schedule record, for the cleaner: ("fire", seq) for a firing (a skip has the seq of
+#: the firing before it), ("end", job id) for a run's end
+RecordKey: TypeAlias = tuple[str, int | bytes]
 
 
 class ScheduleRow(msgspec.Struct, array_like=True):
@@ -593,6 +610,11 @@ class ScheduleRow(msgspec.Struct, array_like=True):
     last_ended_job: bytes | None
     running: list[bytes]
     pending_buffered: bool
+    # added later: a snapshot written before has none (the defaults)
+    one_off_fired: bool = False
+    next_run_by: RecordKey | None = None
+    pending_buffered_by: RecordKey | None = None
+    outcome_by: RecordKey | None = None
 
     @classmethod
     def of(cls, schedule: Schedule) -> ScheduleRow:
@@ -603,7 +625,8 @@ class ScheduleRow(msgspec.Struct, array_like=True):
             list(schedule.changes), schedule.fire_seq, schedule.jobs_started, schedule.skipped,
             schedule.missed, schedule.last_run_ns, schedule.last_job_id, schedule.last_outcome,
             schedule.consecutive_failures, schedule.last_ended_job, sorted(schedule.running),
-            schedule.pending_buffered,
+            schedule.pending_buffered, schedule.one_off_fired, schedule.next_run_by,
+            schedule.pending_buffered_by, schedule.outcome_by,
         )
 
     def schedule(self, executor: ScheduledJobExecutor) -> Schedule:
@@ -629,6 +652,10 @@ class ScheduleRow(msgspec.Struct, array_like=True):
         schedule.last_ended_job = self.last_ended_job
         schedule.running = set(self.running)
         schedule.pending_buffered = self.pending_buffered
+        schedule.one_off_fired = self.one_off_fired
+        schedule.next_run_by = self.next_run_by
+        schedule.pending_buffered_by = self.pending_buffered_by
+        schedule.outcome_by = self.outcome_by
         return schedule
 
 
