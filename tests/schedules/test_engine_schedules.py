@@ -180,6 +180,13 @@ def test_interval_and_one_off() -> None:
     assert runs(once, "2027-01-15T08:05:00Z", 2) == ["2027-01-15T09:00:00Z", None]
 
 
+def test_cron_names_with_r_or_h_are_not_random_fields() -> None:
+    # month and weekday names may hold an R or an H; only a field (or list item) that
+    # starts with one is croniter's random or hashed field
+    assert runs(cron("0 0 * MAR THU"), "2027-01-15T08:00:00Z", 1) == ["2027-03-04T00:00:00Z"]
+    assert runs(cron("0 0 * APR FRI"), "2027-01-15T08:00:00Z", 1) == ["2027-04-02T00:00:00Z"]
+
+
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
@@ -196,6 +203,12 @@ def test_interval_and_one_off() -> None:
         ({"cron": "* * * * *", "wait": "later"}, "Invalid wait policy"),
         ({"cron": "* * * * *", "on_error": "ignore"}, "Invalid error policy"),
         ({"at_ns": T0 - 48 * 3600 * S}, "passed"),
+        # croniter's random (R) and hashed (H) fields: R takes a new value each time
+        ({"cron": "R * * * *"}, r"random \(R\) and hashed \(H\) fields"),
+        ({"cron": "0 r(0-5) * * *"}, "random"),
+        ({"cron": "H * * * *"}, "random"),
+        ({"cron": "0 0 1,R * *"}, "random"),
+        ({"cron": "0 R/5 * * * *"}, "random"),
     ],
 )
 def test_bad_schedules_are_refused_and_nothing_is_created(kw: dict[str, Any], message: str) -> None:

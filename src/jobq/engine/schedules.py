@@ -161,6 +161,13 @@ def _normalize_cron(expr: str) -> str:
     return _NICKNAMES.get(text.lower(), text)
 
 
+#: croniter's random (``R``) and hashed (``H``) fields: a random field takes a new value at
+#: each computation, so next runs would not be a function of the spec (replay, the live
+#: server and a restart would disagree); a hashed one needs a hash id. No month or weekday
+#: name starts with either letter.
+_RANDOM_FIELD: Final = re.compile(r"(?:^|,)[RrHh]")
+
+
 def validate_spec(spec: Spec) -> Spec:
     """``spec`` with its cron text normalized; :class:`ScheduleError` if it is not valid."""
     if spec.every_ms < 0:
@@ -180,6 +187,11 @@ def validate_spec(spec: Spec) -> Spec:
         raise ScheduleError(
             f"Invalid cron spec {spec.cron!r}: use 5 fields, 6 with seconds first, or "
             "@hourly, @daily, @weekly, @monthly, @yearly"
+        )
+    if any(_RANDOM_FIELD.search(field) for field in fields):
+        raise ScheduleError(
+            f"Invalid cron spec {spec.cron!r}: random (R) and hashed (H) fields are not "
+            "supported"
         )
     try:
         _croniter()(expr, _EPOCH, second_at_beginning=len(fields) == 6)
