@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from jobq.engine.errors import InvalidStatus
-from jobq.engine.extensions import FireSchedule, ScheduleRunEnded, SubmitJob
+from jobq.engine.extensions import AlterSchedule, FireSchedule, ScheduleRunEnded, SubmitJob
 from jobq.engine.job import Status
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import (
     ScheduleError,
     ScheduleNotFound,
     Spec,
+    Work,
     next_after,
     register_executor,
     validate_spec,
@@ -592,3 +593,47 @@ def test_cleaner_keeps_what_replay_needs() -> None:
     assert engine.jobs == {}  # the newest run is not revived
     replayed = engine.get_schedule("s")
     assert replayed.next_run_ns == s.next_run_ns and replayed.last_job_id == job_id
+
+
+# ---------------------------------------------------------------------------- failing executors
+
+
+class Raising:
+    """An executor whose execute() raises ``error`` while it is set (a bug in it)."""
+
+    error: BaseException | None = KeyError("boom")
+
+    def __init__(self, args: Any) -> None:
+        pass
+
+    def execute(self, schedule: Any, scheduled_ns: int, now_ns: int) -> Work:
+        if Raising.error is not None:
+            raise Raising.error
+        return Work(name="q")
+
+    def notify_job_termination(self, schedule: Any, run: Any, now_ns: int) -> None:
+        pass
+
+
+def test_executor_that_raises_pauses_its_schedule_with_the_error() -> None:
+    register_executor("test-raising", Raising, replace=True)
+    Raising.error = KeyError("boom")
+    world = World()
+    s = world.create(cron="0 * * * *", executor="test-raising", args=b"{}", wait="no_wait")
+    out = world.at(T0 + 3600 * S)  # the error does not escape tick
+    assert [type(c) for c in out] == [AlterSchedule]
+    assert s.paused and s.next_run_ns is None and world.jobs() == []
+    reason = s.changes[-1][1]
+    assert "executor 'test-raising' failed: KeyError: 'boom'" in reason and "\n" not in reason
+    assert world.engine.next_deadline_ns() is None
+    assert world.replayed().get_schedule("s").changes[-1][1] == reason
+    # a trigger is refused with the error, and changes nothing
+    with pytest.raises(ScheduleError, match="KeyError"):
+        world.engine.trigger_schedule("s", now_ns=world.now)
+    assert world.drain() == []
+    # fixed and resumed: it runs again
+    Raising.error = None
+    world.engine.resume_schedule("s", now_ns=world.now)
+    world.drain()
+    assert len(fires(world.at(T0 + 2 * 3600 * S))) == 1 and len(world.jobs()) == 1
+

@@ -78,6 +78,7 @@ from jobq.engine.schedules import (
     ScheduleRow,
     Spec,
     WaitPolicy,
+    executor_failure,
     jitter_ns,
     make_executor,
     next_after,
@@ -1418,8 +1419,16 @@ class Engine:
         skipped: int = 0,
         missed: int = 0,
     ) -> Job:
-        """One run: the job the executor makes and the schedule's advance, in one command."""
-        work = schedule.executor.execute(schedule, scheduled_ns, now_ns)
+        """One run: the job the executor makes and the schedule's advance, in one command.
+
+        :class:`ScheduleError` (nothing changed) if the executor fails: the scheduler then
+        pauses the schedule with that reason (it must not escape :meth:`tick`)."""
+        try:
+            work = schedule.executor.execute(schedule, scheduled_ns, now_ns)
+        except ScheduleError:
+            raise
+        except Exception as exc:
+            raise ScheduleError(executor_failure(schedule.executor_type, exc)) from exc
         seq = schedule.fire_seq + 1
         job_id = run_job_id(schedule.id, schedule.created_ns, seq)
         if job_id in self.jobs:

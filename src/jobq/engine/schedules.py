@@ -314,6 +314,13 @@ class Work(msgspec.Struct, frozen=True):
     description: str = ""
 
 
+def executor_failure(executor_type: str, exc: BaseException) -> str:
+    """One line saying that a schedule's executor failed with ``exc`` (a pause reason)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return f"executor {executor_type!r} failed: {text}"[:200]
+
+
 class ScheduledJobExecutor(Protocol):
     """Makes the work of a schedule's runs (the seed's ScheduledJobExecutor).
 
