@@ -89,6 +89,8 @@ def test_bad_input_exits_2(address: str, tmp_path: Path) -> None:
         ["submit", "q", "--payload", f"@{tmp_path / 'missing'}"],
         ["submit", "q", "--ttr", "5 minutes"],
         ["submit", "q", "--at", "tomorrow"],
+        ["submit", "q", "--at", "+99999999999d"],  # past what a datetime holds
+        ["submit", "q", "--at", "9999-12-31T00:00:00Z"],  # past what the log holds
         ["submit", "bad name!"],
         ["jobs", "list", "--status", "sleeping"],
         ["jobs", "show", "00000000-0000-4000-8000-000000000000"],

@@ -112,16 +112,19 @@ def _duration_ms(text: str, what: str) -> int:
     return value
 
 
-def parse_when(text: str, now: datetime | None = None) -> datetime:
+def parse_when(text: str, now: datetime | None = None, what: str = "--at") -> datetime:
     """``--at``: RFC 3339 / ISO 8601 (no zone means UTC), or ``+DURATION`` from now."""
     text = text.strip()
     if text.startswith("+"):
-        delta = timedelta(milliseconds=_duration_ms(text[1:], "--at"))
-        return (now or datetime.now(UTC)) + delta
+        try:
+            delta = timedelta(milliseconds=_duration_ms(text[1:], what))
+            return (now or datetime.now(UTC)) + delta
+        except OverflowError:
+            fail(f"{what}: {text} is too far in the future", EXIT_USAGE)
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
-        fail(f"--at: not a time: {text!r} (use e.g. 2026-11-22T03:00:00Z or +10m)", EXIT_USAGE)
+        fail(f"{what}: not a time: {text!r} (use e.g. 2026-11-22T03:00:00Z or +10m)", EXIT_USAGE)
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 

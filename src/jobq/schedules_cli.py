@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from jobq.engine.limits import MAX_PRIORITY, MIN_PRIORITY
 from jobq.jobs_cli import (
     EXIT_USAGE,
     _actor,
@@ -36,6 +37,8 @@ def _job_args(
     job: str, payload: str | None, priority: int, ttr: str, ttl: str | None,
     max_attempts: int, max_fails: int, description: str,
 ) -> dict[str, Any]:
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        fail(f"--priority: from {MIN_PRIORITY} to {MAX_PRIORITY}", EXIT_USAGE)
     args: dict[str, Any] = {"name": job}
     if payload is not None:
         if payload.startswith("@"):
@@ -74,7 +77,7 @@ def _job_args(
               help="One run at TIME (RFC 3339 or +DURATION); with --every, the first run.")
 @click.option("--job", "job", required=True, metavar="JOBNAME", help="The job to submit.")
 @click.option("--payload", default=None, metavar="TEXT|@FILE", help="The job's payload.")
-@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher first.")
 @click.option("--ttr", default="60s", show_default=True, help="Time to run per attempt.")
 @click.option("--ttl", default=None, help="The job's TTL [default: retention].")
 @click.option("--max-attempts", type=click.IntRange(0, 255), default=0, show_default=True)
@@ -237,7 +240,9 @@ def trigger_command(name: str, server: str) -> None:
 def backfill_command(name: str, start: str, end: str, server: str) -> None:
     """One run for each scheduled time from --from to --to (inclusive)."""
     with connected(server) as client:
-        ids = client.backfill_schedule(name, parse_when(start), parse_when(end))
+        ids = client.backfill_schedule(
+            name, parse_when(start, what="--from"), parse_when(end, what="--to")
+        )
     click.echo(f"started {len(ids)} job{'s' if len(ids) != 1 else ''}")
     for job_id in ids:
         click.echo(job_id)

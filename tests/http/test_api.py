@@ -198,6 +198,35 @@ def test_schedules(http: httpx.Client) -> None:
     assert http.get("/api/schedules/api-nightly").status_code == 404
 
 
+def test_schedule_inputs_the_log_cannot_hold_are_4xx_and_change_nothing(
+    http: httpx.Client,
+) -> None:
+    if http.get("/api/schedules").status_code == 404:
+        pytest.skip("this server has no schedule commands")
+    job = {"name": "api.limits"}
+    assert http.post("/api/schedules", json={
+        "name": "api-limits", "cron": "@yearly", "args": job}).status_code == 200
+    before = http.get("/api/schedules").json()
+    for path, method, body, status, error in (
+        ("/api/schedules", "POST", {"every_ms": 10**16}, 422, "Invalid every_ms"),
+        ("/api/schedules", "POST", {"cron": "@daily", "catchup_ms": 2**64}, 422, "Invalid"),
+        ("/api/schedules", "POST", {"at": "9999-12-31T00:00:00Z"}, 400, "Invalid Time"),
+        ("/api/schedules", "POST", {"cron": "R * * * *"}, 400, "Invalid cron spec"),
+        ("/api/schedules", "POST", {"cron": "@daily", "args": {"name": "q", "priority": 10**20}},
+         400, "Invalid arguments for executor 'job': priority"),
+        ("/api/schedules/api-limits", "PATCH", {"catchup_ms": 2**64}, 422, "Invalid"),
+        ("/api/schedules/api-limits/backfill", "POST",
+         {"from": "2550-01-01T00:00:00Z", "to": "2600-01-01T00:00:00Z"}, 400, "Invalid Time"),
+    ):
+        if method == "POST" and path == "/api/schedules":
+            body = {"name": "api-bad", "args": job, **body}
+        response = http.request(method, path, json=body)
+        assert response.status_code == status, (body, response.text)
+        assert response.json()["error"].startswith(error), (body, response.text)
+    assert http.get("/api/schedules").json() == before
+    assert http.delete("/api/schedules/api-limits").status_code == 200
+
+
 def test_acknowledged_submit_is_in_the_log(tmp_path: Path) -> None:
     server = LiveServer(tmp_path)
     try:

@@ -4,18 +4,29 @@ and crash/replay of firing."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import pytest
 
+from jobq.engine import limits
+from jobq.engine.commands import decode_command, encode_command
 from jobq.engine.errors import InvalidStatus
-from jobq.engine.extensions import FireSchedule, ScheduleRunEnded, SubmitJob
+from jobq.engine.extensions import (
+    AlterSchedule,
+    CreateSchedule,
+    FireSchedule,
+    ScheduleRunEnded,
+    SubmitJob,
+)
 from jobq.engine.job import Status
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import (
+    MAX_DURATION_MS,
     ScheduleError,
     ScheduleNotFound,
     Spec,
+    Work,
     next_after,
     register_executor,
     validate_spec,
@@ -52,6 +63,16 @@ def runs(spec: Spec, start: str, n: int) -> list[str | None]:
 
 def cron(expr: str, tz: str = "") -> Spec:
     return validate_spec(Spec(cron=expr, tz=tz))
+
+
+def job_args(**fields: Any) -> bytes:
+    """The ``job`` executor's arguments: job ``q`` with ``fields``."""
+    return json.dumps({"name": "q", **fields}).encode()
+
+
+def logged(commands: list[Any]) -> list[Any]:
+    """``commands`` as replay reads them back from the log (each must encode)."""
+    return [decode_command(encode_command(c)) for c in commands]
 
 
 class World:
@@ -180,6 +201,13 @@ def test_interval_and_one_off() -> None:
     assert runs(once, "2027-01-15T08:05:00Z", 2) == ["2027-01-15T09:00:00Z", None]
 
 
+def test_cron_names_with_r_or_h_are_not_random_fields() -> None:
+    # month and weekday names may hold an R or an H; only a field (or list item) that
+    # starts with one is croniter's random or hashed field
+    assert runs(cron("0 0 * MAR THU"), "2027-01-15T08:00:00Z", 1) == ["2027-03-04T00:00:00Z"]
+    assert runs(cron("0 0 * APR FRI"), "2027-01-15T08:00:00Z", 1) == ["2027-04-02T00:00:00Z"]
+
+
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
@@ -196,6 +224,32 @@ def test_interval_and_one_off() -> None:
         ({"cron": "* * * * *", "wait": "later"}, "Invalid wait policy"),
         ({"cron": "* * * * *", "on_error": "ignore"}, "Invalid error policy"),
         ({"at_ns": T0 - 48 * 3600 * S}, "passed"),
+        # croniter's random (R) and hashed (H) fields: R takes a new value each time
+        ({"cron": "R * * * *"}, r"random \(R\) and hashed \(H\) fields"),
+        ({"cron": "0 r(0-5) * * *"}, "random"),
+        ({"cron": "H * * * *"}, "random"),
+        ({"cron": "0 0 1,R * *"}, "random"),
+        ({"cron": "0 R/5 * * * *"}, "random"),
+        # times and durations the log cannot hold
+        ({"every_ms": 10**16}, "Invalid interval: longer than 36500d"),
+        ({"every_ms": MAX_DURATION_MS + 1}, "Invalid interval: longer than"),
+        ({"at_ns": 2**63}, "Invalid time: outside 1677-09-21T00:12:43Z to 2262-04-11T23:47:16Z"),
+        ({"at_ns": ns("2554-07-22T00:00:00Z")}, "Invalid time: outside"),
+        ({"every_ms": 1000, "at_ns": -(2**63) - 1}, "Invalid time: outside"),
+        ({"cron": "* * * * *", "catchup_ms": 2**64}, "Invalid catch-up window: longer than"),
+        ({"cron": "* * * * *", "catchup_ms": -1}, "Invalid catch-up window: negative"),
+        # the job executor's arguments: the limits of a submitted job
+        ({"cron": "* * * * *", "args": job_args(priority=10**20)}, "priority: an integer"),
+        ({"cron": "* * * * *", "args": job_args(priority=2**31)}, "priority"),
+        ({"cron": "* * * * *", "args": job_args(priority=-(2**31) - 1)}, "priority"),
+        ({"cron": "* * * * *", "args": job_args(ttr_ms=0)}, "ttr_ms"),
+        ({"cron": "* * * * *", "args": job_args(ttr_ms=86_400_001)}, "ttr_ms"),
+        ({"cron": "* * * * *", "args": job_args(ttl_ms=-1)}, "ttl_ms"),
+        ({"cron": "* * * * *", "args": job_args(ttl_ms=2**64)}, "ttl_ms"),
+        ({"cron": "* * * * *", "args": job_args(max_attempts=256)}, "max_attempts"),
+        ({"cron": "* * * * *", "args": job_args(max_fails=256)}, "max_fails"),
+        ({"cron": "* * * * *", "args": job_args(description="d" * 4097)}, "description"),
+        ({"cron": "* * * * *", "args": b'{"name": "q\\u00e9"}'}, "name: 1-255 of"),
     ],
 )
 def test_bad_schedules_are_refused_and_nothing_is_created(kw: dict[str, Any], message: str) -> None:
@@ -685,3 +739,163 @@ def test_cleaner_keeps_what_replay_needs() -> None:
     assert engine.jobs == {}  # the newest run is not revived
     replayed = engine.get_schedule("s")
     assert replayed.next_run_ns == s.next_run_ns and replayed.last_job_id == job_id
+
+
+# ---------------------------------------------------------------------------------- limits
+
+
+def test_limits_at_the_edges_are_accepted_and_every_command_can_be_logged() -> None:
+    world = World()
+    edge = job_args(
+        priority=limits.MAX_PRIORITY, ttr_ms=limits.MAX_TTR_MS, ttl_ms=limits.MAX_TTL_MS,
+        max_attempts=limits.MAX_ATTEMPTS, max_fails=limits.MAX_FAILS, description="d" * 4096,
+    )
+    s = world.create(
+        "edge", every_ms=MAX_DURATION_MS, at_ns=T0 + MIN, catchup_ms=MAX_DURATION_MS, args=edge,
+        wait="no_wait",
+    )
+    world.create("last", at_ns=limits.MAX_TIME_NS)
+    world.create("low", args=job_args(priority=limits.MIN_PRIORITY), cron="* * * * *")
+    world.engine.alter_schedule("low", catchup_ms=MAX_DURATION_MS, now_ns=world.now)
+    world.drain()
+    world.at(T0 + MIN)
+    assert s.jobs_started == 1 and s.next_run_ns == T0 + MIN + MAX_DURATION_MS * 1_000_000
+    (job,) = (j for j in world.jobs() if j.priority == limits.MAX_PRIORITY)
+    assert job.ttr_ms == limits.MAX_TTR_MS
+    commands = [c for c, _ in world.log]
+    assert logged(commands) == commands
+
+
+def test_next_run_past_the_last_time_the_log_holds_is_none() -> None:
+    spec = Spec(every_ms=MAX_DURATION_MS, at_ns=limits.MAX_TIME_NS - 10**12)
+    assert next_after(spec, 0) == limits.MAX_TIME_NS - 10**12
+    assert next_after(spec, limits.MAX_TIME_NS - 10**12) is None
+    assert next_after(cron("@yearly"), ns("2262-01-01T00:00:00Z")) is None
+    assert next_after(cron("@daily"), ns("2262-04-10T12:00:00Z")) == ns("2262-04-11T00:00:00Z")
+
+
+def test_backfill_and_alter_out_of_range_are_refused_and_change_nothing() -> None:
+    world = World()
+    s = world.create(cron="@yearly")
+    before = len(world.log)
+    for start, end in (
+        ("2550-01-01T00:00:00Z", "2600-01-01T00:00:00Z"),  # past uint64 ns: not encodable
+        ("2262-01-01T00:00:00Z", "2263-01-01T00:00:00Z"),  # past int64 ns
+    ):
+        with pytest.raises(ScheduleError, match="Invalid time: outside"):
+            world.engine.backfill_schedule("s", from_ns=ns(start), to_ns=ns(end), now_ns=T0)
+    with pytest.raises(ScheduleError, match="Invalid time: outside"):
+        world.engine.backfill_schedule("s", from_ns=-(2**63) - 1, to_ns=T0, now_ns=T0)
+    with pytest.raises(ScheduleError, match="Invalid catch-up window: longer than"):
+        world.engine.alter_schedule("s", catchup_ms=2**64, now_ns=T0)
+    assert world.drain() == [] and len(world.log) == before
+    assert s.jobs_started == 0 and s.catchup_ms == 24 * 3600 * 1000
+    # the last year the log holds can be backfilled
+    jobs = world.engine.backfill_schedule(
+        "s", from_ns=ns("2262-01-01T00:00:00Z"), to_ns=limits.MAX_TIME_NS, now_ns=T0
+    )
+    commands = world.drain()
+    assert len(jobs) == 1 and logged(commands) == commands
+    assert fires(commands)[0].scheduled_ns == ns("2262-01-01T00:00:00Z")
+
+
+# ---------------------------------------------------------------------------- failing executors
+
+
+class Raising:
+    """An executor whose execute() raises ``error`` while it is set (a bug in it)."""
+
+    error: BaseException | None = KeyError("boom")
+
+    def __init__(self, args: Any) -> None:
+        pass
+
+    def execute(self, schedule: Any, scheduled_ns: int, now_ns: int) -> Work:
+        if Raising.error is not None:
+            raise Raising.error
+        return Work(name="q")
+
+    def notify_job_termination(self, schedule: Any, run: Any, now_ns: int) -> None:
+        pass
+
+
+def test_executor_that_raises_pauses_its_schedule_with_the_error() -> None:
+    register_executor("test-raising", Raising, replace=True)
+    Raising.error = KeyError("boom")
+    world = World()
+    s = world.create(cron="0 * * * *", executor="test-raising", args=b"{}", wait="no_wait")
+    out = world.at(T0 + 3600 * S)  # the error does not escape tick
+    assert [type(c) for c in out] == [AlterSchedule]
+    assert s.paused and s.next_run_ns is None and world.jobs() == []
+    reason = s.changes[-1][1]
+    assert "executor 'test-raising' failed: KeyError: 'boom'" in reason and "\n" not in reason
+    assert world.engine.next_deadline_ns() is None
+    assert world.replayed().get_schedule("s").changes[-1][1] == reason
+    # a trigger is refused with the error, and changes nothing
+    with pytest.raises(ScheduleError, match="KeyError"):
+        world.engine.trigger_schedule("s", now_ns=world.now)
+    assert world.drain() == []
+    # fixed and resumed: it runs again
+    Raising.error = None
+    world.engine.resume_schedule("s", now_ns=world.now)
+    world.drain()
+    assert len(fires(world.at(T0 + 2 * 3600 * S))) == 1 and len(world.jobs()) == 1
+
+
+@pytest.mark.parametrize(
+    ("work", "message"),
+    [
+        (Work(name="q", priority=10**20), "priority"),
+        (Work(name="q", ttr_ms=0), "ttr_ms"),
+        (Work(name="bad name"), "name"),
+        (Work(name="q", payload=b"x" * (limits.MAX_DATA_BYTES + 1)), "payload"),
+        (None, "not a Work"),
+    ],
+)
+def test_executor_making_a_job_out_of_limits_pauses_at_fire_time(work: Any, message: str) -> None:
+    class Bad:
+        def __init__(self, args: Any) -> None:
+            pass
+
+        def execute(self, schedule: Any, scheduled_ns: int, now_ns: int) -> Any:
+            return work
+
+        def notify_job_termination(self, schedule: Any, run: Any, now_ns: int) -> None:
+            pass
+
+    register_executor("test-bad-work", Bad, replace=True)
+    world = World()
+    s = world.create(cron="* * * * *", executor="test-bad-work", args=b"{}")
+    with pytest.raises(ScheduleError, match=message):
+        world.engine.trigger_schedule("s", now_ns=world.now)
+    assert world.drain() == []
+    out = world.at(T0 + MIN)
+    assert [type(c) for c in out] == [AlterSchedule] and s.paused
+    assert message in s.changes[-1][1] and world.jobs() == []
+    assert logged(out) == out
+    assert world.at(T0 + 10 * MIN) == []
+
+
+def test_replayed_schedule_whose_arguments_are_now_refused_pauses_at_its_first_run() -> None:
+    # a schedule an older version accepted: its runs' jobs cannot be logged
+    world = World()
+    world.log.append((CreateSchedule(
+        schedule=1, name="old", created_ns=T0, cron="* * * * *",
+        args=job_args(priority=10**20), next_run_ns=T0 + MIN, reason="created",
+    ), T0))
+    engine = world.replayed(now=T0 + MIN)
+    engine.tick(T0 + MIN)
+    out = engine.drain()[0]
+    assert [type(c) for c in out] == [AlterSchedule] and logged(out) == out
+    s = engine.get_schedule("old")
+    assert s.paused and engine.jobs == {}
+    assert "Invalid arguments for executor 'job': priority" in s.changes[-1][1]
+
+
+def test_a_run_that_cannot_be_logged_is_refused() -> None:
+    # the last guard: the firing is encoded before it is applied (a time past uint64 here)
+    world = World()
+    world.create(cron="* * * * *")
+    with pytest.raises(ScheduleError, match="run cannot be logged"):
+        world.engine.trigger_schedule("s", now_ns=2**64)
+    assert world.drain() == [] and world.jobs() == []

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
 from jobq.cli import main
 from jobq.client import Client, ClientError
+from jobq.engine.schedules import Work, register_executor
 from tests.server.conftest import RunningServer, start_server, wait_until
 
 
@@ -159,3 +162,107 @@ def test_cli(address: str, client: Client) -> None:
     assert run(address, "schedules", "drop", "nightly").exit_code == 0
     result = run(address, "schedules", "show", "nightly")
     assert result.exit_code == 2 and "Schedule not found" in result.output
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"every_ms": 10**16},
+        {"at": datetime(9999, 12, 31, tzinfo=UTC)},
+        {"at": datetime(1960, 1, 1, tzinfo=UTC)},
+        {"cron": "* * * * *", "catchup_ms": 2**64},
+        {"cron": "R * * * *"},
+        {"cron": "* * * * *", "args": {"name": "q", "priority": 10**20}},
+        {"cron": "* * * * *", "args": {"name": "q", "ttr_ms": 10**9}},
+        {"cron": "* * * * *", "args": {"name": "q", "max_fails": 1000}},
+    ],
+)
+def test_bad_schedule_is_a_one_line_client_error_and_the_log_stays_writable(
+    jobq_server: RunningServer, client: Client, kw: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="jobq.server")
+    kw.setdefault("args", {"name": "q"})
+    with pytest.raises(ClientError) as refused:
+        client.create_schedule("x", **kw)
+    assert refused.value.kind == "CLIENT-ERROR" and "\n" not in str(refused.value)
+    assert client.schedules() == []
+    client.submit("other")  # nothing else is refused
+    assert jobq_server.core.log_error is None and caplog.records == []
+
+
+def test_alter_backfill_and_submit_out_of_range_are_client_errors(
+    jobq_server: RunningServer, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="jobq.server")
+    client.create_schedule("yearly", cron="@yearly", args={"name": "q"})
+    with pytest.raises(ClientError, match="Invalid catch-up window"):
+        client.alter_schedule("yearly", catchup_ms=2**64)
+    far = datetime(2550, 1, 1, tzinfo=UTC), datetime(2600, 1, 1, tzinfo=UTC)
+    with pytest.raises(ClientError, match="Invalid Time"):
+        client.backfill_schedule("yearly", *far)
+    with pytest.raises(ClientError, match="Invalid Time"):
+        client.submit("q", time=datetime(9999, 12, 31, tzinfo=UTC))
+    shown = client.get_schedule("yearly")
+    assert shown["jobs_started"] == 0 and shown["catchup_ms"] == 86_400_000
+    assert client.jobs().jobs == []
+    assert jobq_server.core.log_error is None and caplog.records == []
+
+
+class _OutOfLimits:
+    """An executor whose runs' jobs have a priority no submitted job may have."""
+
+    def __init__(self, args: Any) -> None:
+        pass
+
+    def execute(self, schedule: Any, scheduled_ns: int, now_ns: int) -> Work:
+        return Work(name="q", priority=10**20)
+
+    def notify_job_termination(self, schedule: Any, run: Any, now_ns: int) -> None:
+        pass
+
+
+def test_executor_failing_at_fire_time_pauses_and_blocks_no_writes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="jobq.server")
+    register_executor("test-out-of-limits", _OutOfLimits, replace=True)
+    server = start_server(tmp_path)
+    try:
+        with Client.from_address(f"127.0.0.1:{server.port}") as client:
+            client.create_schedule("bad", every_ms=50, executor="test-out-of-limits")
+            wait_until(lambda: client.get_schedule("bad")["paused"])
+            shown = client.get_schedule("bad")
+            assert "priority" in shown["reason"] and shown["jobs_started"] == 0
+            client.submit("other")
+            assert [j["name"] for j in client.jobs().jobs] == ["other"]
+    finally:
+        server.stop()
+    assert caplog.records == []  # the log was never refused
+    server = start_server(tmp_path)
+    try:
+        with Client.from_address(f"127.0.0.1:{server.port}") as client:
+            assert client.get_schedule("bad")["paused"]  # the pause was logged
+    finally:
+        server.stop()
+
+
+def test_cli_bad_schedule_input_exits_2_with_one_line(address: str, client: Client) -> None:
+    client.create_schedule("yearly", cron="@yearly", args={"name": "q"})
+    for args in (
+        ["create", "x", "--at", "+99999999999d", "--job", "q"],
+        ["create", "x", "--every", "200000000d", "--job", "q"],
+        ["create", "x", "--at", "9999-12-31T00:00:00Z", "--job", "q"],
+        ["create", "x", "--cron", "* * * * *", "--catchup", "200000000d", "--job", "q"],
+        ["create", "x", "--cron", "* * * * *", "--job", "q",
+         "--priority", "100000000000000000000"],
+        ["create", "x", "--cron", "* * * * *", "--job", "q", "--ttr", "100000d"],
+        ["create", "x", "--cron", "R * * * *", "--job", "q"],
+        ["alter", "yearly", "--catchup", "200000000d"],
+        ["backfill", "yearly", "--from", "2027-01-01", "--to", "9999-12-31"],
+        ["backfill", "yearly", "--from", "2027-01-01", "--to", "+99999999999d"],
+    ):
+        result = run(address, "schedules", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert len(result.output.strip().splitlines()) == 1, (args, result.output)
+    assert [s["name"] for s in client.schedules()] == ["yearly"]
+    assert client.get_schedule("yearly")["jobs_started"] == 0

@@ -62,6 +62,7 @@ from jobq.engine.extensions import (
     ScheduleCommand,
     ScheduleRunEnded,
     SubmitJob,
+    encode_extension,
 )
 from jobq.engine.job import CREATION_ORDER, TRANSITIONS, Job, JobMeta, JobRow, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
@@ -79,6 +80,10 @@ from jobq.engine.schedules import (
     ScheduleRow,
     Spec,
     WaitPolicy,
+    check_duration_ms,
+    check_time,
+    check_work,
+    executor_failure,
     jitter_ns,
     make_executor,
     next_after,
@@ -1146,11 +1151,13 @@ class Engine:
         spec = validate_spec(Spec(cron=cron, tz=tz, every_ms=every_ms, at_ns=at_ns))
         _wait_policy(wait)
         _error_policy(on_error)
-        if catchup_ms < 0:
-            raise ScheduleError("Invalid catch-up window")
+        check_duration_ms(catchup_ms, "catch-up window")
         make_executor(executor, _decode_args(args))
         if spec.every_ms and spec.at_ns is None:
-            spec = Spec(every_ms=spec.every_ms, at_ns=now_ns + spec.every_ms * _NS_PER_MS)
+            spec = Spec(
+                every_ms=spec.every_ms,
+                at_ns=check_time(now_ns + spec.every_ms * _NS_PER_MS, "first run"),
+            )
         if spec.kind == "at":
             assert spec.at_ns is not None
             if spec.at_ns < now_ns - catchup_ms * _NS_PER_MS:
@@ -1261,8 +1268,8 @@ class Engine:
             _wait_policy(wait)
         if on_error is not None:
             _error_policy(on_error)
-        if catchup_ms is not None and catchup_ms < 0:
-            raise ScheduleError("Invalid catch-up window")
+        if catchup_ms is not None:
+            check_duration_ms(catchup_ms, "catch-up window")
         self._emit(
             AlterSchedule(
                 schedule=schedule.id,
@@ -1297,6 +1304,8 @@ class Engine:
         :data:`MAX_BACKFILL_RUNS`), queued at once; the next run stays."""
         schedule = self.get_schedule(ref)
         spec = schedule.spec
+        check_time(from_ns)
+        check_time(to_ns)
         if to_ns < from_ns:
             raise ScheduleError("Invalid range: --to is before --from")
         if spec.kind == "at":
@@ -1431,8 +1440,17 @@ class Engine:
         skipped: int = 0,
         missed: int = 0,
     ) -> Job:
-        """One run: the job the executor makes and the schedule's advance, in one command."""
-        work = schedule.executor.execute(schedule, scheduled_ns, now_ns)
+        """One run: the job the executor makes and the schedule's advance, in one command.
+
+        :class:`ScheduleError` (nothing changed) if the executor fails, or makes a job out of
+        a submitted job's limits or a run the log cannot hold: the scheduler then pauses the
+        schedule with that reason (it must neither escape :meth:`tick` nor fail each try)."""
+        try:
+            work = check_work(schedule.executor.execute(schedule, scheduled_ns, now_ns))
+        except ScheduleError:
+            raise
+        except Exception as exc:
+            raise ScheduleError(executor_failure(schedule.executor_type, exc)) from exc
         seq = schedule.fire_seq + 1
         job_id = run_job_id(schedule.id, schedule.created_ns, seq)
         if job_id in self.jobs:
@@ -1452,6 +1470,10 @@ class Engine:
             created_by_type="schedule",
             created_by_id=str(schedule.id),
         )
+        try:  # the server encodes it again to log it; a failure there would refuse its batch
+            encode_extension(job)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise ScheduleError(f"run cannot be logged: {exc}"[:200]) from exc
         self._emit(
             FireSchedule(
                 id=job_id,
@@ -2156,8 +2178,8 @@ def _executor_for(executor_type: str, args: bytes) -> ScheduledJobExecutor:
     unknown here or its arguments do not fit."""
     try:
         return make_executor(executor_type, _decode_args(args))
-    except ScheduleError:
-        return MissingExecutor(executor_type)
+    except ScheduleError as exc:
+        return MissingExecutor(executor_type, exc.text)
 
 
 def _decode_args(args: bytes) -> dict[str, Any]:

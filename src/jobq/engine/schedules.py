@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol, TypeAlias
 
 import msgspec
 
+from jobq.engine import limits
 from jobq.engine.errors import InvalidArgument
 
 
@@ -36,6 +37,9 @@ _UTC: Final = dt.UTC
 _EPOCH: Final = dt.datetime(1970, 1, 1)
 #: most cron times looked at for one answer (a per-second cron across a week of downtime)
 MAX_CRON_STEPS: Final = 100_000
+#: longest interval and catch-up window, in milliseconds (36500 days, about 100 years):
+#: with a time the log can hold, a time this much later still fits in it
+MAX_DURATION_MS: Final = 36_500 * 86_400_000
 
 
 class ScheduleError(InvalidArgument):
@@ -161,10 +165,39 @@ def _normalize_cron(expr: str) -> str:
     return _NICKNAMES.get(text.lower(), text)
 
 
+def check_time(ns: int, what: str = "time") -> int:
+    """``ns`` if the command log can hold it (Unix ns in a signed 64-bit integer, 1677-09-21
+    to 2262-04-11); :class:`ScheduleError` if not."""
+    if not limits.MIN_TIME_NS <= ns <= limits.MAX_TIME_NS:
+        raise ScheduleError(
+            f"Invalid {what}: outside {_iso(limits.MIN_TIME_NS)} to {_iso(limits.MAX_TIME_NS)}"
+        )
+    return ns
+
+
+def check_duration_ms(ms: int, what: str) -> int:
+    """``ms`` if it is 0 to :data:`MAX_DURATION_MS`; :class:`ScheduleError` if not."""
+    if ms < 0:
+        raise ScheduleError(f"Invalid {what}: negative")
+    if ms > MAX_DURATION_MS:
+        raise ScheduleError(f"Invalid {what}: longer than {format_duration_ms(MAX_DURATION_MS)}")
+    return ms
+
+
+#: croniter's random (``R``) and hashed (``H``) fields: a random field takes a new value at
+#: each computation, so next runs would not be a function of the spec (replay, the live
+#: server and a restart would disagree); a hashed one needs a hash id. No month or weekday
+#: name starts with either letter.
+_RANDOM_FIELD: Final = re.compile(r"(?:^|,)[RrHh]")
+
+
 def validate_spec(spec: Spec) -> Spec:
     """``spec`` with its cron text normalized; :class:`ScheduleError` if it is not valid."""
     if spec.every_ms < 0:
         raise ScheduleError("Invalid interval: must be positive")
+    check_duration_ms(spec.every_ms, "interval")
+    if spec.at_ns is not None:
+        check_time(spec.at_ns)
     if (spec.cron and (spec.every_ms or spec.at_ns is not None)) or not (
         spec.cron or spec.every_ms or spec.at_ns is not None
     ):
@@ -180,6 +213,11 @@ def validate_spec(spec: Spec) -> Spec:
         raise ScheduleError(
             f"Invalid cron spec {spec.cron!r}: use 5 fields, 6 with seconds first, or "
             "@hourly, @daily, @weekly, @monthly, @yearly"
+        )
+    if any(_RANDOM_FIELD.search(field) for field in fields):
+        raise ScheduleError(
+            f"Invalid cron spec {spec.cron!r}: random (R) and hashed (H) fields are not "
+            "supported"
         )
     try:
         _croniter()(expr, _EPOCH, second_at_beginning=len(fields) == 6)
@@ -241,15 +279,18 @@ def _cron_next(expr: str, tz: dt.tzinfo, after_ns: int) -> int | None:
 
 
 def next_after(spec: Spec, after_ns: int) -> int | None:
-    """The first run strictly after ``after_ns``; None if there is none (a one-off's)."""
+    """The first run strictly after ``after_ns``; None if there is none (a one-off's, or
+    one past the last time the command log can hold: :data:`limits.MAX_TIME_NS`)."""
     if spec.cron:
-        return _cron_next(spec.cron, zone(spec.tz), after_ns)
+        found = _cron_next(spec.cron, zone(spec.tz), after_ns)
+        return found if found is None or found <= limits.MAX_TIME_NS else None
     if spec.every_ms:
         anchor = spec.at_ns or 0
         if after_ns < anchor:
             return anchor
         step = spec.every_ms * _NS_PER_MS
-        return anchor + ((after_ns - anchor) // step + 1) * step
+        following = anchor + ((after_ns - anchor) // step + 1) * step
+        return following if following <= limits.MAX_TIME_NS else None
     if spec.at_ns is not None and spec.at_ns > after_ns:
         return spec.at_ns
     return None
@@ -300,6 +341,43 @@ class Work(msgspec.Struct, frozen=True):
     max_attempts: int = 0
     max_fails: int = 0
     description: str = ""
+
+
+#: (field, lowest, highest) of a Work's integer fields: as a submitted job's
+_WORK_RANGES: Final = (
+    ("priority", limits.MIN_PRIORITY, limits.MAX_PRIORITY),
+    ("ttr_ms", 1, limits.MAX_TTR_MS),
+    ("ttl_ms", 0, limits.MAX_TTL_MS),
+    ("max_attempts", 0, limits.MAX_ATTEMPTS),
+    ("max_fails", 0, limits.MAX_FAILS),
+)
+
+
+def check_work(work: Work) -> Work:
+    """``work`` if the job it describes is within the limits a submitted job must keep
+    (:mod:`jobq.engine.limits`); ValueError with what is wrong if not."""
+    if not isinstance(work, Work):
+        raise ValueError(f"not a Work: {type(work).__name__}")
+    name = work.name
+    if not isinstance(name, str) or limits.NAME_RE.fullmatch(name) is None:
+        raise ValueError(f"name: 1-{limits.MAX_NAME_LEN} of A-Z a-z 0-9 _ - .")
+    if not isinstance(work.payload, bytes) or len(work.payload) > limits.MAX_DATA_BYTES:
+        raise ValueError("payload: bytes, at most 1 MiB")
+    for field, low, high in _WORK_RANGES:
+        value = getattr(work, field)
+        if type(value) is not int or not low <= value <= high:
+            raise ValueError(f"{field}: an integer from {low} to {high}")
+    description = work.description
+    if not isinstance(description, str) or len(description) > limits.MAX_DESCRIPTION:
+        raise ValueError(f"description: text of at most {limits.MAX_DESCRIPTION} characters")
+    return work
+
+
+def executor_failure(executor_type: str, exc: BaseException) -> str:
+    """One line saying that a schedule's executor failed with ``exc`` (a pause reason)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return f"executor {executor_type!r} failed: {text}"[:200]
 
 
 class ScheduledJobExecutor(Protocol):
@@ -412,11 +490,9 @@ class JobExecutor:
         numbers = {k: int(args.get(k, 0)) for k in ("priority", "ttl_ms", "max_attempts",
                                                     "max_fails")}
         ttr_ms = int(args.get("ttr_ms", 60_000))
-        if ttr_ms < 1 or numbers["ttl_ms"] < 0 or numbers["max_attempts"] < 0 or (
-            numbers["max_fails"] < 0
-        ):
-            raise ValueError("ttr_ms must be positive; ttl_ms, max_attempts, max_fails >= 0")
-        self.work = Work(
+        # the limits of a submitted job: a run's job that the log cannot hold (priority
+        # 10**20) would fail at every firing
+        self.work = check_work(Work(
             name=name,
             payload=payload,
             priority=numbers["priority"],
@@ -425,7 +501,7 @@ class JobExecutor:
             max_attempts=numbers["max_attempts"],
             max_fails=numbers["max_fails"],
             description=str(args.get("description", "")),
-        )
+        ))
 
     def execute(self, schedule: Schedule, scheduled_ns: int, now_ns: int) -> Work:
         return self.work
@@ -438,14 +514,16 @@ register_executor("job", JobExecutor)
 
 
 class MissingExecutor:
-    """Stands in, at replay, for an executor no longer registered: firing pauses the
-    schedule with the reason."""
+    """Stands in, at replay, for an executor no longer registered, or one that no longer
+    accepts the schedule's arguments (they passed the checks of an older version): firing
+    pauses the schedule with the reason."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, reason: str = "") -> None:
         self.name = name
+        self.reason = reason or f"Unknown executor {name!r}"
 
     def execute(self, schedule: Schedule, scheduled_ns: int, now_ns: int) -> Work:
-        raise ScheduleError(f"Unknown executor {self.name!r}")
+        raise ScheduleError(self.reason)
 
     def notify_job_termination(self, schedule: Schedule, run: RunInfo, now_ns: int) -> None:
         return None

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobq import __version__
 from jobq.engine.job import Status
+from jobq.engine.schedules import MAX_DURATION_MS
 from jobq.http import bridge
 from jobq.http.auth import BearerAuth, BodyLimit, encode_token
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -201,13 +202,13 @@ class ScheduleCreateBody(_Input):
     name: str = Field(min_length=1, max_length=255)
     cron: str = ""
     tz: str = ""
-    every_ms: int = Field(0, ge=0)
+    every_ms: int = Field(0, ge=0, le=MAX_DURATION_MS)
     at: str | None = None
     executor: str = "job"
     args: dict[str, Any] = Field(default_factory=dict)
     wait: Literal["wait", "no_wait", "skip"] = "wait"
     on_error: Literal["retry_sched", "retry_soon", "pause_sched"] = "retry_sched"
-    catchup_ms: int | None = Field(None, ge=0)
+    catchup_ms: int | None = Field(None, ge=0, le=MAX_DURATION_MS)
     owner: str = Field("", max_length=255)
     paused: bool = False
     reason: str = Field("", max_length=255)
@@ -216,7 +217,7 @@ class ScheduleCreateBody(_Input):
 class ScheduleAlterBody(_Input):
     wait: Literal["wait", "no_wait", "skip"] | None = None
     on_error: Literal["retry_sched", "retry_soon", "pause_sched"] | None = None
-    catchup_ms: int | None = Field(None, ge=0)
+    catchup_ms: int | None = Field(None, ge=0, le=MAX_DURATION_MS)
     reason: str = Field("", max_length=255)
     actor: str | None = Field(None, max_length=255)
 

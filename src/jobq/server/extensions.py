@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from jobq.engine import limits
 from jobq.engine.errors import InvalidArgument
 from jobq.engine.job import Job, Status
 from jobq.engine.joblist import JobFilter
@@ -25,7 +26,7 @@ from jobq.server import protocol as p
 #: largest JSON body of an extension command, in bytes
 MAX_BODY_BYTES = 2 * 1024 * 1024
 #: longest description, creator, running status and reason, in characters
-MAX_DESCRIPTION = 4096
+MAX_DESCRIPTION = limits.MAX_DESCRIPTION
 MAX_SHORT_TEXT = 255
 MAX_CHECKPOINT_BYTES = 1024 * 1024
 
@@ -216,13 +217,18 @@ def format_time(unix_ns: int | None) -> str | None:
 
 
 def parse_time(text: str) -> int:
+    """RFC 3339 (no zone: UTC) as Unix ns, to the millisecond; from 1970 to 2262-04-11, the
+    times the command log holds (:data:`limits.MAX_TIME_NS`)."""
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:
         raise BadRequest("Invalid Time") from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
-    return int(moment.timestamp() * 1000) * 1_000_000
+    value = int(moment.timestamp() * 1000) * 1_000_000
+    if not 0 <= value <= limits.MAX_TIME_NS:
+        raise BadRequest("Invalid Time: outside 1970-01-01 to 2262-04-11")
+    return value
 
 
 def _name(text: str) -> str:

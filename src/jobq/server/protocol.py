@@ -71,12 +71,14 @@ from typing import ClassVar, NamedTuple, TypeAlias
 
 import msgspec
 
+from jobq.engine import limits
+
 # ---------------------------------------------------------------------------------------
 # Limits
 # ---------------------------------------------------------------------------------------
 
 #: largest payload or result, in bytes (workq's MaxPayload / MaxResult)
-MAX_DATA_BYTES = 1_048_576
+MAX_DATA_BYTES = limits.MAX_DATA_BYTES
 #: longest command line accepted, in bytes without its CRLF
 DEFAULT_MAX_LINE_BYTES = 16_384
 #: largest oversize data block that is skipped (counted, not buffered) to keep the
@@ -85,19 +87,19 @@ DEFAULT_MAX_DISCARD_BYTES = 16 * MAX_DATA_BYTES
 #: longest reply line the client side accepts, in bytes without its CRLF
 DEFAULT_MAX_REPLY_LINE_BYTES = 65_536
 #: longest job or queue name, in characters
-MAX_NAME_LEN = 255
+MAX_NAME_LEN = limits.MAX_NAME_LEN
 #: largest time to run, in milliseconds (24 h)
-MAX_TTR_MS = 86_400_000
+MAX_TTR_MS = limits.MAX_TTR_MS
 #: largest time to live, in milliseconds (uint64)
-MAX_TTL_MS = 2**64 - 1
+MAX_TTL_MS = limits.MAX_TTL_MS
 #: largest wait-timeout of lease, run and result, in milliseconds (24 h, as workq)
 MAX_WAIT_TIMEOUT_MS = 86_400_000
 #: largest -max-attempts and -max-fails
-MAX_ATTEMPTS = 255
-MAX_FAILS = 255
+MAX_ATTEMPTS = limits.MAX_ATTEMPTS
+MAX_FAILS = limits.MAX_FAILS
 #: -priority range (signed 32-bit)
-MIN_PRIORITY = -(2**31)
-MAX_PRIORITY = 2**31 - 1
+MIN_PRIORITY = limits.MIN_PRIORITY
+MAX_PRIORITY = limits.MAX_PRIORITY
 #: largest inspect cursor offset (uint32)
 MAX_CURSOR_OFFSET = 2**32 - 1
 #: largest inspect limit (workq's MaxLimit)
@@ -171,7 +173,7 @@ class ProtocolError(msgspec.Struct, frozen=True):
 _UUID_RE = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 )
-_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,255}")
+_NAME_RE = limits.NAME_RE
 _UINT_RE = re.compile(r"[0-9]+")
 _INT_RE = re.compile(r"[+\-]?[0-9]+")
 _TIME_RE = re.compile(

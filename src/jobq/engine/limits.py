@@ -1,0 +1,34 @@
+"""The limits of a job's fields, in one place for every way a job is made: the workq protocol
+and the extension commands (``jobq.server``), the HTTP API, and the jobs a schedule's
+executor creates (checked when the schedule is created and again at each run).
+
+The command log records times as Unix nanoseconds in a signed 64-bit integer, so no time a
+schedule logs may lie outside ``MIN_TIME_NS .. MAX_TIME_NS`` (1677-09-21 to 2262-04-11).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: largest payload or result, in bytes (workq's MaxPayload / MaxResult)
+MAX_DATA_BYTES: Final = 1_048_576
+#: longest job or queue name, in characters
+MAX_NAME_LEN: Final = 255
+#: a job or queue name: 1-255 of ``A-Z a-z 0-9 _ - .``
+NAME_RE: Final = re.compile(r"[A-Za-z0-9_.\-]{1,255}")
+#: largest time to run, in milliseconds (24 h)
+MAX_TTR_MS: Final = 86_400_000
+#: largest time to live, in milliseconds (uint64)
+MAX_TTL_MS: Final = 2**64 - 1
+#: largest -max-attempts and -max-fails
+MAX_ATTEMPTS: Final = 255
+MAX_FAILS: Final = 255
+#: -priority range (signed 32-bit)
+MIN_PRIORITY: Final = -(2**31)
+MAX_PRIORITY: Final = 2**31 - 1
+#: longest job description, in characters
+MAX_DESCRIPTION: Final = 4096
+#: the range of times the command log can hold (Unix ns, signed 64-bit)
+MIN_TIME_NS: Final = -(2**63)
+MAX_TIME_NS: Final = 2**63 - 1
