@@ -133,7 +133,7 @@ def snapshot(engine: Engine) -> dict[str, Any]:
                 sorted(sc.running),
                 sc.pending_buffered,
                 list(sc.changes),
-                sc.one_off_fired,
+                sc.one_off_by,
                 sc.next_run_by,
                 sc.pending_buffered_by,
                 sc.outcome_by,

@@ -640,9 +640,12 @@ def test_cleaning_keeps_the_firing_that_set_the_next_run(extra_run: str) -> None
     world.drain()
     world.engine.delete(first.id, now_ns=world.now)
     world.drain()
-    replayed = _replay_kept(world).get_schedule("s")
+    engine = _replay_kept(world)
+    replayed = engine.get_schedule("s")
     assert s.next_run_ns == T0 + 120 * MIN
     assert (replayed.next_run_ns, replayed.jobs_started) == (s.next_run_ns, 2)
+    # the firing kept stays with its job's records: replay creates the job, then deletes it
+    assert first.id not in engine.jobs and engine.jobs.keys() == world.engine.jobs.keys()
 
 
 def test_cleaning_keeps_the_run_end_that_set_a_retry() -> None:

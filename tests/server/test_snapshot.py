@@ -101,7 +101,7 @@ def _schedule_state(engine: Engine) -> tuple[object, ...]:
     return (
         engine.next_schedule_id,
         engine.schedule_names,
-        engine._last_fire_jobs,
+        engine._kept_run_jobs,
         [ScheduleRow.of(schedule) for schedule in engine.schedules.values()],
     )
 

@@ -162,8 +162,9 @@ class Engine:
         self.schedule_jobs_started = 0
         self.schedule_runs_skipped = 0
         self.schedule_runs_missed = 0
-        #: job id -> schedule id, for each schedule's newest run: the cleaner keeps its records
-        self._last_fire_jobs: dict[bytes, int] = {}
+        #: job id -> schedule id, for the runs whose firings the cleaner keeps
+        #: (``Schedule.kept_run_jobs``): it keeps their jobs' records too
+        self._kept_run_jobs: dict[bytes, int] = {}
         self._sched_journal: dict[int, Schedule | None] | None = None
         self._sched_saved: tuple[int, int, int, int] = (0, 0, 0, 0)
         #: (schedule id, job id, outcome, result) of runs that ended in the current operation
@@ -253,9 +254,7 @@ class Engine:
                 self.schedules[schedule_id] = saved
                 self.schedule_names[saved.name] = schedule_id
                 self._push_schedule(saved)
-        self._last_fire_jobs = {
-            s.last_job_id: s.id for s in self.schedules.values() if s.last_job_id is not None
-        }
+        self._kept_run_jobs = _kept_run_jobs(self.schedules.values())
         # only now: a cleaner thread reading the journal must still see the saved copies
         self._sched_journal = None
 
@@ -828,7 +827,7 @@ class Engine:
             [ScheduleRow.of(schedule) for schedule in self.schedules.values()],
             self.next_schedule_id,
             (self.schedule_jobs_started, self.schedule_runs_skipped, self.schedule_runs_missed),
-            list(self._last_fire_jobs.items()),
+            list(self._kept_run_jobs.items()),
         )
 
     def adopt_schedules(
@@ -852,7 +851,9 @@ class Engine:
             self.schedule_runs_skipped,
             self.schedule_runs_missed,
         ) = schedule_counters
-        self._last_fire_jobs = dict(last_fire_jobs)
+        # ``last_fire_jobs`` as written (a snapshot before the firings kept for the next run
+        # or a one-off's run were counted held the newest runs only): made again instead
+        self._kept_run_jobs = _kept_run_jobs(self.schedules.values())
 
     def adopt_jobs(self, jobs: list[Job], now_ns: int) -> None:
         """Start from the jobs an engine snapshot holds (:meth:`Job.row`, decoded), instead
@@ -1078,8 +1079,8 @@ class Engine:
         job = self.jobs.get(job_id)
         if job is not None and logged_ns >= job.created_ns:
             return True
-        # a schedule's newest run: replay must see it created and removed
-        return job is None and job_id in self._last_fire_jobs
+        # a run whose firing is kept: replay creates its job, so it must see it removed
+        return job is None and job_id in self._kept_run_jobs
 
     def command_is_live(self, command: Command, logged_ns: int) -> bool:
         """Whether replay still needs this logged command (see :meth:`record_is_live`); of a
@@ -1235,7 +1236,7 @@ class Engine:
         spec = schedule.spec
         if spec.kind == "at":
             # a trigger or backfill is not the one-off's run: only its scheduled firing is
-            next_run = None if schedule.one_off_fired else spec.at_ns
+            next_run = spec.at_ns if schedule.one_off_by is None else None
         else:
             next_run = next_after(spec, now_ns)
         self._emit(
@@ -1603,18 +1604,19 @@ class Engine:
             del self.schedules[schedule.id]
             if self.schedule_names.get(schedule.name) == schedule.id:
                 del self.schedule_names[schedule.name]
-            if schedule.last_job_id is not None:
-                self._last_fire_jobs.pop(schedule.last_job_id, None)
+            for job_id in schedule.kept_run_jobs():
+                self._kept_run_jobs.pop(job_id, None)
             return
+        kept_before = schedule.kept_run_jobs()
         if isinstance(command, FireSchedule):
-            key: RecordKey = ("fire", command.seq)
+            key = _fire_key(command)
             schedule.fire_seq = command.seq
             if command.advance:
                 schedule.next_run_ns = command.next_run_ns
                 schedule.next_run_by = key
                 schedule.recheck_ns = None
                 if schedule.spec.kind == "at":
-                    schedule.one_off_fired = True
+                    schedule.one_off_by = key
                     if command.next_run_ns is None:
                         _change(schedule, command.fired_ns, "one-off run fired; no next run")
             if command.kind == "buffer":
@@ -1635,10 +1637,7 @@ class Engine:
                 job_id = command.job.id
                 schedule.running.add(job_id)
                 schedule.last_run_ns = command.scheduled_ns
-                if schedule.last_job_id is not None:
-                    self._last_fire_jobs.pop(schedule.last_job_id, None)
                 schedule.last_job_id = job_id
-                self._last_fire_jobs[job_id] = schedule.id
                 schedule.last_outcome = "running"
                 schedule.outcome_by = None  # this firing: kept while its job is the newest
                 schedule.jobs_started += 1
@@ -1691,6 +1690,12 @@ class Engine:
                     schedule.catchup_ms = command.catchup_ms
                     changed.append(f"catchup={command.catchup_ms}ms")
                 _change(schedule, command.at_ns, f"altered {' '.join(changed)}{who}{why}")
+        kept_after = schedule.kept_run_jobs()
+        if kept_after != kept_before:
+            for job_id in kept_before - kept_after:
+                self._kept_run_jobs.pop(job_id, None)
+            for job_id in kept_after:
+                self._kept_run_jobs[job_id] = schedule.id
         self._push_schedule(schedule)
 
     def _replay_schedule(self, command: ScheduleCommand, logged_ns: int, now_ns: int) -> None:
@@ -2210,6 +2215,14 @@ def _error_policy(text: str) -> ErrorPolicy:
         ) from None
 
 
+def _kept_run_jobs(schedules: Iterable[Schedule]) -> dict[bytes, int]:
+    return {job_id: s.id for s in schedules for job_id in s.kept_run_jobs()}
+
+
+def _fire_key(command: FireSchedule) -> RecordKey:
+    return ("fire" if command.job is not None else "skip", command.seq)
+
+
 def _schedule_needs(
     schedule: Schedule | None, command: ScheduleCommand, logged_ns: int
 ) -> bool:
@@ -2225,12 +2238,12 @@ def _schedule_needs(
     if schedule is None or logged_ns < schedule.created_ns:
         return False  # gone, or an older schedule that had the same number
     if isinstance(command, FireSchedule):
-        key: RecordKey = ("fire", command.seq)
+        key = _fire_key(command)
         return (
             command.seq >= schedule.fire_seq
             or key == schedule.next_run_by
             or key == schedule.pending_buffered_by
-            or (command.advance and schedule.spec.kind == "at")
+            or key == schedule.one_off_by
         )
     if isinstance(command, ScheduleRunEnded):
         key = ("end", command.id)

@@ -556,7 +556,7 @@ class Schedule:
         "next_run_by",
         "next_run_ns",
         "on_error",
-        "one_off_fired",
+        "one_off_by",
         "outcome_by",
         "owner",
         "pause_reason",
@@ -619,8 +619,9 @@ class Schedule:
         self.running: set[bytes] = set()
         #: buffer_one: a run is owed as soon as the previous one ends
         self.pending_buffered = False
-        #: a one-off ("at") whose scheduled run fired: a resume gives it no next run
-        self.one_off_fired = False
+        #: a one-off ("at"): its scheduled firing (None: not yet; a resume then gives it
+        #: its time again), which the cleaner keeps
+        self.one_off_by: RecordKey | None = None
         #: the firing or run-ended record that last set ``next_run_ns``, the one that set
         #: ``pending_buffered`` and the one that set ``last_outcome`` (:data:`RecordKey`;
         #: None: none, or a record the cleaner always keeps): the cleaner keeps them
@@ -631,6 +632,17 @@ class Schedule:
         self.recheck_ns: int | None = None
         #: the deadline of the schedule's live heap entry
         self.heap_ns: int | None = None
+
+    def kept_run_jobs(self) -> set[bytes]:
+        """The runs whose records the cleaner keeps even once their jobs are gone: the
+        newest run's, and those of the firings kept for the next run or the one-off's run
+        (replay creates their jobs, so it must see them removed too)."""
+        jobs = set() if self.last_job_id is None else {self.last_job_id}
+        for key in (self.next_run_by, self.one_off_by):
+            if key is not None and key[0] == "fire":
+                assert isinstance(key[1], int)
+                jobs.add(run_job_id(self.id, self.created_ns, key[1]))
+        return jobs
 
     @property
     def wake_ns(self) -> int | None:
@@ -653,8 +665,9 @@ class Schedule:
         return self.id < other.id if isinstance(other, Schedule) else id(self) < id(other)
 
 
-#: a schedule record, for the cleaner: ("fire", seq) for a firing (a skip has the seq of
-#: the firing before it), ("end", job id) for a run's end
+#: a schedule record, for the cleaner: ("fire", seq) for a firing that made a job, ("skip",
+#: seq) for one that did not (it has the seq of the firing before it), ("end", job id) for a
+#: run's end
 RecordKey: TypeAlias = tuple[str, int | bytes]
 
 
@@ -689,7 +702,7 @@ class ScheduleRow(msgspec.Struct, array_like=True):
     running: list[bytes]
     pending_buffered: bool
     # added later: a snapshot written before has none (the defaults)
-    one_off_fired: bool = False
+    one_off_by: RecordKey | None = None
     next_run_by: RecordKey | None = None
     pending_buffered_by: RecordKey | None = None
     outcome_by: RecordKey | None = None
@@ -703,7 +716,7 @@ class ScheduleRow(msgspec.Struct, array_like=True):
             list(schedule.changes), schedule.fire_seq, schedule.jobs_started, schedule.skipped,
             schedule.missed, schedule.last_run_ns, schedule.last_job_id, schedule.last_outcome,
             schedule.consecutive_failures, schedule.last_ended_job, sorted(schedule.running),
-            schedule.pending_buffered, schedule.one_off_fired, schedule.next_run_by,
+            schedule.pending_buffered, schedule.one_off_by, schedule.next_run_by,
             schedule.pending_buffered_by, schedule.outcome_by,
         )
 
@@ -730,7 +743,7 @@ class ScheduleRow(msgspec.Struct, array_like=True):
         schedule.last_ended_job = self.last_ended_job
         schedule.running = set(self.running)
         schedule.pending_buffered = self.pending_buffered
-        schedule.one_off_fired = self.one_off_fired
+        schedule.one_off_by = self.one_off_by
         schedule.next_run_by = self.next_run_by
         schedule.pending_buffered_by = self.pending_buffered_by
         schedule.outcome_by = self.outcome_by
