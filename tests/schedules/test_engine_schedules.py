@@ -720,6 +720,28 @@ def test_a_triggered_one_off_paused_and_resumed_still_runs_at_its_time() -> None
         assert engine.get_schedule("s").next_run_ns is None
 
 
+def test_buffer_one_starts_its_owed_run_after_a_restart_that_lost_the_run_it_waited_for(
+) -> None:
+    # the run holding the owed run back has a TTL that passes while the server is down: no
+    # end is logged for it, so the first pass after the restart logs one and starts the run
+    world = World()
+    world.create(every_ms=600_000, wait="buffer_one", args=b'{"name":"q","ttl_ms":900000}')
+    world.at(T0 + 10 * MIN)
+    world.lease()
+    world.at(T0 + 20 * MIN)  # due while the first run runs: owed
+    assert world.engine.get_schedule("s").pending_buffered
+    world.now = T0 + 27 * MIN  # restarted after the first run's TTL (T0 + 25 min)
+    engine = world.replayed()
+    restarted = engine.get_schedule("s")
+    assert not restarted.running and restarted.pending_buffered
+    engine.tick(world.now)
+    commands = engine.drain()[0]
+    ended = [c for c in commands if isinstance(c, ScheduleRunEnded)]
+    assert [(c.outcome, c.pending_buffered) for c in ended] == [("deleted", False)]
+    assert [(f.kind, f.fired_ns) for f in fires(commands)] == [("scheduled", world.now)]
+    assert not restarted.pending_buffered and len(restarted.running) == 1
+
+
 def test_cleaner_keeps_what_replay_needs() -> None:
     world = World()
     s = world.create(cron="* * * * *")

@@ -814,6 +814,20 @@ class Engine:
                 for job_id in schedule.running
                 if (job := self.jobs.get(job_id)) is not None and not job.status.finished
             }
+            if (
+                schedule.pending_buffered
+                and not schedule.running
+                and schedule.fire_seq
+                and not schedule.paused
+                and schedule.next_run_ns is not None
+            ):
+                # buffer_one owes a run, but the run it waits for is gone with no end logged
+                # (its TTL passed while the server was down, so replay did not create it):
+                # the first pass logs that end, and the owed run starts then, as live
+                job_id = schedule.last_job_id or run_job_id(
+                    schedule.id, schedule.created_ns, schedule.fire_seq
+                )
+                self._ended_runs.append((schedule.id, job_id, "deleted", b""))
             schedule.heap_ns = None
             self._push_schedule(schedule)
         self._deadlines.end_bulk()
@@ -1552,6 +1566,7 @@ class Engine:
                 elif schedule.on_error is ErrorPolicy.PAUSE_SCHED:
                     text = result.decode("utf-8", "replace")[:200]
                     command.paused = True
+                    command.pending_buffered = False  # as a pause by hand: nothing owed
                     command.reason = f"paused: run {_uuid_text(job_id)} failed" + (
                         f": {text}" if text else ""
                     )
