@@ -194,6 +194,14 @@ def test_schedules(http: httpx.Client) -> None:
     changes = http.get("/api/schedules/api-nightly/history").json()["changes"]
     assert changes and any("hold" in c["reason"] for c in changes), changes
     assert http.get("/api/schedules/nope").status_code == 404
+    # every wait policy the CLI has, buffer_one too, on create and alter
+    buffered = http.post("/api/schedules", json={
+        "name": "api-buffered", "every_ms": 60_000, "args": {"name": "api.sched"},
+        "wait": "buffer_one"})
+    assert buffered.status_code == 200, buffered.text
+    altered = http.patch("/api/schedules/api-nightly", json={"wait": "buffer_one"})
+    assert altered.status_code == 200, altered.text
+    assert http.delete("/api/schedules/api-buffered").status_code == 200
     assert http.delete("/api/schedules/api-nightly").status_code == 200
     assert http.get("/api/schedules/api-nightly").status_code == 404
 

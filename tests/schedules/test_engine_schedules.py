@@ -261,6 +261,14 @@ def test_bad_schedules_are_refused_and_nothing_is_created(kw: dict[str, Any], me
     assert world.engine.schedules == {} and world.engine.schedule_names == {}
 
 
+@pytest.mark.parametrize("name", ["", "a b", "a\tb", "a\x00b", "a\x1b[31mb", "a\u2028b", "123"])
+def test_names_that_do_not_print_are_refused(name: str) -> None:
+    world = World()
+    with pytest.raises(ScheduleError, match="Invalid schedule name"):
+        world.engine.create_schedule(name=name, cron="@daily", args=ARGS, now_ns=world.now)
+    assert world.drain() == [] and world.engine.schedules == {}
+
+
 def test_duplicate_name_is_refused() -> None:
     world = World()
     world.create("s", cron="* * * * *")

@@ -1157,7 +1157,7 @@ class Engine:
 
         ``every_ms`` runs every so long from ``at_ns`` (default: from now, first run one
         interval later); ``at_ns`` alone is a one-off."""
-        if not name or len(name) > 200 or any(c.isspace() for c in name):
+        if not name or len(name) > 200 or any(c.isspace() or not c.isprintable() for c in name):
             raise ScheduleError("Invalid schedule name")
         if name.isdigit():
             raise ScheduleError("Invalid schedule name: not all digits (ids are)")

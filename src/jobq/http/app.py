@@ -206,7 +206,7 @@ class ScheduleCreateBody(_Input):
     at: str | None = None
     executor: str = "job"
     args: dict[str, Any] = Field(default_factory=dict)
-    wait: Literal["wait", "no_wait", "skip"] = "wait"
+    wait: Literal["wait", "no_wait", "skip", "buffer_one"] = "wait"
     on_error: Literal["retry_sched", "retry_soon", "pause_sched"] = "retry_sched"
     catchup_ms: int | None = Field(None, ge=0, le=MAX_DURATION_MS)
     owner: str = Field("", max_length=255)
@@ -215,7 +215,7 @@ class ScheduleCreateBody(_Input):
 
 
 class ScheduleAlterBody(_Input):
-    wait: Literal["wait", "no_wait", "skip"] | None = None
+    wait: Literal["wait", "no_wait", "skip", "buffer_one"] | None = None
     on_error: Literal["retry_sched", "retry_soon", "pause_sched"] | None = None
     catchup_ms: int | None = Field(None, ge=0, le=MAX_DURATION_MS)
     reason: str = Field("", max_length=255)
