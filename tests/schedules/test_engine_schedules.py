@@ -875,6 +875,31 @@ def test_executor_that_raises_pauses_its_schedule_with_the_error() -> None:
     assert len(fires(world.at(T0 + 2 * 3600 * S))) == 1 and len(world.jobs()) == 1
 
 
+class RaisingOnEnd(Raising):
+    """An executor whose notify_job_termination() raises (a bug in it)."""
+
+    def execute(self, schedule: Any, scheduled_ns: int, now_ns: int) -> Work:
+        return Work(name="q")
+
+    def notify_job_termination(self, schedule: Any, run: Any, now_ns: int) -> None:
+        raise ValueError("cannot record the end")
+
+
+def test_executor_that_raises_on_a_runs_end_pauses_its_schedule() -> None:
+    register_executor("test-raising-on-end", RaisingOnEnd, replace=True)
+    world = World()
+    s = world.create(cron="0 * * * *", executor="test-raising-on-end", args=b"{}")
+    world.at(T0 + 3600 * S)
+    out = world.finish(world.lease())  # the error does not escape complete
+    (ended,) = [c for c in out if isinstance(c, ScheduleRunEnded)]
+    assert ended.outcome == "succeeded" and ended.paused
+    assert "executor 'test-raising-on-end' failed: ValueError: cannot record the end" in (
+        ended.reason
+    )
+    assert s.paused and s.next_run_ns is None and s.last_outcome == "succeeded"
+    assert world.replayed().get_schedule("s").paused
+
+
 @pytest.mark.parametrize(
     ("work", "message"),
     [

@@ -1542,7 +1542,11 @@ class Engine:
                 continue
             job = self.jobs.get(job_id)
             run = RunInfo(job_id, job.name if job is not None else "", outcome, result)
-            schedule.executor.notify_job_termination(schedule, run, now_ns)
+            try:
+                schedule.executor.notify_job_termination(schedule, run, now_ns)
+                notify_error = ""
+            except Exception as exc:  # a plugin's bug must not escape the operation
+                notify_error = executor_failure(schedule.executor_type, exc)
             failures = schedule.consecutive_failures
             if outcome == "failed":
                 failures += 1
@@ -1571,6 +1575,11 @@ class Engine:
                         f": {text}" if text else ""
                     )
                     active = False
+            if notify_error and active:
+                command.paused = True
+                command.pending_buffered = False
+                command.reason = f"paused: {notify_error}"
+                active = False
             if schedule.pending_buffered and active and not schedule.running:
                 # buffer_one: the owed run starts now
                 command.next_run_ns, command.set_next = now_ns, True
