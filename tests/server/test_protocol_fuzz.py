@@ -36,8 +36,9 @@ from jobq.server.protocol import (
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: small limits so that fuzzing reaches them
 SMALL_LINE_BYTES, SMALL_DATA_BYTES, SMALL_DISCARD_BYTES = 96, 32, 200
-#: Unix seconds of 0001-01-01 and 9999-12-31T23:59:59
-FIRST_SECOND, LAST_SECOND = -62_135_596_800, 253_402_300_799
+#: the whole Unix seconds whose nanoseconds fit a signed 64-bit integer (1677-09-21 to
+#: 2262-04-11): jobq clamps a time outside them (``limits.clamp_time_ns``)
+FIRST_SECOND, LAST_SECOND = -9_223_372_036, 9_223_372_035
 
 ids = st.binary(min_size=16, max_size=16)
 names = st.from_regex(r"[A-Za-z0-9_.\-]{1,24}", fullmatch=True)

@@ -85,3 +85,23 @@ def test_a_stop_that_cannot_wait_for_a_batch_writes_no_snapshot_of_it(
         replay(log, replayed, now_ns)
     assert set(restored.jobs) == {A.bytes, B.bytes}
     assert snapshot(restored) == snapshot(replayed)
+
+
+def test_a_job_time_past_what_64_bits_hold_is_clamped_and_snapshotted(tmp_path: Path) -> None:
+    # workq takes any RFC 3339 time: one outside 1677-2262 used to make every engine
+    # snapshot fail to encode, and the clean stop end in a traceback
+    server = start_server(tmp_path, snapshot_min_records=0)
+    conn = server.connect()
+    request = f"schedule {A} q 5000 60000 9999-12-31T23:59:59Z 1\r\nx\r\n".encode()
+    assert conn.request(request, "schedule") == p.Ok()
+    conn.close()
+    assert server.stop() == 0 and server.error is None
+    assert (tmp_path / "data" / "cmdlog" / "engine.snapshot").exists()
+    server = start_server(tmp_path)
+    try:
+        conn = server.connect()
+        info = conn.request(f"inspect job {A}\r\n".encode(), "inspect")
+        assert isinstance(info, p.RecordsReply)
+        assert info.records[0].fields["time"] == "2262-04-11T23:47:16Z"
+    finally:
+        server.stop()

@@ -29,6 +29,7 @@ import msgspec
 from jobq.cmdlog.gotime import TIME_LEN, ZERO_TIME_NS
 from jobq.cmdlog.varint import encode_uvarint, encode_varint
 from jobq.engine.job import Job
+from jobq.engine.limits import clamp_time_ns
 
 #: length of a raw job id (UUID), in bytes
 ID_LEN = 16
@@ -321,9 +322,16 @@ def _new_job_fields(buf: bytes) -> NewJobFields:
         max_attempts,
         max_fails,
         job_payload,
-        created_s * 1_000_000_000 + created_n - _GO_UNIX_OFFSET_NS,
-        time_s * 1_000_000_000 + time_n - _GO_UNIX_OFFSET_NS,
+        _time_ns(created_s, created_n),
+        _time_ns(time_s, time_n),
     )
+
+
+def _time_ns(go_s: int, go_n: int) -> int:
+    """A Go time as Unix ns, Go's zero time kept (it means none), others clamped
+    (``limits.clamp_time_ns``)."""
+    time_ns = go_s * 1_000_000_000 + go_n - _GO_UNIX_OFFSET_NS
+    return time_ns if time_ns == ZERO_TIME_NS else clamp_time_ns(time_ns)
 
 
 def decode_workq_command(payload: bytes | memoryview) -> WorkqCommand:

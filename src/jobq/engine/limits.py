@@ -32,3 +32,12 @@ MAX_DESCRIPTION: Final = 4096
 #: the range of times the command log can hold (Unix ns, signed 64-bit)
 MIN_TIME_NS: Final = -(2**63)
 MAX_TIME_NS: Final = 2**63 - 1
+
+
+def clamp_time_ns(time_ns: int) -> int:
+    """``time_ns`` moved into ``MIN_TIME_NS .. MAX_TIME_NS``. workq takes any RFC 3339 time
+    (years 1-9999) for a job, and its log holds Go times that far: a job's time is clamped
+    where it comes in (a ``schedule`` command, a workq record), so that the engine's times
+    fit the 64-bit integers of its snapshots. A job due in 9999 is then due in 2262, one in
+    year 1 in 1677: neither is distinguishable in practice."""
+    return MIN_TIME_NS if time_ns < MIN_TIME_NS else min(time_ns, MAX_TIME_NS)

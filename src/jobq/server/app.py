@@ -126,7 +126,7 @@ def _save_snapshot(log_dir: str, engine: Engine, end: tuple[int, int]) -> None:
     (``snapshot.py``)."""
     try:
         saved = write_snapshot(log_dir, engine, position_at(log_dir, *end))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, ArithmeticError) as exc:
         logger.warning("cannot write the engine snapshot: %s", exc)
         return
     logger.info("wrote the engine snapshot: %d jobs", saved)

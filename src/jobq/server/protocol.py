@@ -286,7 +286,7 @@ def parse_time(text: str) -> int:
         raise ClientError(INVALID_TIME) from None
     fraction = m.group(7) or ""
     nanos = int((fraction + "000000000")[:9])
-    return (when - _EPOCH) // timedelta(seconds=1) * _NS_PER_S + nanos
+    return limits.clamp_time_ns((when - _EPOCH) // timedelta(seconds=1) * _NS_PER_S + nanos)
 
 
 def format_time(time_ns: int) -> str:
