@@ -116,6 +116,23 @@ def test_bad_input_is_4xx_json(
     assert response.json()["error"].startswith(error)
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "start"),
+    [
+        ("/api/jobs", {"name": "x", "k" * 100_000: 1}, "Invalid kkkk"),
+        ("/api/schedules", {"name": "long", "cron": "x" * 100_000, "args": {"name": "x"}},
+         "Invalid cron spec 'xxxx"),
+    ],
+)
+def test_errors_quoting_long_input_are_short(
+    http: httpx.Client, path: str, body: object, start: str
+) -> None:
+    response = http.post(path, json=body)
+    assert 400 <= response.status_code < 500, response.text
+    error = response.json()["error"]
+    assert error.startswith(start) and len(error) <= 512
+
+
 def test_broken_json_and_oversize_bodies(http: httpx.Client) -> None:
     json_type = {"content-type": "application/json"}
     broken = http.post("/api/jobs", content=b'{"name": ', headers=json_type)
