@@ -133,6 +133,18 @@ def test_errors_quoting_long_input_are_short(
     assert error.startswith(start) and len(error) <= 512
 
 
+@pytest.mark.parametrize("field", ["payload_text", "description", "creator"])
+def test_a_lone_surrogate_is_a_422(http: httpx.Client, live: LiveServer, field: str) -> None:
+    # valid JSON that is no Unicode text: payload_text.encode() raised, a 500 with a traceback
+    assert live.core is not None
+    before = len(live.core.engine.jobs)
+    response = http.post("/api/jobs", content=b'{"name": "x", "%s": "\\ud800"}' % field.encode(),
+                         headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"].startswith(f"Invalid {field}: ")
+    assert len(live.core.engine.jobs) == before  # nothing submitted
+
+
 def test_broken_json_and_oversize_bodies(http: httpx.Client) -> None:
     json_type = {"content-type": "application/json"}
     broken = http.post("/api/jobs", content=b'{"name": ', headers=json_type)

@@ -392,7 +392,11 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
         if body.payload_text is not None:
             if body.payload is not None:
                 return _bad("Give payload or payload_text, not both")
-            data["payload"] = base64.b64encode(body.payload_text.encode()).decode()
+            try:
+                text = body.payload_text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate ("\ud800") is valid JSON
+                return _bad("Invalid payload_text: not Unicode text (a lone surrogate)", 422)
+            data["payload"] = base64.b64encode(text).decode()
         elif body.payload is not None:
             try:
                 base64.b64decode(body.payload, validate=True)
