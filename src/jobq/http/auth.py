@@ -168,56 +168,6 @@ class BearerAuth:
         await send_json(send, 401, {"error": error}, [(b"www-authenticate", b"Bearer")])
 
 
-class BodyLimit:
-    """ASGI middleware: request bodies larger than ``limit`` bytes get 413, whether
-    announced by Content-Length or streamed."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                try:
-                    too_big = int(value) > self.limit
-                except ValueError:
-                    too_big = False
-                if too_big:
-                    await send_json(send, 413, {"error": "Request body too large"})
-                    return
-        seen = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await send_json(send, 413, {"error": "Request body too large"})
-
-
-class _TooLarge(Exception):
-    pass
-
-
 # ---------------------------------------------------------------------------------- clients
 
 
