@@ -8,13 +8,15 @@ and ignored, so clients that always send it work, and workq clients work unchang
 HTTP: every route but the web UI's shell (the page that asks for the token) needs
 ``Authorization: Bearer <token>``; otherwise 401 with a JSON error.
 
-Tokens are compared in constant time (``hmac.compare_digest``) and never logged.
+Tokens are printable ASCII (:func:`encode_token`), compared in constant time
+(``hmac.compare_digest``) and never logged.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, ClassVar, Protocol
 
@@ -32,13 +34,21 @@ def token_matches(expected: bytes, given: bytes) -> bool:
 
 
 def encode_token(token: str | None) -> bytes | None:
-    """The configured token as bytes; None or empty means no authentication."""
+    """The configured token as bytes; None or empty means no authentication.
+
+    ValueError unless it is 1-4096 printable ASCII characters (``!`` to ``~``). A TCP
+    client sends the token in a command line, an HTTP client in a header, a browser through
+    ``fetch``: only ASCII is the same bytes in all three (a non-ASCII token matched over
+    HTTP but never over TCP), so the server refuses any other token when it starts.
+    """
     if not token:
         return None
-    data = token.encode("utf-8")
-    if len(data) > MAX_TOKEN_BYTES or any(c in token for c in " \r\n\t"):
-        raise ValueError("an auth token is 1-4096 bytes without spaces or line breaks")
-    return data
+    if len(token) > MAX_TOKEN_BYTES or _TOKEN_RE.fullmatch(token) is None:
+        raise ValueError("an auth token is 1-4096 printable ASCII characters, without spaces")
+    return token.encode("ascii")
+
+
+_TOKEN_RE = re.compile(r"[!-~]+")
 
 
 # ---------------------------------------------------------------------------------- TCP
