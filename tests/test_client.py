@@ -356,6 +356,30 @@ def test_client_errors_keep_the_connection(client: Client) -> None:
     assert client.inspect_server().active_clients == 1  # still the one connection
 
 
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        ({"cron": "x" * 70_000}, "Invalid cron spec 'xxxxxxxx"),
+        ({"cron": "* * * * *", "tz": "x" * 70_000}, "Unknown time zone 'xxxxxxxx"),
+        ({"cron": "* * * * *", "executor": "x" * 70_000}, "Unknown executor 'xxxxxxxx"),
+        ({"cron": "* * * * *", "args": {"name": "x", "k" * 70_000: 1}}, "Invalid arguments"),
+        ({"cron": "* * * * *", "wait": "x" * 70_000}, "Invalid wait policy"),
+    ],
+)
+def test_an_error_echoing_long_input_is_a_client_error(
+    client: Client, args: dict[str, object], start: str
+) -> None:
+    # the server echoed the whole value, a reply line longer than the client reads (64 KiB):
+    # the caller got ConnectionLost("malformed reply") instead of the server's refusal
+    kwargs: dict[str, object] = {"args": {"name": "x"}, **args}
+    with pytest.raises(ClientError) as caught:
+        client.create_schedule("long-input", **kwargs)  # type: ignore[arg-type]
+    assert caught.value.kind == "CLIENT-ERROR"
+    assert caught.value.text.startswith(start)
+    assert len(caught.value.text) <= p.MAX_ERROR_TEXT_BYTES
+    assert client.inspect_server().active_clients == 1  # the connection was kept
+
+
 def test_arguments_checked_before_sending(client: Client) -> None:
     with pytest.raises(ValueError):
         client.add("bad name")

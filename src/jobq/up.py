@@ -284,7 +284,8 @@ class Up:
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
               help="Import MODULE so its @jobq.handler functions run here (repeatable).")
 @click.option("--auth-token", envvar="JOBQ_AUTH_TOKEN", default=None, metavar="TOKEN",
-              help="Require this token on TCP (auth <token>) and HTTP (Bearer).")
+              help="Require this token (printable ASCII, no spaces) on TCP (auth <token>) "
+                   "and HTTP (Bearer).")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Serve HTTPS with this certificate (PEM).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,

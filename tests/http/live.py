@@ -17,7 +17,8 @@ TOKEN = "s3cret-token-for-tests"
 
 
 class LiveServer:
-    """``serve()`` plus ``start_http()`` on loopback ports; ``stop()`` ends both."""
+    """``serve()`` plus ``start_http()`` on loopback ports (``http_options``: more arguments
+    of ``start_http``); ``stop()`` ends both."""
 
     def __init__(
         self,
@@ -25,6 +26,7 @@ class LiveServer:
         *,
         auth_token: str | None = None,
         on_core: Callable[[Core], None] | None = None,
+        http_options: dict[str, Any] | None = None,
         **config: Any,
     ) -> None:
         self.config = ServerConfig(
@@ -36,6 +38,7 @@ class LiveServer:
             **config,
         )
         self.auth_token = auth_token
+        self.http_options = http_options or {}
         self._on_core = on_core
         self.tcp_port = 0
         self.http_url = ""
@@ -72,7 +75,8 @@ class LiveServer:
                 async def start() -> None:
                     try:
                         http = await start_http(
-                            core, host="127.0.0.1", port=0, auth_token=self.auth_token
+                            core, host="127.0.0.1", port=0, auth_token=self.auth_token,
+                            **self.http_options,
                         )
                     except BaseException as exc:
                         http_started.set_exception(exc)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from jobq.client import Client
-from jobq.http.auth import authenticating_client_class, register_auth_command
+from jobq.http.auth import authenticating_client_class, encode_token, register_auth_command
 from jobq.server import protocol as p
 from tests.http.live import TOKEN, LiveServer
 
@@ -166,3 +166,13 @@ def test_without_a_token_workq_clients_work_unchanged(live_open: LiveServer) -> 
     finally:
         conn.close()
     assert httpx.get(f"{live_open.http_url}/api/server").status_code == 200
+
+
+@pytest.mark.parametrize("token", ["s\u00e9krit", "two words", "tab\tbed", "a\x7f", "x" * 4097])
+def test_only_printable_ascii_tokens_are_accepted(token: str) -> None:
+    # TCP decodes a command line as latin-1 and HTTP compares header bytes: a non-ASCII
+    # token matched over HTTP but never over TCP (and a browser's fetch cannot send it)
+    with pytest.raises(ValueError, match="printable ASCII"):
+        encode_token(token)
+    assert encode_token("!~" + "x" * 4094) == b"!~" + b"x" * 4094
+    assert encode_token("") is None and encode_token(None) is None

@@ -183,7 +183,12 @@ def test_invalid_utf8_in_a_json_string_is_a_client_error(server: RunningServer, 
 
 
 @pytest.mark.parametrize(
-    ("key", "echoed"), [("re\u0432on", b"re\\u0432on"), ("a\r\nb", b"a\\r\\nb")]
+    ("key", "echoed"),
+    [
+        ("re\u0432on", b"re\\u0432on"),
+        ("a\r\nb", b"a\\r\\nb"),
+        ("k" * 100_000, b"k" * 80 + b"..."),  # not echoed whole: a 100 KB reply line
+    ],
 )
 def test_an_echoed_unknown_key_stays_on_one_latin1_line(
     server: RunningServer, key: str, echoed: bytes

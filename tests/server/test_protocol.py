@@ -400,6 +400,28 @@ def test_error_texts_encode_as_workq_replies() -> None:
     assert client_error(p.INVALID_ID).to_bytes() == b"-CLIENT-ERROR Invalid ID\r\n"
 
 
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("x" * p.MAX_ERROR_TEXT_BYTES, b"x" * p.MAX_ERROR_TEXT_BYTES),
+        ("x" * (p.MAX_ERROR_TEXT_BYTES + 1), b"x" * (p.MAX_ERROR_TEXT_BYTES - 3) + b"..."),
+        ("Invalid cron spec '" + "x" * 100_000, b"Invalid cron spec '" + b"x" * 490 + b"..."),
+        # a line break stays escaped and an escape is never cut in two
+        ("a\r\n" * 1000, b"a\\r\\n" * 101 + b"a\\r..."),
+        ("\u20ac" * 1000, b"\\u20ac" * 84 + b"..."),
+    ],
+)
+def test_error_replies_are_one_short_line(text: str, line: bytes) -> None:
+    # a reply echoing a 100 KB cron spec was longer than jobq's client reads (64 KiB)
+    reply = p.client_error(text)
+    assert reply == b"-CLIENT-ERROR " + line + b"\r\n"
+    assert len(reply) <= len(b"-CLIENT-ERROR \r\n") + p.MAX_ERROR_TEXT_BYTES
+    parser = ReplyParser()
+    parser.expect(ReplyShape.OK)
+    parser.feed(reply)
+    assert parser.next_reply() == Error(p.CLIENT_ERROR, line.decode("latin-1"))
+
+
 # --------------------------------------------------------------------------------------
 # Framing, splits and limits
 # --------------------------------------------------------------------------------------

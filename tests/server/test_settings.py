@@ -3,6 +3,7 @@ with it on every command line it reads (server/settings.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -213,7 +214,16 @@ def test_the_fast_path_does_not_import_click() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
-@pytest.mark.parametrize("args", [["--cmdlog-sync-int", "0"], ["-listen", "nowhere"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--cmdlog-sync-int", "0"],
+        ["-listen", "nowhere"],
+        # TCP never accepted a non-ASCII token (HTTP did): refused when the server starts
+        ["--auth-token", "s\u00e9krit"],
+        ["--auth-token", "a\x7fb"],
+    ],
+)
 def test_bad_values_are_one_line_usage_errors(tmp_path: Path, args: list[str]) -> None:
     done = subprocess.run(
         [JOBQ, "server", "--data-dir", str(tmp_path), *args],
@@ -225,4 +235,22 @@ def test_bad_values_are_one_line_usage_errors(tmp_path: Path, args: list[str]) -
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "Error:" in done.stderr
+    assert not (tmp_path / "cmdlog").exists()
+
+
+@pytest.mark.parametrize("command", ["server", "up"])
+def test_a_non_ascii_token_in_the_environment_is_a_usage_error(
+    tmp_path: Path, command: str
+) -> None:
+    done = subprocess.run(
+        [JOBQ, command, "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, AUTH_TOKEN_ENV: "s\u00e9krit"},
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "printable ASCII" in done.stderr
     assert not (tmp_path / "cmdlog").exists()

@@ -51,3 +51,22 @@ class AmbiguousId(EngineError):
     """An id prefix that matches more than one job."""
 
     text = "Ambiguous id"
+
+
+#: longest piece of client input an error text quotes, in characters
+MAX_QUOTED_CHARS = 80
+
+
+def clipped(text: str) -> str:
+    """``text``, cut after :data:`MAX_QUOTED_CHARS` characters and then ending in ``...``:
+    for error texts that echo client input (a 100 KB cron spec is not worth sending back)."""
+    if len(text) <= MAX_QUOTED_CHARS:
+        return text
+    return text[:MAX_QUOTED_CHARS] + "..."
+
+
+def quoted(text: str) -> str:
+    """``repr(text)``, cut like :func:`clipped` (the ``...`` after the closing quote)."""
+    if len(text) <= MAX_QUOTED_CHARS:
+        return repr(text)
+    return repr(text[:MAX_QUOTED_CHARS]) + "..."

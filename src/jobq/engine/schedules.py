@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol, TypeAlias
 import msgspec
 
 from jobq.engine import limits
-from jobq.engine.errors import InvalidArgument
+from jobq.engine.errors import InvalidArgument, quoted
 
 
 def _croniter() -> Any:
@@ -147,7 +147,7 @@ def _zone(name: str) -> dt.tzinfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
-        raise ScheduleError(f"Unknown time zone {name!r}") from exc
+        raise ScheduleError(f"Unknown time zone {quoted(name)}") from exc
 
 
 _zones: dict[str, dt.tzinfo] = {}
@@ -211,20 +211,20 @@ def validate_spec(spec: Spec) -> Spec:
     fields = expr.split(" ")
     if expr.startswith("@") or len(fields) not in (5, 6):
         raise ScheduleError(
-            f"Invalid cron spec {spec.cron!r}: use 5 fields, 6 with seconds first, or "
+            f"Invalid cron spec {quoted(spec.cron)}: use 5 fields, 6 with seconds first, or "
             "@hourly, @daily, @weekly, @monthly, @yearly"
         )
     if any(_RANDOM_FIELD.search(field) for field in fields):
         raise ScheduleError(
-            f"Invalid cron spec {spec.cron!r}: random (R) and hashed (H) fields are not "
+            f"Invalid cron spec {quoted(spec.cron)}: random (R) and hashed (H) fields are not "
             "supported"
         )
     try:
         _croniter()(expr, _EPOCH, second_at_beginning=len(fields) == 6)
     except Exception as exc:  # croniter's errors share no useful base class
-        raise ScheduleError(f"Invalid cron spec {spec.cron!r}: {exc}") from exc
+        raise ScheduleError(f"Invalid cron spec {quoted(spec.cron)}: {exc}") from exc
     if _cron_next(expr, zone(spec.tz), 0) is None:
-        raise ScheduleError(f"Invalid cron spec {spec.cron!r}: it never fires")
+        raise ScheduleError(f"Invalid cron spec {quoted(spec.cron)}: it never fires")
     return Spec(cron=expr, tz="" if spec.tz == "UTC" else spec.tz)
 
 
@@ -421,7 +421,7 @@ def make_executor(name: str, args: Mapping[str, Any]) -> ScheduledJobExecutor:
     factory = _EXECUTORS.get(name)
     if factory is None:
         raise ScheduleError(
-            f"Unknown executor {name!r} (known: {', '.join(executor_names()) or 'none'})"
+            f"Unknown executor {quoted(name)} (known: {', '.join(executor_names()) or 'none'})"
         )
     try:
         return factory(args)
@@ -473,7 +473,7 @@ class JobExecutor:
         for key, value in args.items():
             kind = _JOB_ARGS.get(key)
             if kind is None:
-                raise ValueError(f"unknown argument {key!r}")
+                raise ValueError(f"unknown argument {quoted(str(key))}")
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise ValueError(f"{key} must be {kind.__name__}")
         name = args.get("name")

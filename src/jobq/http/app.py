@@ -30,7 +30,16 @@ from jobq import __version__
 from jobq.engine.job import Status
 from jobq.engine.schedules import MAX_DURATION_MS
 from jobq.http import bridge
-from jobq.http.auth import BearerAuth, BodyLimit, encode_token
+from jobq.http.auth import (
+    ASGIApp,
+    BearerAuth,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    encode_token,
+    send_json,
+)
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from jobq.http.metrics import Metrics
 from jobq.server import protocol as p
@@ -42,6 +51,7 @@ logger = logging.getLogger("jobq.http")
 
 #: largest HTTP request body, in bytes (a 1 MiB payload in base64 with room to spare)
 MAX_BODY_BYTES = 3 * 1024 * 1024
+TOO_LARGE = "Request body too large"
 NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,255}$"
 STATUSES = tuple(s.value for s in Status)
 
@@ -59,7 +69,10 @@ class _Model(BaseModel):
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: no unknown fields, and no type coercion (``"1"`` or ``true`` is not
+    an integer, ``"yes"`` not a boolean): a wrong JSON type gets 422."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ErrorBody(BaseModel):
@@ -223,7 +236,7 @@ class ScheduleAlterBody(_Input):
 
 
 class BackfillBody(_Input):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
     start: str = Field(alias="from", description="RFC 3339, inclusive")
     end: str = Field(alias="to", description="RFC 3339, inclusive")
@@ -392,7 +405,11 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
         if body.payload_text is not None:
             if body.payload is not None:
                 return _bad("Give payload or payload_text, not both")
-            data["payload"] = base64.b64encode(body.payload_text.encode()).decode()
+            try:
+                text = body.payload_text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate ("\ud800") is valid JSON
+                return _bad("Invalid payload_text: not Unicode text (a lone surrogate)", 422)
+            data["payload"] = base64.b64encode(text).decode()
         elif body.payload is not None:
             try:
                 base64.b64decode(body.payload, validate=True)
@@ -591,3 +608,58 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class BodyLimit:
+    """ASGI middleware: request bodies larger than ``limit`` bytes get 413, whether
+    announced by Content-Length or streamed."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await send_json(send, 413, {"error": TOO_LARGE})
+                    return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await send_json(send, 413, {"error": TOO_LARGE})
+
+
+class _TooLarge(StarletteHTTPException):
+    """Raised by the limited ``receive``. An HTTPException, because FastAPI turns any
+    other error while it reads a body into 400 "There was an error parsing the body" (a
+    streamed body over the limit got that, not 413); this one reaches the app's handler."""
+
+    def __init__(self) -> None:
+        super().__init__(413, TOO_LARGE)

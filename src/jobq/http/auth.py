@@ -8,13 +8,15 @@ and ignored, so clients that always send it work, and workq clients work unchang
 HTTP: every route but the web UI's shell (the page that asks for the token) needs
 ``Authorization: Bearer <token>``; otherwise 401 with a JSON error.
 
-Tokens are compared in constant time (``hmac.compare_digest``) and never logged.
+Tokens are printable ASCII (:func:`encode_token`), compared in constant time
+(``hmac.compare_digest``) and never logged.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, ClassVar, Protocol
 
@@ -32,13 +34,21 @@ def token_matches(expected: bytes, given: bytes) -> bool:
 
 
 def encode_token(token: str | None) -> bytes | None:
-    """The configured token as bytes; None or empty means no authentication."""
+    """The configured token as bytes; None or empty means no authentication.
+
+    ValueError unless it is 1-4096 printable ASCII characters (``!`` to ``~``). A TCP
+    client sends the token in a command line, an HTTP client in a header, a browser through
+    ``fetch``: only ASCII is the same bytes in all three (a non-ASCII token matched over
+    HTTP but never over TCP), so the server refuses any other token when it starts.
+    """
     if not token:
         return None
-    data = token.encode("utf-8")
-    if len(data) > MAX_TOKEN_BYTES or any(c in token for c in " \r\n\t"):
-        raise ValueError("an auth token is 1-4096 bytes without spaces or line breaks")
-    return data
+    if len(token) > MAX_TOKEN_BYTES or _TOKEN_RE.fullmatch(token) is None:
+        raise ValueError("an auth token is 1-4096 printable ASCII characters, without spaces")
+    return token.encode("ascii")
+
+
+_TOKEN_RE = re.compile(r"[!-~]+")
 
 
 # ---------------------------------------------------------------------------------- TCP
@@ -166,56 +176,6 @@ class BearerAuth:
         else:
             error = INVALID_TOKEN
         await send_json(send, 401, {"error": error}, [(b"www-authenticate", b"Bearer")])
-
-
-class BodyLimit:
-    """ASGI middleware: request bodies larger than ``limit`` bytes get 413, whether
-    announced by Content-Length or streamed."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                try:
-                    too_big = int(value) > self.limit
-                except ValueError:
-                    too_big = False
-                if too_big:
-                    await send_json(send, 413, {"error": "Request body too large"})
-                    return
-        seen = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await send_json(send, 413, {"error": "Request body too large"})
-
-
-class _TooLarge(Exception):
-    pass
 
 
 # ---------------------------------------------------------------------------------- clients

@@ -47,6 +47,10 @@ class Outcome:
 
 
 def error_body(text: str) -> bytes:
+    """``{"error": text}``; a text that may quote client input is cut like a TCP error
+    line (at :data:`~jobq.server.protocol.MAX_ERROR_TEXT_BYTES`, ending in ``...``)."""
+    if len(text) > p.MAX_ERROR_TEXT_BYTES:
+        text = text[: p.MAX_ERROR_TEXT_BYTES - len(p.ELLIPSIS)] + "..."
     return json.dumps({"error": text}).encode()
 
 

@@ -151,8 +151,8 @@ __all__ = ["run_event_loop", "server_command"]
     "--auth-token",
     envvar=AUTH_TOKEN_ENV,
     default=None,
-    help="Require this token: TCP clients send `auth <token>` first, HTTP a Bearer "
-    "header [env: JOBQ_AUTH_TOKEN].",
+    help="Require this token (printable ASCII, no spaces): TCP clients send `auth <token>` "
+    "first, HTTP a Bearer header [env: JOBQ_AUTH_TOKEN].",
 )
 @click.option(
     "--tls-cert",

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from jobq.engine import limits
-from jobq.engine.errors import InvalidArgument
+from jobq.engine.errors import InvalidArgument, clipped
 from jobq.engine.job import Job, Status
 from jobq.engine.joblist import JobFilter
 from jobq.engine.machine import Action, Engine
@@ -182,7 +182,7 @@ def _body(schema: type[msgspec.Struct], data: bytes) -> Any:
         message = str(exc)
         if message.startswith("Object contains unknown field"):
             field = message.split("`")[1] if "`" in message else "?"
-            raise BadRequest(f"Invalid field {field}") from exc
+            raise BadRequest(f"Invalid field {clipped(field)}") from exc
         raise BadRequest(f"Invalid body: {message}") from exc
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # bad UTF-8 inside a string
         raise BadRequest("Invalid JSON body") from exc

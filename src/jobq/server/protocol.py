@@ -106,6 +106,9 @@ MAX_CURSOR_OFFSET = 2**32 - 1
 MAX_INSPECT_LIMIT = 100
 
 CRLF = b"\r\n"
+#: longest error text in a reply line, in bytes; a longer one is cut and ends in ``...``
+MAX_ERROR_TEXT_BYTES = 512
+ELLIPSIS = b"..."
 
 # ---------------------------------------------------------------------------------------
 # Error kinds and texts (workq's, byte for byte, unless marked jobq)
@@ -1466,14 +1469,36 @@ def records_reply(records: Sequence[tuple[str, Sequence[tuple[str, FieldValue]]]
 def error_reply(kind: str, text: str = "") -> bytes:
     """``-<kind> <text>`` (or ``-<kind>`` without a text).
 
-    A text may echo client input (an unknown JSON key, a schedule name), so it is kept on
-    one line and in latin-1: CR and LF become ``\\r`` and ``\\n``, other characters
-    ``\\uXXXX`` escapes (found by fuzzing: they split the reply or dropped the connection).
+    A text may echo client input (an unknown JSON key, a schedule name, a cron spec), so it
+    is kept on one line, in latin-1 and short: CR and LF become ``\\r`` and ``\\n``, other
+    characters ``\\uXXXX`` escapes (found by fuzzing: they split the reply or dropped the
+    connection), and a text longer than :data:`MAX_ERROR_TEXT_BYTES` is cut and ends in
+    ``...`` (a 100 KB cron spec echoed whole made a reply line jobq's own client refuses).
     """
     if not text:
         return f"-{kind}\r\n".encode("latin-1")
-    line = text.replace("\r", "\\r").replace("\n", "\\n")
-    return f"-{kind} {line}\r\n".encode("latin-1", "backslashreplace")
+    return b"-%s %s\r\n" % (kind.encode("latin-1"), error_text_bytes(text))
+
+
+def error_text_bytes(text: str) -> bytes:
+    """``text`` as one latin-1 line of at most :data:`MAX_ERROR_TEXT_BYTES` bytes (see
+    :func:`error_reply`); an escape is never cut in two."""
+    # every character takes a byte or more: the first MAX + 1 decide whether to cut
+    head = text[: MAX_ERROR_TEXT_BYTES + 1]
+    data = head.translate(_LINE_BREAK_ESCAPES).encode("latin-1", "backslashreplace")
+    if len(data) <= MAX_ERROR_TEXT_BYTES:
+        return data
+    out = bytearray()
+    room = MAX_ERROR_TEXT_BYTES - len(ELLIPSIS)
+    for char in head:
+        piece = char.translate(_LINE_BREAK_ESCAPES).encode("latin-1", "backslashreplace")
+        if len(out) + len(piece) > room:
+            break
+        out += piece
+    return bytes(out) + ELLIPSIS
+
+
+_LINE_BREAK_ESCAPES = str.maketrans({"\r": "\\r", "\n": "\\n"})
 
 
 def client_error(text: str) -> bytes:
