@@ -46,6 +46,7 @@ from jobq.engine.errors import (
     InvalidStatus,
     JobNotFound,
     LeaseNotHeld,
+    quoted,
 )
 from jobq.engine.extensions import (
     AlterSchedule,
@@ -2226,7 +2227,7 @@ def _wait_policy(text: str) -> WaitPolicy:
         return WaitPolicy(text)
     except ValueError:
         raise ScheduleError(
-            f"Invalid wait policy {text!r} (wait, no_wait, skip, buffer_one)"
+            f"Invalid wait policy {quoted(text)} (wait, no_wait, skip, buffer_one)"
         ) from None
 
 
@@ -2235,7 +2236,7 @@ def _error_policy(text: str) -> ErrorPolicy:
         return ErrorPolicy(text)
     except ValueError:
         raise ScheduleError(
-            f"Invalid error policy {text!r} (retry_sched, retry_soon, pause_sched)"
+            f"Invalid error policy {quoted(text)} (retry_sched, retry_soon, pause_sched)"
         ) from None
 
 
