@@ -115,6 +115,8 @@ def snapshot(engine: Engine) -> dict[str, Any]:
         "jobs": jobs,
         "order": {k: v for k, v in order.items() if v},
         "counts": {k: v for k, v in counts.items() if v != (0, 0, 0)},
+        # a queue exists while it holds a job or a waiting lease, live and replayed alike
+        "queues": sorted(engine.queues),
         "schedules": {
             sid: (
                 sc.name,

@@ -282,6 +282,11 @@ BAD_LINES: list[tuple[str, str]] = [
     ("lease q \u00b2", p.INVALID_WAIT_TIMEOUT),
     ("lease q 1" + "0" * 5000, p.INVALID_WAIT_TIMEOUT),
     (f"result {ID_TEXT} x", p.INVALID_WAIT_TIMEOUT),
+    # more names than one lease may list: the fast path (single spaces) and the general one
+    ("lease " + "a " * (p.MAX_LEASE_NAMES + 1) + "1", p.INVALID_COMMAND_ARGS),
+    ("lease  " + "a  " * (p.MAX_LEASE_NAMES + 1) + "1", p.INVALID_COMMAND_ARGS),
+    ("lease " + "a " * (p.MAX_LEASE_NAMES + 1) + "86400001", p.INVALID_COMMAND_ARGS),
+    ("lease  " + "a  " * (p.MAX_LEASE_NAMES + 1) + "x", p.INVALID_COMMAND_ARGS),
     # cursor offsets and limits
     ("inspect queues -1 1", p.INVALID_CURSOR_OFFSET),
     ("inspect queues 4294967296 1", p.INVALID_CURSOR_OFFSET),
@@ -350,6 +355,13 @@ BAD_DATA_LINES: list[tuple[str, str]] = [
 def test_invalid_command_gets_workqs_error_text(line: str, text: str) -> None:
     wire = line.encode("utf-8") + b"\r\n"
     assert parse_one(wire) == client_error(text)
+
+
+@pytest.mark.parametrize("sep", [" ", "  "])  # the fast path, the general one
+def test_a_lease_may_list_max_lease_names(sep: str) -> None:
+    names = tuple(f"n{i}" for i in range(p.MAX_LEASE_NAMES))
+    wire = f"lease{sep}{sep.join(names)}{sep}10\r\n".encode()
+    assert parse_one(wire) == Lease(names, 10)
 
 
 @pytest.mark.parametrize(("line", "text"), BAD_DATA_LINES)

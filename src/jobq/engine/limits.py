@@ -29,6 +29,12 @@ MIN_PRIORITY: Final = -(2**31)
 MAX_PRIORITY: Final = 2**31 - 1
 #: longest job description, in characters
 MAX_DESCRIPTION: Final = 4096
+#: most names one lease request (``lease``, ``xlease``) may list: a waiting lease holds a
+#: place in each name's queue until it is over
+MAX_LEASE_NAMES: Final = 1000
+#: the engine's text for a lease that lists more (the workq ``lease`` is refused before, by
+#: its parser, with workq's ``Invalid command args``)
+TOO_MANY_NAMES: Final = f"Too many names (at most {MAX_LEASE_NAMES})"
 #: the range of times the command log can hold (Unix ns, signed 64-bit)
 MIN_TIME_NS: Final = -(2**63)
 MAX_TIME_NS: Final = 2**63 - 1

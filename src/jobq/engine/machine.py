@@ -67,6 +67,7 @@ from jobq.engine.extensions import (
 )
 from jobq.engine.job import CREATION_ORDER, TRANSITIONS, Job, JobMeta, JobRow, Status
 from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs
+from jobq.engine.limits import MAX_LEASE_NAMES, TOO_MANY_NAMES
 from jobq.engine.queues import IN_RUN, Queue, ReadyEntry
 from jobq.engine.schedules import (
     DEFAULT_CATCHUP_MS,
@@ -138,6 +139,9 @@ class SchedulerOptions(msgspec.Struct, frozen=True):
 
 #: most runs one backfill may create
 MAX_BACKFILL_RUNS = 1000
+#: a queue's lease requests that are over are dropped as they end once they outnumber
+#: those waiting, plus this many (else at the periodic compaction)
+_MIN_WAITERS_PRUNED = 64
 #: most change-history entries a schedule keeps (the oldest go first)
 MAX_SCHEDULE_CHANGES = 100
 
@@ -182,8 +186,12 @@ class Engine:
         self._commands: list[Command] = []
         self._wakeups: list[Wakeup] = []
         self._offer_names: set[str] = set()
-        self._result_waiters: dict[bytes, list[Waiter]] = {}
+        #: waiting ``result`` requests by job id, oldest first (a dict as an ordered set: a
+        #: request whose caller leaves is taken out in O(1))
+        self._result_waiters: dict[bytes, dict[Waiter, None]] = {}
         self._run_waiters: dict[bytes, Waiter] = {}
+        #: every waiting request, by ``id`` of its token; a request leaves these tables (and
+        #: its names' queues' counts) when it is over: :meth:`_settle`
         self._waiters: dict[int, Waiter] = {}
         #: job id -> (the job object, its mutable state at its first change), or None for a
         #: job created in the open transaction
@@ -325,6 +333,20 @@ class Engine:
             # a new dict, not cleared and refilled: the cleaner's thread reads ``jobs``
             self.jobs = dict(self.jobs)
             tables += 1
+        # tables keyed by names and ids that clients choose, once far larger than what they
+        # hold (e.g. after many lease requests on as many names ended)
+        if oversized(self.queues):
+            self.queues = dict(self.queues)
+            tables += 1
+        if oversized(self._waiters):
+            self._waiters = dict(self._waiters)
+            tables += 1
+        if oversized(self._result_waiters):
+            self._result_waiters = dict(self._result_waiters)
+            tables += 1
+        if oversized(self._run_waiters):
+            self._run_waiters = dict(self._run_waiters)
+            tables += 1
         return CompactStats(deadline_entries, ready_entries, waiters, tables)
 
     # ------------------------------------------------------------------ client operations
@@ -442,7 +464,10 @@ class Engine:
         if wait_timeout_ms <= 0:
             return Outcome.TIMEOUT
         waiter = Waiter(WaitKind.RESULT, token, now_ns + wait_timeout_ms * _NS_PER_MS, job_id=id)
-        self._result_waiters.setdefault(id, []).append(waiter)
+        waiters = self._result_waiters.get(id)
+        if waiters is None:
+            waiters = self._result_waiters[id] = {}
+        waiters[waiter] = None
         self._wait(waiter)
         return None
 
@@ -460,7 +485,13 @@ class Engine:
         With none ready: ``None``; if ``wait_timeout_ms`` > 0 the request waits and the
         caller is woken with a job or ``TIMEOUT``. A ``worker`` (extended lease) holds the
         lease by name: only it may heartbeat, complete, fail or release the job.
+
+        At most ``MAX_LEASE_NAMES`` names (:class:`InvalidArgument` otherwise). A waiting
+        request holds a place in each name's queue (made for it if the name has none) until
+        it is over; a queue left with nothing then is dropped (:meth:`_settle`).
         """
+        if len(names) > MAX_LEASE_NAMES:
+            raise InvalidArgument(TOO_MANY_NAMES)
         job = self._best_ready(names)
         if job is not None:
             self._start_attempt(job, now_ns, worker)
@@ -470,11 +501,14 @@ class Engine:
                 WaitKind.LEASE,
                 token,
                 now_ns + wait_timeout_ms * _NS_PER_MS,
-                names=tuple(names),
+                # each name once: a repeated name would only repeat the request in its queue
+                names=tuple(dict.fromkeys(names)),
                 worker_id=worker,
             )
             for name in waiter.names:
-                self._queue(name).waiters.append(waiter)
+                queue = self._queue(name)
+                queue.waiters.append(waiter)
+                queue.waiting += 1
             self._wait(waiter)
         return None
 
@@ -706,7 +740,9 @@ class Engine:
         return job
 
     def cancel_wait(self, token: object) -> None:
-        """Forget a waiting request whose caller went away (its deadline entry then lapses).
+        """Forget a waiting request whose caller went away: it leaves every table that held
+        it (:meth:`_settle`; its deadline entry lapses, and is dropped by the next deadline
+        compaction).
 
         A ``run`` job nobody waits for any more is removed unless a worker holds it.
         """
@@ -715,7 +751,6 @@ class Engine:
             return
         self._settle(waiter)
         if waiter.kind is WaitKind.RUN:
-            self._run_waiters.pop(waiter.job_id, None)
             job = self.jobs.get(waiter.job_id)
             if job is not None and job.status is not Status.RUNNING:
                 self._remove(job)
@@ -729,13 +764,45 @@ class Engine:
         self._waiters[id(waiter.token)] = waiter
         self._deadlines.push(waiter.deadline_ns, DeadlineKind.WAIT, waiter)
 
-    def _settle(self, waiter: Waiter) -> None:
+    def _settle(self, waiter: Waiter, *, due: bool = False) -> None:
+        """The request is over (answered, timed out, or its caller left): it leaves the
+        tables that find it, so none keeps requests that are over (each would hold its
+        caller's connection). A lease request stays in its names' queues' ``waiters`` (taken
+        out lazily: once they are mostly over, or by :meth:`Queue.compact`), but no longer
+        counts there, and a queue it leaves with nothing is dropped. Unless ``due`` (its
+        deadline entry was just popped), the entry left in the deadline heap counts as a
+        removal for the heap's compaction."""
+        if waiter.done:
+            return
         waiter.done = True
-        if self._waiters.get(id(waiter.token)) is waiter:
-            del self._waiters[id(waiter.token)]
+        key = id(waiter.token)
+        if self._waiters.get(key) is waiter:
+            del self._waiters[key]
+        kind = waiter.kind
+        if kind is WaitKind.LEASE:
+            queues = self.queues
+            for name in waiter.names:
+                queue = queues.get(name)
+                if queue is not None:
+                    queue.waiting -= 1
+                    if queue.empty():
+                        del queues[name]
+                    elif len(queue.waiters) > 2 * queue.waiting + _MIN_WAITERS_PRUNED:
+                        # most of its requests are over: O(1) amortised per request
+                        queue.drop_done_waiters()
+        elif kind is WaitKind.RESULT:
+            waiters = self._result_waiters.get(waiter.job_id)
+            if waiters is not None:
+                waiters.pop(waiter, None)
+                if not waiters:
+                    del self._result_waiters[waiter.job_id]
+        elif self._run_waiters.get(waiter.job_id) is waiter:
+            del self._run_waiters[waiter.job_id]
+        if not due and self._deadlines.note_removed():
+            self._deadlines.compact(self._deadline_may_apply)
 
-    def _wake(self, waiter: Waiter, value: WakeValue) -> None:
-        self._settle(waiter)
+    def _wake(self, waiter: Waiter, value: WakeValue, *, due: bool = False) -> None:
+        self._settle(waiter, due=due)
         self._wakeups.append(Wakeup(waiter.token, value))
 
     # ------------------------------------------------------------------ time
@@ -772,7 +839,7 @@ class Engine:
             if kind is DeadlineKind.READY:
                 if job.status is Status.PENDING and job.waiting_for_time:
                     self._touch(job.id)
-                    self._unindex(job)
+                    self._unindex(job, keep_queue=True)
                     job.waiting_for_time = False
                     self._index(job)
             elif kind is DeadlineKind.TTR:
@@ -1017,8 +1084,13 @@ class Engine:
             if meta is not None and meta.created_by is not None:
                 by_created_by.setdefault(meta.created_by, set()).add(job_id)
         in_lease_order = in_order and len(ready_priorities) <= 1
+        emptied = []
         for queue in queues.values():
             queue.run_built(in_lease_order=in_lease_order)
+            if queue.empty():
+                emptied.append(queue.name)
+        for name in emptied:
+            del queues[name]  # it held jobs before the rebuild, and none now
         self.by_status.rebuild(by_status, in_creation_order=in_order)
         if not in_order:
             for run in ttl_runs.values():
@@ -1849,7 +1921,7 @@ class Engine:
         self._touch(command.id)
         job = self.jobs[command.id]
         if kind is StartAttempt or kind is LeaseBy:
-            self._unindex(job)
+            self._unindex(job, keep_queue=True)
             self._transition(job, "lease")
             job.waiting_for_time = False
             job.attempts += 1
@@ -1863,7 +1935,7 @@ class Engine:
                 job.meta.worker = None
             self._index(job)
         elif isinstance(command, CompleteJob):
-            self._unindex(job)
+            self._unindex(job, keep_queue=True)
             self._transition(job, "complete")
             if job.meta is not None:
                 job.meta.fraction_completed = 1.0
@@ -1871,7 +1943,7 @@ class Engine:
         elif isinstance(command, Heartbeat):
             self._apply_heartbeat(job, command)
         elif isinstance(command, FailJob):
-            self._unindex(job)
+            self._unindex(job, keep_queue=True)
             job.fails += 1
             job.result = command.result
             if job.meta is not None:
@@ -1891,7 +1963,7 @@ class Engine:
                 self._transition(job, "fail_final")
                 self._finish(job, command.result, at_ns)
         elif isinstance(command, TimeoutAttempt | ReleaseJob):
-            self._unindex(job)
+            self._unindex(job, keep_queue=True)
             job.lease_expires_ns = None
             job.modified_ns = at_ns
             stopping = job.meta
@@ -1921,7 +1993,7 @@ class Engine:
             if job.status is Status.RUNNING:
                 meta.pause_requested = True
             else:
-                self._unindex(job)
+                self._unindex(job, keep_queue=True)
                 if job.waiting_for_time and job.time_ns is not None and job.time_ns <= at_ns:
                     job.waiting_for_time = False  # its time came (replay: before its tick)
                 self._transition(job, "pause")
@@ -1941,7 +2013,7 @@ class Engine:
             if job.status is Status.RUNNING:
                 meta.cancel_requested = True
             else:
-                self._unindex(job)
+                self._unindex(job, keep_queue=True)
                 self._transition(job, "cancel")
                 self._finish(job, b"", at_ns)
         elif isinstance(command, DeleteJob):
@@ -1955,6 +2027,11 @@ class Engine:
                 self._run_ended(job, "deleted")
             self._remove(job)
             self._wake_result_waiters(job.id, Outcome.NOT_FOUND)
+        status = job.status
+        if status is not Status.PENDING and status is not Status.RUNNING and not self._replaying:
+            # the job left its queue above and did not come back (``keep_queue``: not dropped
+            # and made again when it does): a queue left with nothing goes
+            self._drop_queue_if_empty(job.name)
 
     def _apply_heartbeat(self, job: Job, command: Heartbeat) -> None:
         """A heartbeat's change (part of :meth:`_apply`, called directly by
@@ -2092,8 +2169,10 @@ class Engine:
             assert job.lease_expires_ns is not None
             self._deadlines.push(job.lease_expires_ns, DeadlineKind.TTR, job)
 
-    def _unindex(self, job: Job) -> None:
-        """Take a job out of its queue's structures (heap entries lapse lazily)."""
+    def _unindex(self, job: Job, *, keep_queue: bool = False) -> None:
+        """Take a job out of its queue's structures (heap entries lapse lazily); a queue
+        left with nothing is dropped, unless ``keep_queue`` (the caller indexes the job
+        again, or calls :meth:`_drop_queue_if_empty` when done)."""
         if self._replaying:
             return
         queue = self.queues.get(job.name)
@@ -2107,6 +2186,15 @@ class Engine:
                 queue.ready_len -= 1
         elif job.status is Status.RUNNING:
             queue.running.pop(job.id, None)
+        if not keep_queue and queue.empty():
+            del self.queues[job.name]
+
+    def _drop_queue_if_empty(self, name: str) -> None:
+        """Drop the queue of ``name`` if it holds nothing (no job, no waiting lease): names
+        are the clients' to choose, so an empty queue must not stay."""
+        queue = self.queues.get(name)
+        if queue is not None and queue.empty():
+            del self.queues[name]
 
     def _best_ready(self, names: Iterable[str]) -> Job | None:
         best: ReadyEntry | None = None
@@ -2162,16 +2250,7 @@ class Engine:
             self._run_waiters.pop(waiter.job_id, None)
             if job is not None:
                 self._remove(job)
-            self._wake(waiter, Outcome.TIMEOUT)
-            return
-        self._settle(waiter)
-        if waiter.kind is WaitKind.RESULT:
-            waiters = self._result_waiters.get(waiter.job_id)
-            if waiters is not None:
-                waiters[:] = [w for w in waiters if not w.done]
-                if not waiters:
-                    del self._result_waiters[waiter.job_id]
-        self._wakeups.append(Wakeup(waiter.token, Outcome.TIMEOUT))
+        self._wake(waiter, Outcome.TIMEOUT, due=True)
 
 
 #: a tuple, not a union: ``isinstance`` is cheaper so (replay runs it once per record)

@@ -14,6 +14,11 @@ heap entry: that very tuple; the run: ``IN_RUN``) and it is pending; ``ready_len
 exact. The run stays sorted, stale places included, so a job that leaves and comes back is
 never appended to it again while its old place there remains (its lease key is not above
 the run's last), and ``IN_RUN`` cannot revive a stale place.
+
+A queue exists only while it holds something: a ready, scheduled or running job, or a lease
+request waiting on its name (``waiting`` counts those). The engine drops it once
+:meth:`Queue.empty` says so (names are the clients' to choose: a queue kept for every name
+ever leased or used would grow without bound).
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class Queue:
         "running",
         "scheduled",
         "waiters",
+        "waiting",
     )
 
     def __init__(self, name: str) -> None:
@@ -84,8 +90,16 @@ class Queue:
         self.scheduled: dict[bytes, Job] = {}
         #: leased jobs, by id
         self.running: dict[bytes, Job] = {}
-        #: lease requests waiting for a job of this name, oldest first
+        #: lease requests waiting for a job of this name, oldest first; those that are over
+        #: (``done``) leave lazily
         self.waiters: deque[Waiter] = deque()
+        #: lease requests in :attr:`waiters` that are not over (kept exact by the engine)
+        self.waiting = 0
+
+    def empty(self) -> bool:
+        """Whether the queue holds nothing: no ready, scheduled or running job and no lease
+        request waiting on its name (then the engine drops it)."""
+        return self.ready_len == 0 and not self.scheduled and not self.running and not self.waiting
 
     def push_ready(self, job: Job) -> None:
         """Enter a job in lease order: at the end of the run if it comes after its last
@@ -166,11 +180,8 @@ class Queue:
             kept = deque(job for job in run if self._live_in_run(job))
             ready_dropped = len(ready) + len(run) - len(live) - len(kept)
             self.ready, self.run = live, kept
-        waiters = self.waiters
-        if any(waiter.done for waiter in waiters):
-            kept_waiters = deque(waiter for waiter in waiters if not waiter.done)
-            waiters_dropped = len(waiters) - len(kept_waiters)
-            self.waiters = kept_waiters
+        if len(self.waiters) > self.waiting:
+            waiters_dropped = self.drop_done_waiters()
         if oversized(self.running):
             self.running = dict(self.running)
             tables += 1
@@ -178,6 +189,14 @@ class Queue:
             self.scheduled = dict(self.scheduled)
             tables += 1
         return ready_dropped, waiters_dropped, tables
+
+    def drop_done_waiters(self) -> int:
+        """Drop the lease requests that are over from :attr:`waiters` (a new deque: a caller
+        looping over the queue's requests reads the attribute again); how many."""
+        waiters = self.waiters
+        kept = deque(waiter for waiter in waiters if not waiter.done)
+        self.waiters = kept
+        return len(waiters) - len(kept)
 
     def ready_jobs(self, limit: int) -> list[Job]:
         """Up to ``limit`` ready jobs in lease order (for inspection)."""

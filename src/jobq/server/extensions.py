@@ -389,6 +389,8 @@ class Extensions:
         r: XLease = _body(XLease, data)
         if not r.names:
             raise BadRequest(p.INVALID_NAME)
+        if len(r.names) > limits.MAX_LEASE_NAMES:
+            raise BadRequest(limits.TOO_MANY_NAMES)
         names = [_name(n) for n in r.names]
         worker = _text(r.worker_id, MAX_SHORT_TEXT, "worker_id")
         if not worker:

@@ -100,6 +100,9 @@ MAX_FAILS = limits.MAX_FAILS
 #: -priority range (signed 32-bit)
 MIN_PRIORITY = limits.MIN_PRIORITY
 MAX_PRIORITY = limits.MAX_PRIORITY
+#: most names one ``lease`` may list (not in workq: one waiting lease holds a place in every
+#: name's queue); more is ``Invalid command args``
+MAX_LEASE_NAMES = limits.MAX_LEASE_NAMES
 #: largest inspect cursor offset (uint32)
 MAX_CURSOR_OFFSET = 2**32 - 1
 #: largest inspect limit (workq's MaxLimit)
@@ -760,7 +763,7 @@ def _parse_result(args: tuple[str, ...], flags: Mapping[str, str], data: bytes |
 
 
 def _parse_lease(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
-    if len(args) < 2:
+    if not 2 <= len(args) <= MAX_LEASE_NAMES + 1:
         raise ClientError(INVALID_COMMAND_ARGS)
     _no_flags(flags)
     names = tuple(parse_name(a) for a in args[:-1])
@@ -889,6 +892,8 @@ def _fast_lease(parser: RequestParser, m: re.Match[bytes]) -> Event | None:
     names, wait = m.group(8, 9)
     wait_ms = int(wait)
     parser._pos = m.end()
+    if names.count(b" ") > MAX_LEASE_NAMES:
+        return ProtocolError(CLIENT_ERROR, INVALID_COMMAND_ARGS)
     if wait_ms > MAX_WAIT_TIMEOUT_MS:
         return ProtocolError(CLIENT_ERROR, INVALID_WAIT_TIMEOUT)
     return Lease(tuple(names[:-1].decode("ascii").split(" ")), wait_ms)
