@@ -4,7 +4,8 @@ releases replies only once the log holds what they acknowledge.
 Theory of operation
 -------------------
 Every request a connection parses runs at once, in the event-loop thread, inside the engine's
-open transaction; its reply waits in the connection's ordered reply slots. Once per loop
+open transaction (unless the connection already holds too many unsent reply bytes: ``tcp.py``);
+its reply waits in the connection's ordered reply slots. Once per loop
 iteration :meth:`Core.flush` writes every command of the batch with one write. On success
 the transaction commits and, under ``sync=always``, one fsync in a worker thread covers the
 whole batch (group commit: requests arriving meanwhile form the next batch). Only then are
@@ -191,8 +192,10 @@ class Core:
 
     # ------------------------------------------------------------------ requests
 
-    def execute(self, conn: ReplySink, request: p.Request, slot: Slot) -> None:
-        """Run one request now; its reply is released with the batch.
+    def execute(self, conn: ReplySink, request: p.Request, slot: Slot) -> int:
+        """Run one request now; its reply is released with the batch. Returns the reply's
+        length in bytes, held until then (0 while the request waits), so that a connection
+        can stop running requests while it holds too many unsent bytes (``tcp.py``).
 
         The loop timer is (re)armed by :meth:`flush`, which runs later in the same loop
         iteration, so a request pays for no timer work of its own.
@@ -201,6 +204,7 @@ class Core:
         reply = self.dispatcher.handle(request, slot, self.clock())
         batch = self._batch
         changed = self.engine.drain_into(batch.commands, batch.wakeups)
+        size = 0
         if reply is None:
             slot.waiting = True
         elif isinstance(reply, Deferred):
@@ -212,9 +216,11 @@ class Core:
             batch.replies.append((slot, reply, changed))
             if changed:
                 batch.changes += 1
+            size = len(reply)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self.flush)
+        return size
 
     def _deferred_done(self, slot: Slot, future: asyncio.Future[bytes]) -> None:
         if not slot.waiting:

@@ -4,6 +4,18 @@ A connection runs its requests one at a time, as workq-server does: while a requ
 (a blocking lease, result or run) the connection runs no further commands. It keeps reading,
 so a client that goes away is noticed at once, but pauses once it holds
 ``READ_AHEAD_BYTES``, so a client cannot make the server buffer without bound.
+
+Replies are bounded the same way. A reply waits in its slot until its batch is logged
+(``core.py``), so the transport's write buffer alone (``pause_writing``) would not stop a
+client that pipelines requests and never reads: every request it sent would run, and every
+reply (an ``inspect jobs`` reply can be ~100 MiB) would be held at once. So the connection
+counts the bytes of replies built and not yet handed to the transport (``unsent``) and runs
+no further request while that count is at ``WRITE_HIGH_WATER_BYTES`` or more, or while the
+transport's buffer is over it (``writing_paused``); it goes on when the replies go out, or
+when ``resume_writing`` comes. Meanwhile it reads nothing, as while the transport's buffer is
+over the mark: that lasts only until the batch is logged, and a client that half-closes
+after its requests (``eof_received``) must still have them all run. What one connection
+holds in replies is therefore under twice ``WRITE_HIGH_WATER_BYTES`` plus one reply.
 """
 
 from __future__ import annotations
@@ -21,7 +33,8 @@ register_auth_command()
 
 logger = logging.getLogger("jobq.server")
 
-#: bytes of unsent replies after which the connection stops reading requests
+#: bytes of unsent replies (built and not yet handed to the transport, or in the transport's
+#: buffer) at which the connection stops running and reading requests
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 #: bytes of requests read ahead while a request waits, after which reading pauses (one
 #: whole command with its largest payload always fits)
@@ -48,6 +61,9 @@ class Connection(asyncio.Protocol):
         self.closing = False
         #: whether reading is paused (so the transport is told only of changes)
         self.reading_paused = False
+        #: bytes of replies built and not yet handed to the transport (a request runs only
+        #: while this is under ``WRITE_HIGH_WATER_BYTES``); 0 whenever no slot is left
+        self.unsent = 0
 
     # -- asyncio callbacks
 
@@ -108,30 +124,49 @@ class Connection(asyncio.Protocol):
             data = slots[0].data
             if data is not None:
                 slots.popleft()
+                held = self.unsent
+                self.unsent = 0
                 if transport is not None and not transport.is_closing():
                     transport.write(data)
+                if held >= WRITE_HIGH_WATER_BYTES:
+                    self._resume_soon()
             return
         out: list[bytes] = []
         while slots and slots[0].data is not None:
             out.append(slots.popleft().data)  # type: ignore[arg-type]
-        if out and transport is not None and not transport.is_closing():
-            transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if out:
+            held = self.unsent
+            # a reply the count never held (one that waited) makes it low, never negative
+            self.unsent = max(0, held - sum(map(len, out))) if slots else 0
+            if transport is not None and not transport.is_closing():
+                transport.write(b"".join(out) if len(out) > 1 else out[0])
+            if held >= WRITE_HIGH_WATER_BYTES > self.unsent:
+                self._resume_soon()
         if self.closing and not slots and transport is not None:
             transport.close()
 
     def unblock(self) -> None:
         self.blocked = False
         self._update_reading()
-        if not self.closing:
-            self.core.loop.call_soon(self._process)
+        self._resume_soon()
 
     # -- internals
+
+    def _resume_soon(self) -> None:
+        """Run the requests read meanwhile, in a later callback (not inside the core's)."""
+        if not self.closing:
+            self.core.loop.call_soon(self._process)
 
     def _process(self) -> None:
         parser = self.parser
         execute = self.core.execute
         slots = self.slots
-        while not self.blocked and not self.writing_paused and not self.closing:
+        while (
+            not self.blocked
+            and not self.writing_paused
+            and not self.closing
+            and self.unsent < WRITE_HIGH_WATER_BYTES
+        ):
             event = parser.next_event()
             if event is None:
                 break
@@ -139,6 +174,7 @@ class Connection(asyncio.Protocol):
             slots.append(slot)
             if isinstance(event, p.ProtocolError):
                 slot.data = event.to_bytes()
+                self.unsent += len(slot.data)
                 if event.fatal:
                     self.closing = True
                 self.slot_ready()
@@ -147,20 +183,32 @@ class Connection(asyncio.Protocol):
                 refusal = check_auth(self, event)
                 if refusal is not None:
                     slot.data = refusal
+                    self.unsent += len(refusal)
                     self.slot_ready()
                     continue
-            execute(self, event, slot)
+            size = execute(self, event, slot)
+            self.unsent += size
             if slot.waiting:
                 self.blocked = True
-        if self.blocked or self.writing_paused or self.reading_paused:
+        if (
+            self.blocked
+            or self.writing_paused
+            or self.reading_paused
+            or self.unsent >= WRITE_HIGH_WATER_BYTES
+        ):
             self._update_reading()
 
     def _update_reading(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        stop = self.writing_paused or (
-            self.blocked and self.parser.buffered_bytes >= READ_AHEAD_BYTES
+        # too many unsent replies: as the transport's buffer over its mark, reading stops at
+        # once, so the end of the input is not seen (and the connection closed, eof_received)
+        # before the requests received ahead of it have run
+        stop = (
+            self.writing_paused
+            or self.unsent >= WRITE_HIGH_WATER_BYTES
+            or (self.blocked and self.parser.buffered_bytes >= READ_AHEAD_BYTES)
         )
         if stop is self.reading_paused:
             return
