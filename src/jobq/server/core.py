@@ -201,7 +201,12 @@ class Core:
         iteration, so a request pays for no timer work of its own.
         """
         slot.request = request
-        reply = self.dispatcher.handle(request, slot, self.clock())
+        try:
+            reply = self.dispatcher.handle(request, slot, self.clock())
+        except Exception:  # a bug: the request may have changed the engine half-way
+            logger.exception("a %s request failed", type(request).__name__.lower())
+            self._discard_batch(slot)
+            return 0
         batch = self._batch
         changed = self.engine.drain_into(batch.commands, batch.wakeups)
         size = 0
@@ -454,6 +459,21 @@ class Core:
         # deadlines handled in the failed batch come due again
         self._arm_timer()
         self._schedule_flush()
+
+    def _discard_batch(self, failed: Slot) -> None:
+        """A request failed unexpectedly, perhaps half done: undo every change of the open
+        batch (the engine keeps no savepoint per request), refuse the requests that made
+        one, answer the failed one with an error, and go on serving."""
+        batch, self._batch = self._batch, Batch()
+        dropped = self.engine.rollback()
+        self.engine.begin()
+        refusal = p.server_error("Internal error; nothing was changed")
+        for slot, reply, changed in batch.replies:
+            self._fill(slot, refusal if changed else reply)
+        for wakeup in [*batch.wakeups, *dropped]:
+            self._fill_wakeup(wakeup, refusal)
+        self._fill(failed, refusal)
+        self._arm_timer()
 
     def _release(self, batch: Batch) -> None:
         for slot, reply, _changed in batch.replies:
