@@ -380,6 +380,17 @@ def test_an_error_echoing_long_input_is_a_client_error(
     assert client.inspect_server().active_clients == 1  # the connection was kept
 
 
+def test_long_created_by_ids_and_drop_reasons_are_refused(client: Client) -> None:
+    # the server's short-text limit (255): a 100 KB created_by id or schedule-drop reason
+    # was accepted and logged
+    with pytest.raises(ClientError, match="Invalid created_by: longer than 255"):
+        client.submit(queue(), b"x", created_by=("pipeline", "i" * 256))
+    client.create_schedule("long-reason", cron="@daily", args={"name": "x"})
+    with pytest.raises(ClientError, match="Invalid reason: longer than 255"):
+        client.drop_schedule("long-reason", reason="r" * 256)
+    client.drop_schedule("long-reason", reason="r" * 255)
+
+
 def test_arguments_checked_before_sending(client: Client) -> None:
     with pytest.raises(ValueError):
         client.add("bad name")

@@ -253,7 +253,10 @@ def _range(value: int, low: int, high: int, error: str) -> int:
 def _created_by(value: CreatedBy | None) -> tuple[str, str] | None:
     if value is None:
         return None
-    return (_text(value.type, MAX_SHORT_TEXT, "created_by"), str(value.id))
+    return (
+        _text(value.type, MAX_SHORT_TEXT, "created_by"),
+        _text(str(value.id), MAX_SHORT_TEXT, "created_by"),
+    )
 
 
 def job_summary(job: Job) -> dict[str, object]:
@@ -590,7 +593,8 @@ class Extensions:
 
     def sdrop(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleRef = _body(ScheduleRef, data)
-        self.engine.drop_schedule(r.name, reason=r.reason, now_ns=now_ns)
+        reason = _text(r.reason, MAX_SHORT_TEXT, "reason")
+        self.engine.drop_schedule(r.name, reason=reason, now_ns=now_ns)
         return data_reply({})
 
 
