@@ -158,6 +158,17 @@ def _meta(job: Job) -> tuple[object, ...] | None:
     return tuple(getattr(meta, slot) for slot in JobMeta.__slots__)
 
 
+def _schedule_runs(engine: Engine, *, finished: bool) -> list[bytes]:
+    """The jobs schedules made, finished or not, in id order."""
+    return sorted(
+        job_id
+        for key, ids in engine.by_created_by.items()
+        if key[0] == "schedule"
+        for job_id in ids
+        if engine.jobs[job_id].status.finished is finished
+    )
+
+
 def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
     kind = operation[0]
     try:
@@ -248,23 +259,11 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
                 operation[1], from_ns=now_ns - operation[2] * 1_000_000, to_ns=now_ns, now_ns=now_ns
             )
         elif kind == "sdelete":
-            ended = sorted(
-                job_id
-                for key, ids in engine.by_created_by.items()
-                if key[0] == "schedule"
-                for job_id in ids
-                if engine.jobs[job_id].status.finished
-            )
+            ended = _schedule_runs(engine, finished=True)
             if ended:
                 engine.delete(ended[0] if operation[1] else ended[-1], now_ns=now_ns)
         elif kind == "sjob":
-            made = sorted(
-                job_id
-                for key, ids in engine.by_created_by.items()
-                if key[0] == "schedule"
-                for job_id in ids
-                if not engine.jobs[job_id].status.finished
-            )
+            made = _schedule_runs(engine, finished=False)
             if made:
                 if operation[1]:
                     engine.complete(made[0], b"ok", now_ns=now_ns)
