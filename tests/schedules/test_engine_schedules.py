@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jobq.engine import limits
-from jobq.engine.commands import decode_command, encode_command
+from jobq.engine.commands import DeleteJob, decode_command, encode_command
 from jobq.engine.errors import InvalidStatus
 from jobq.engine.extensions import (
     AlterSchedule,
@@ -695,6 +695,28 @@ def test_a_record_superseded_by_an_unlogged_change_stays_live() -> None:
     assert world.engine.command_is_live(fired, logged)
     world.engine.rollback()
     assert world.engine.command_is_live(fired, logged)
+
+
+def test_the_removal_of_a_run_kept_by_the_logged_schedule_stays_live() -> None:
+    # the newest run (a manual one) is gone: its firing and its removal are both kept, so
+    # replay creates the job and removes it. A newer firing applied but not logged makes the
+    # live schedule forget that run; the log still needs both records.
+    world = World()
+    world.create(cron="0 * * * *")
+    world.engine.trigger_schedule("s", now_ns=world.now)
+    world.drain()
+    run = world.lease()
+    world.finish(run)
+    world.engine.delete(run.id, now_ns=world.now)
+    world.drain()
+    (removal, logged) = world.log[-1]
+    assert isinstance(removal, DeleteJob) and removal.id == run.id
+    assert world.engine.command_is_live(removal, logged)
+    world.engine.begin()
+    world.engine.trigger_schedule("s", now_ns=world.now)  # applied, not logged
+    assert world.engine.command_is_live(removal, logged)
+    world.engine.rollback()
+    assert world.engine.command_is_live(removal, logged)
 
 
 def test_a_dropped_schedules_number_is_not_used_again_after_cleaning() -> None:

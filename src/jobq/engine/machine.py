@@ -1151,13 +1151,20 @@ class Engine:
 
         Safe to call from the cleaner's thread: a job removed by a change not yet logged is
         still in the journal (saved there before its removal, dropped only after a rollback
-        put it back), so a record is never judged dead while a rollback could revive its job.
+        put it back), so a record is never judged dead while a rollback could revive its job;
+        likewise a run whose firing the schedule as logged keeps (the schedule's saved copy).
         """
         if self._job_is_live(job_id, logged_ns):
             return True
         journal = self._journal
         entry = journal.get(job_id) if journal is not None else None
         if entry is not None and logged_ns >= entry[0].created_ns:
+            return True
+        sched_journal = self._sched_journal
+        if sched_journal and any(
+            saved is not None and job_id in saved.kept_run_jobs()
+            for saved in list(sched_journal.values())
+        ):
             return True
         # again: a rollback may have put the job back (then dropped the journal) meanwhile
         return self._job_is_live(job_id, logged_ns)
