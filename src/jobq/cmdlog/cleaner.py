@@ -147,10 +147,12 @@ class Cleaner:
                         skipped += 1
                     continue
                 kept = [keep(record) for record in records]
+                # the keys of dead records, each asked for once (a decode, for some)
+                dead_keys: dict[int, Iterable[Hashable]] = {}
                 if keys is not None and staying:
                     for index, record in enumerate(records):
                         if not kept[index]:
-                            record_keys = keys(record)
+                            record_keys = dead_keys[index] = tuple(keys(record))
                             if not staying.isdisjoint(record_keys):
                                 # a dead record that stays too: so must the later records
                                 # of its other keys (a firing kept for its schedule's
@@ -162,9 +164,10 @@ class Cleaner:
                     skipped += 1
                     kept_total += len(records) - dead
                     if keys is not None:
-                        for record, keeps in zip(records, kept, strict=True):
+                        for index, (record, keeps) in enumerate(zip(records, kept, strict=True)):
                             if not keeps:
-                                staying.update(keys(record))
+                                found = dead_keys.get(index)
+                                staying.update(keys(record) if found is None else found)
                     continue
                 dropped_total += dead
                 kept_total += len(records) - dead

@@ -463,13 +463,16 @@ class Core:
     def _discard_batch(self, failed: Slot) -> None:
         """A request failed unexpectedly, perhaps half done: undo every change of the open
         batch (the engine keeps no savepoint per request), refuse the requests that made
-        one, answer the failed one with an error, and go on serving."""
+        one or came after one (a read may show what is undone), answer the failed one with
+        an error, and go on serving."""
         batch, self._batch = self._batch, Batch()
         dropped = self.engine.rollback()
         self.engine.begin()
         refusal = p.server_error("Internal error; nothing was changed")
+        after_a_change = False
         for slot, reply, changed in batch.replies:
-            self._fill(slot, refusal if changed else reply)
+            after_a_change = after_a_change or changed
+            self._fill(slot, refusal if after_a_change else reply)
         for wakeup in [*batch.wakeups, *dropped]:
             self._fill_wakeup(wakeup, refusal)
         self._fill(failed, refusal)
