@@ -33,11 +33,18 @@ def test_a_request_that_fails_half_way_changes_nothing(tmp_path: Path) -> None:
     server.core.dispatcher._handlers[p.Delete] = broken_delete
     conn = server.connect()
     try:
-        # one write: both requests run in one batch
-        conn.send(_add(A) + f"delete {B}\r\n".encode())
-        conn.replies.expect("add")
-        conn.replies.expect("delete")
-        assert [conn.read(), conn.read()] == [REFUSED, REFUSED]
+        # one write: the requests run in one batch; the read after the add would show it
+        conn.send(
+            f"inspect job {A}\r\n".encode()
+            + _add(A)
+            + f"inspect job {A}\r\n".encode()
+            + f"delete {B}\r\n".encode()
+        )
+        for word in ("inspect", "add", "inspect", "delete"):
+            conn.replies.expect(word)
+        before = conn.read()
+        assert isinstance(before, p.Error) and before.kind == "NOT-FOUND"  # a read before
+        assert [conn.read(), conn.read(), conn.read()] == [REFUSED, REFUSED, REFUSED]
         reply = conn.request(f"inspect job {A}\r\n".encode(), "inspect")
         assert isinstance(reply, p.Error) and reply.kind == "NOT-FOUND"
         # the connection and the server go on
