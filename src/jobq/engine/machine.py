@@ -839,7 +839,7 @@ class Engine:
             if kind is DeadlineKind.READY:
                 if job.status is Status.PENDING and job.waiting_for_time:
                     self._touch(job.id)
-                    self._unindex(job, keep_queue=True)
+                    self._unindex(job)
                     job.waiting_for_time = False
                     self._index(job)
             elif kind is DeadlineKind.TTR:
@@ -1928,7 +1928,7 @@ class Engine:
         self._touch(command.id)
         job = self.jobs[command.id]
         if kind is StartAttempt or kind is LeaseBy:
-            self._unindex(job, keep_queue=True)
+            self._unindex(job)
             self._transition(job, "lease")
             job.waiting_for_time = False
             job.attempts += 1
@@ -1942,7 +1942,7 @@ class Engine:
                 job.meta.worker = None
             self._index(job)
         elif isinstance(command, CompleteJob):
-            self._unindex(job, keep_queue=True)
+            self._unindex(job)
             self._transition(job, "complete")
             if job.meta is not None:
                 job.meta.fraction_completed = 1.0
@@ -1950,7 +1950,7 @@ class Engine:
         elif isinstance(command, Heartbeat):
             self._apply_heartbeat(job, command)
         elif isinstance(command, FailJob):
-            self._unindex(job, keep_queue=True)
+            self._unindex(job)
             job.fails += 1
             job.result = command.result
             if job.meta is not None:
@@ -1970,7 +1970,7 @@ class Engine:
                 self._transition(job, "fail_final")
                 self._finish(job, command.result, at_ns)
         elif isinstance(command, TimeoutAttempt | ReleaseJob):
-            self._unindex(job, keep_queue=True)
+            self._unindex(job)
             job.lease_expires_ns = None
             job.modified_ns = at_ns
             stopping = job.meta
@@ -2000,7 +2000,7 @@ class Engine:
             if job.status is Status.RUNNING:
                 meta.pause_requested = True
             else:
-                self._unindex(job, keep_queue=True)
+                self._unindex(job)
                 if job.waiting_for_time and job.time_ns is not None and job.time_ns <= at_ns:
                     job.waiting_for_time = False  # its time came (replay: before its tick)
                 self._transition(job, "pause")
@@ -2020,7 +2020,7 @@ class Engine:
             if job.status is Status.RUNNING:
                 meta.cancel_requested = True
             else:
-                self._unindex(job, keep_queue=True)
+                self._unindex(job)
                 self._transition(job, "cancel")
                 self._finish(job, b"", at_ns)
         elif isinstance(command, DeleteJob):
@@ -2036,8 +2036,9 @@ class Engine:
             self._wake_result_waiters(job.id, Outcome.NOT_FOUND)
         status = job.status
         if status is not Status.PENDING and status is not Status.RUNNING and not self._replaying:
-            # the job left its queue above and did not come back (``keep_queue``: not dropped
-            # and made again when it does): a queue left with nothing goes
+            # the job left its queue above and did not come back (``_unindex`` leaves the
+            # queue, so one a job moves within is not dropped and made again): a queue left
+            # with nothing goes
             self._drop_queue_if_empty(job.name)
 
     def _apply_heartbeat(self, job: Job, command: Heartbeat) -> None:
@@ -2116,6 +2117,7 @@ class Engine:
         del self.jobs[job.id]
         if self._replaying:
             return
+        self._drop_queue_if_empty(job.name)
         if self._deadlines.note_removed():
             self._deadlines.compact(self._deadline_may_apply)
         if not job.run:
@@ -2176,10 +2178,10 @@ class Engine:
             assert job.lease_expires_ns is not None
             self._deadlines.push(job.lease_expires_ns, DeadlineKind.TTR, job)
 
-    def _unindex(self, job: Job, *, keep_queue: bool = False) -> None:
-        """Take a job out of its queue's structures (heap entries lapse lazily); a queue
-        left with nothing is dropped, unless ``keep_queue`` (the caller indexes the job
-        again, or calls :meth:`_drop_queue_if_empty` when done)."""
+    def _unindex(self, job: Job) -> None:
+        """Take a job out of its queue's structures (heap entries lapse lazily). The queue
+        stays, even empty: the caller indexes the job again, or calls
+        :meth:`_drop_queue_if_empty` when done."""
         if self._replaying:
             return
         queue = self.queues.get(job.name)
@@ -2193,8 +2195,6 @@ class Engine:
                 queue.ready_len -= 1
         elif job.status is Status.RUNNING:
             queue.running.pop(job.id, None)
-        if not keep_queue and queue.empty():
-            del self.queues[job.name]
 
     def _drop_queue_if_empty(self, name: str) -> None:
         """Drop the queue of ``name`` if it holds nothing (no job, no waiting lease): names
