@@ -679,6 +679,17 @@ def test_cleaning_keeps_the_run_end_that_set_a_retry() -> None:
     assert _replay_kept(world).get_schedule("s").next_run_ns == retry_ns
 
 
+def _stays_live_through_an_unlogged_trigger(world: World, command: Any, logged: int) -> None:
+    """``command`` is live now, while a trigger of schedule "s" is applied but not logged,
+    and after that trigger is rolled back."""
+    assert world.engine.command_is_live(command, logged)
+    world.engine.begin()
+    world.engine.trigger_schedule("s", now_ns=world.now)  # applied, not logged
+    assert world.engine.command_is_live(command, logged)
+    world.engine.rollback()
+    assert world.engine.command_is_live(command, logged)
+
+
 def test_a_record_superseded_by_an_unlogged_change_stays_live() -> None:
     # the cleaner runs in a thread while a change is applied but not yet logged (or about
     # to be rolled back): it must judge by the schedule as the log holds it
@@ -689,12 +700,7 @@ def test_a_record_superseded_by_an_unlogged_change_stays_live() -> None:
     fired, logged = next((c, t) for c, t in world.log if isinstance(c, FireSchedule))
     world.engine.delete(fired.id, now_ns=world.now)
     world.drain()
-    assert world.engine.command_is_live(fired, logged)  # the newest firing
-    world.engine.begin()
-    world.engine.trigger_schedule("s", now_ns=world.now)  # applied, not logged
-    assert world.engine.command_is_live(fired, logged)
-    world.engine.rollback()
-    assert world.engine.command_is_live(fired, logged)
+    _stays_live_through_an_unlogged_trigger(world, fired, logged)  # the newest firing
 
 
 def test_the_removal_of_a_run_kept_by_the_logged_schedule_stays_live() -> None:
@@ -711,12 +717,7 @@ def test_the_removal_of_a_run_kept_by_the_logged_schedule_stays_live() -> None:
     world.drain()
     (removal, logged) = world.log[-1]
     assert isinstance(removal, DeleteJob) and removal.id == run.id
-    assert world.engine.command_is_live(removal, logged)
-    world.engine.begin()
-    world.engine.trigger_schedule("s", now_ns=world.now)  # applied, not logged
-    assert world.engine.command_is_live(removal, logged)
-    world.engine.rollback()
-    assert world.engine.command_is_live(removal, logged)
+    _stays_live_through_an_unlogged_trigger(world, removal, logged)
 
 
 def test_a_dropped_schedules_number_is_not_used_again_after_cleaning() -> None:

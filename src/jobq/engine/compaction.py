@@ -28,6 +28,19 @@ def oversized(table: Sized) -> bool:
     return sys.getsizeof(table) > MIN_TABLE_BYTES + MAX_TABLE_BYTES_PER_ENTRY * len(table)
 
 
+def right_size(owner: object, *attributes: str) -> int:
+    """Replace each dict attribute of ``owner`` that is :func:`oversized` with a copy (a new
+    dict, not cleared and refilled: the cleaner's thread may be reading the old one); how
+    many were replaced."""
+    replaced = 0
+    for attribute in attributes:
+        table = getattr(owner, attribute)
+        if oversized(table):
+            setattr(owner, attribute, dict(table))
+            replaced += 1
+    return replaced
+
+
 class CompactStats(msgspec.Struct, frozen=True):
     """What one compaction dropped or rebuilt."""
 

@@ -35,7 +35,7 @@ from jobq.engine.commands import (
     TimeoutAttempt,
     WorkqCommand,
 )
-from jobq.engine.compaction import CompactStats, oversized
+from jobq.engine.compaction import CompactStats, right_size
 from jobq.engine.deadlines import DeadlineKind, Deadlines
 from jobq.engine.deadlines import Entry as DeadlineEntry
 from jobq.engine.errors import (
@@ -329,24 +329,12 @@ class Engine:
             ready_entries += ready
             waiters += waiting
             tables += rebuilt
-        if oversized(self.jobs):
-            # a new dict, not cleared and refilled: the cleaner's thread reads ``jobs``
-            self.jobs = dict(self.jobs)
-            tables += 1
-        # tables keyed by names and ids that clients choose, once far larger than what they
-        # hold (e.g. after many lease requests on as many names ended)
-        if oversized(self.queues):
-            self.queues = dict(self.queues)
-            tables += 1
-        if oversized(self._waiters):
-            self._waiters = dict(self._waiters)
-            tables += 1
-        if oversized(self._result_waiters):
-            self._result_waiters = dict(self._result_waiters)
-            tables += 1
-        if oversized(self._run_waiters):
-            self._run_waiters = dict(self._run_waiters)
-            tables += 1
+        # the job table (read by the cleaner's thread), and tables keyed by names and ids
+        # that clients choose, once far larger than what they hold (e.g. after many lease
+        # requests on as many names ended)
+        tables += right_size(
+            self, "jobs", "queues", "_waiters", "_result_waiters", "_run_waiters"
+        )
         return CompactStats(deadline_entries, ready_entries, waiters, tables)
 
     # ------------------------------------------------------------------ client operations

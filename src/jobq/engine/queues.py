@@ -29,7 +29,7 @@ from collections import deque
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Final
 
-from jobq.engine.compaction import oversized
+from jobq.engine.compaction import right_size
 from jobq.engine.job import CREATION_ORDER, Job, Status
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ class Queue:
         and lease requests that are over; rebuild oversized tables. Returns (ready entries
         dropped, waiters dropped, tables rebuilt); nothing a lease or listing sees
         changes."""
-        ready_dropped = waiters_dropped = tables = 0
+        ready_dropped = waiters_dropped = 0
         ready, run = self.ready, self.run
         if len(ready) + len(run) > 2 * self.ready_len:
             live = [entry for entry in ready if self._live(entry)]
@@ -182,12 +182,7 @@ class Queue:
             self.ready, self.run = live, kept
         if len(self.waiters) > self.waiting:
             waiters_dropped = self.drop_done_waiters()
-        if oversized(self.running):
-            self.running = dict(self.running)
-            tables += 1
-        if oversized(self.scheduled):
-            self.scheduled = dict(self.scheduled)
-            tables += 1
+        tables = right_size(self, "running", "scheduled")
         return ready_dropped, waiters_dropped, tables
 
     def drop_done_waiters(self) -> int:
