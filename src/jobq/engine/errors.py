@@ -1,6 +1,28 @@
-"""Engine errors: one class per kind of refusal; each front end maps them to replies once."""
+"""Engine errors: one class per kind of refusal, each with its :class:`ErrorKind`.
+
+Front ends map errors to replies in one table each: the TCP protocol by class (workq has its
+own reply for some), HTTP by kind. None of them reads an error's text to decide.
+"""
 
 from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+
+class ErrorKind(enum.Enum):
+    """What kind of refusal an error is, for a front end to answer in kind."""
+
+    #: the request itself is wrong (a bad argument, an unknown name)
+    INVALID = "invalid"
+    #: what it names does not exist
+    NOT_FOUND = "not_found"
+    #: the state does not allow it (a finished job, a lease not held, a name in use)
+    CONFLICT = "conflict"
+    #: nothing came within the wait (workq's TIMEOUT)
+    TIMEOUT = "timeout"
+    #: the server cannot do it now (the command log cannot be written)
+    UNAVAILABLE = "unavailable"
 
 
 class EngineError(Exception):
@@ -8,6 +30,7 @@ class EngineError(Exception):
 
     #: workq's text for this refusal, where workq has one
     text: str = "Invalid command"
+    kind: ClassVar[ErrorKind] = ErrorKind.INVALID
 
     def __init__(self, text: str | None = None) -> None:
         super().__init__(text or self.text)
@@ -18,17 +41,23 @@ class EngineError(Exception):
 class JobNotFound(EngineError):
     """No job with that id (never added, deleted, or expired)."""
 
+    kind = ErrorKind.NOT_FOUND
+
     text = "Not found"
 
 
 class DuplicateJob(EngineError):
     """A job with that id exists already."""
 
+    kind = ErrorKind.CONFLICT
+
     text = "Duplicate job"
 
 
 class DuplicateResult(EngineError):
     """The job is finished already; it has its result."""
+
+    kind = ErrorKind.CONFLICT
 
     text = "Duplicate result"
 
@@ -40,11 +69,15 @@ class InvalidArgument(EngineError):
 class LeaseNotHeld(EngineError):
     """A worker acted on a job whose lease it no longer holds (expired, adopted, finished)."""
 
+    kind = ErrorKind.CONFLICT
+
     text = "Lease not held"
 
 
 class InvalidStatus(EngineError):
     """The job's status does not allow the command (e.g. resume of a running job)."""
+
+    kind = ErrorKind.CONFLICT
 
 
 class AmbiguousId(EngineError):

@@ -71,6 +71,7 @@ from jobq.engine.limits import MAX_LEASE_NAMES, TOO_MANY_NAMES
 from jobq.engine.queues import IN_RUN, Queue, ReadyEntry
 from jobq.engine.schedules import (
     DEFAULT_CATCHUP_MS,
+    DuplicateSchedule,
     ErrorPolicy,
     MissingExecutor,
     RecordKey,
@@ -1230,7 +1231,7 @@ class Engine:
         if name.isdigit():
             raise ScheduleError("Invalid schedule name: not all digits (ids are)")
         if name in self.schedule_names:
-            raise ScheduleError(f"Duplicate schedule name {name!r}")
+            raise DuplicateSchedule(f"Duplicate schedule name {name!r}")
         spec = validate_spec(Spec(cron=cron, tz=tz, every_ms=every_ms, at_ns=at_ns))
         _wait_policy(wait)
         _error_policy(on_error)

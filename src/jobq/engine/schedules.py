@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol, TypeAlias
 import msgspec
 
 from jobq.engine import limits
-from jobq.engine.errors import InvalidArgument, quoted
+from jobq.engine.errors import ErrorKind, InvalidArgument, quoted
 
 
 def _croniter() -> Any:
@@ -50,6 +50,13 @@ class ScheduleNotFound(InvalidArgument):
     """No schedule of that name or id."""
 
     text = "Schedule not found"
+    kind = ErrorKind.NOT_FOUND
+
+
+class DuplicateSchedule(ScheduleError):
+    """A schedule of that name exists already."""
+
+    kind = ErrorKind.CONFLICT
 
 
 class WaitPolicy(enum.Enum):
