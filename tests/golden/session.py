@@ -13,6 +13,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -513,7 +514,20 @@ async def _run(directory: Path) -> dict[str, Any]:
 
 def _command_line() -> list[list[str]]:
     """Every command's help, and a few refusals that need no server: what the command line
-    says must not change when its code moves."""
+    says must not change when its code moves. Run in a new interpreter: click keeps what
+    a command's first use decided (its help option, from the calling group's settings)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.golden.session", "--command-line"],
+        capture_output=True,
+        check=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
+    said: list[list[str]] = json.loads(out)
+    return said
+
+
+def _command_line_here() -> list[list[str]]:
     import click
     from click.testing import CliRunner
 
@@ -556,7 +570,11 @@ def run_session() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", action="store_true", help=f"write {EXPECTED.name}")
+    parser.add_argument("--command-line", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.command_line:
+        json.dump(_command_line_here(), sys.stdout)
+        return 0
     result = run_session()
     text = json.dumps(result, indent=1, ensure_ascii=False) + "\n"
     if args.write:
