@@ -9,13 +9,13 @@ import signal
 import sys
 from collections.abc import Callable
 
+from jobq.auth import encode_token
 from jobq.cmdlog.log import CommandLog
 from jobq.cmdlog.record import Record
 from jobq.config import ServerConfig
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import register_job_type_validator
-from jobq.http.auth import encode_token
 from jobq.server.core import Core, WallClock
 from jobq.server.history import read_history
 from jobq.server.memory import release_free_memory
