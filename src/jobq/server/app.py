@@ -180,7 +180,7 @@ async def serve(
         )
         if stats.records or stats.jobs:
             # decoding the snapshot or the log freed its buffers and temporary objects: hand
-            # those pages back before serving (a few ms; ~100 MiB at 500,000 jobs)
+            # those pages back before serving
             release_free_memory()
     history = None
     if log is not None:

@@ -1,15 +1,7 @@
 """Handlers and the registry that maps job names to them.
 
-::
-
-    import jobq
-
-    @jobq.handler("thumbnails", ttr="5m")
-    def thumbnails(job: jobq.JobContext) -> bytes | None:
-        ...
-
-The decorator registers the function in the default registry (:data:`REGISTRY`) and
-returns it unchanged, so importing a module is what makes its handlers known to
+``@jobq.handler(name)`` registers a function in the default registry (:data:`REGISTRY`)
+and returns it unchanged, so importing a module is what makes its handlers known to
 ``jobq worker --import MODULE``.
 """
 
