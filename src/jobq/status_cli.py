@@ -38,7 +38,7 @@ def _client(server: str, token: str | None) -> Any:
     except ValueError as exc:
         fail(f"--server: {exc}", EXIT_USAGE)
     if token:
-        from jobq.http.auth import authenticating_client_class
+        from jobq.auth import authenticating_client_class
 
         return authenticating_client_class(token)(host, port, timeout_s=10.0)
     return Client(host, port, timeout_s=10.0)

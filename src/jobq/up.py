@@ -154,7 +154,7 @@ class Up:
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         runtime_class: type[Any] = Runtime
         if self.auth_token:
-            from jobq.http.auth import authenticating_client_class
+            from jobq.auth import authenticating_client_class
 
             client_class = authenticating_client_class(self.auth_token)
 
@@ -309,7 +309,7 @@ def up_command(
     verbose: bool,
 ) -> None:
     """Run the server, the scheduler, a worker and the web UI in one process."""
-    from jobq.http.auth import encode_token
+    from jobq.auth import encode_token
     from jobq.server.app import configure_logging
     from jobq.server.cli import run_event_loop
 

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobq.http.auth import register_auth_command
+from jobq.server.auth import register_auth_command
 from tests.http.live import TOKEN, LiveServer
 
 

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from jobq.auth import authenticating_client_class, encode_token
 from jobq.client import Client
-from jobq.http.auth import authenticating_client_class, encode_token, register_auth_command
 from jobq.server import protocol as p
+from jobq.server.auth import register_auth_command
 from tests.http.live import TOKEN, LiveServer
 
 ID = "00000000-0000-4000-8000-000000000000"

@@ -27,19 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobq import __version__
+from jobq.auth import encode_token
 from jobq.engine.job import Status
 from jobq.engine.schedules import MAX_DURATION_MS
 from jobq.http import bridge
-from jobq.http.auth import (
-    ASGIApp,
-    BearerAuth,
-    Message,
-    Receive,
-    Scope,
-    Send,
-    encode_token,
-    send_json,
-)
+from jobq.http.auth import ASGIApp, BearerAuth, Message, Receive, Scope, Send, send_json
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from jobq.http.metrics import Metrics
 from jobq.server import protocol as p

@@ -1,1 +1,3 @@
-"""jobq's TCP front end: the workq wire protocol codec and the server that speaks it."""
+"""The jobq server: the workq protocol over TCP, the core that runs commands through the
+engine and the log, engine snapshots, and start-up.
+"""

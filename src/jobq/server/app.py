@@ -9,13 +9,13 @@ import signal
 import sys
 from collections.abc import Callable
 
+from jobq.auth import encode_token
 from jobq.cmdlog.log import CommandLog
 from jobq.cmdlog.record import Record
 from jobq.config import ServerConfig
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import register_job_type_validator
-from jobq.http.auth import encode_token
 from jobq.server.core import Core, WallClock
 from jobq.server.history import read_history
 from jobq.server.memory import release_free_memory
@@ -180,7 +180,7 @@ async def serve(
         )
         if stats.records or stats.jobs:
             # decoding the snapshot or the log freed its buffers and temporary objects: hand
-            # those pages back before serving (a few ms; ~100 MiB at 500,000 jobs)
+            # those pages back before serving
             release_free_memory()
     history = None
     if log is not None:

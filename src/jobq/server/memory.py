@@ -1,20 +1,6 @@
-"""Handing freed memory back to the operating system (glibc's ``malloc_trim``).
-
-glibc keeps memory that the process freed for later allocations: after a million jobs are
-deleted, tens of MiB of the C heap (large tables, buffers) stay resident although free.
-``malloc_trim(0)`` returns every whole free page in every malloc arena. It is a C call of a
-few milliseconds on a large heap, so the server makes it in a worker thread, and only after
-a compaction or after many jobs were removed (``Core.housekeeping``). Elsewhere than glibc
-(musl, macOS) there is no such call and this does nothing.
-
-That is the whole story on the system allocator, the server's default (``jobq.entry``). On
-CPython's own small-object allocator (``JOBQ_ALLOCATOR=pymalloc``) it is not: pymalloc returns
-a 1 MiB arena to the OS only once every object in it is gone, so one small object that
-outlives the jobs around it keeps its arena resident. For that case too the server avoids
-making long-lived small objects while jobs come and go (``datetime`` formatting, the
-``struct`` module's format cache, decoders made on first use), and empties CPython's free
-lists (up to 2,000 freed tuples of each size, lists, dicts...) when few jobs are left:
-:func:`empty_free_lists`. docs/server.md, "Memory", has the measurements.
+"""Handing freed memory back to the operating system: glibc's ``malloc_trim`` (nothing
+elsewhere), and emptying CPython's free lists, whose objects keep allocator arenas
+resident. ``docs/server.md``, "Memory", says when the server calls them and why.
 """
 
 from __future__ import annotations

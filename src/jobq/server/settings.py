@@ -82,7 +82,7 @@ def build_config(
     if (tls_cert is None) != (tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together")
     if auth_token:
-        from jobq.http.auth import encode_token
+        from jobq.auth import encode_token
 
         try:
             encode_token(auth_token)

@@ -1,27 +1,7 @@
-"""The engine snapshot: the engine's jobs and schedules as of a place in the command log, so
-that a start need not replay the whole log, only the records after that place.
-
-A snapshot is written to ``engine.snapshot`` in the log directory at a clean stop (at the
-log's end, after it is closed) and, while the server runs, by a forked child process
-(``snapshotter.py``) at the place the log had reached when the child was forked. It holds
-every job (``Job.row``), every schedule (``ScheduleRow``) and that place
-(:class:`LogPosition`): the segment, its inode, the offset, and the four bytes before the
-offset (the last record's CRC, or the header's end).
-
-At start it is used if the place is still in the log as it was: the segment file is there,
-with the same inode (the cleaner's rewrite makes a new file), at least that long (a torn
-tail cut off, or records lost to a crash before the fsync, make it shorter), with the same
-four bytes before the offset. The start then replays only the records after the place. It
-is not used, removed, and the whole log replayed, when any of that fails, or when the file
-is unreadable, fails its CRC32C or is of another format version.
-
-A snapshot stays valid as long as the records after its place stay as they were: the server
-keeps the cleaner off the snapshot's segment and every later one
-(``CommandLog.keep_from``), and removes the file before it lets the cleaner go further.
-Records before the place may be cleaned or deleted: the snapshot does not need them.
-Another program cleaning the log directory between two runs of jobq (workq's own server, for
-one) could drop records the snapshot needs; remove ``engine.snapshot`` before switching back
-to jobq after that.
+"""The engine snapshot file: the engine's jobs and schedules as of a place in the command
+log, so that a start replays only the records after it. Written at a clean stop and by the
+snapshotter's child; a start uses it only while its place is still in the log as it was
+(``docs/server.md``, "Restart").
 
 File layout: ``MAGIC`` (8 bytes); the header's size and CRC32C (4 bytes each, big-endian);
 the header (MessagePack, :class:`SnapshotHeader`: the version and the place); the body's
@@ -50,7 +30,7 @@ logger = logging.getLogger("jobq.server")
 SNAPSHOT_NAME = "engine.snapshot"
 #: a snapshot being written: ``engine.snapshot.tmp.<pid>`` (stale ones are removed at start)
 TEMPORARY_PREFIX = SNAPSHOT_NAME + ".tmp."
-#: the first format, "JOBQSNP1", stamped every segment instead of naming a place
+#: the file's first bytes (a file of the older format, ``JOBQSNP1``, is not used)
 MAGIC = b"JOBQSNP2"
 #: the format of the header and body; a snapshot of another version is ignored
 VERSION = 2
@@ -175,9 +155,8 @@ def load_snapshot(log_dir: str) -> tuple[LoadedBody, LogPosition] | None:
     path = os.path.join(log_dir, SNAPSHOT_NAME)
     try:
         with open(path, "rb") as f:
-            # mapped, not read: decoding reads the page cache's pages in place (reading the
-            # file copied 68 MB for 500,000 jobs into fresh memory first: ~0.08 s of page
-            # faults, and that much more memory at peak)
+            # mapped, not read: decoding reads the page cache's pages in place, where reading
+            # would first copy the whole file into fresh memory (page faults, and a peak)
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except FileNotFoundError:
         return None

@@ -1,32 +1,6 @@
-"""Engine snapshots while the server runs, so that a start after a crash replays only the
-records logged since the last one (``snapshot.py`` has the file and how a start uses it).
-
-A snapshot is written by a child process: the server forks at a moment when the engine holds
-exactly what the log holds (right after a batch is written, or while no change waits for
-the log), and the child, with the engine as it was at that moment (the pages are shared
-copy-on-write), fsyncs the log up to that place, writes ``engine.snapshot`` beside it and
-exits. The event loop pays for the fork only (the page tables: a few ms per 100 MiB of
-heap); encoding and writing the jobs run in the child, on the other core.
-
-When: once at least ``min_records`` records were logged since the snapshot on disk (the
-``--snapshot-min-records`` option; 0 turns snapshots while running off) and
-
-- the log has grown by at least as many records as the snapshot on disk holds jobs: a start
-  would then spend about as long replaying them as loading that snapshot. A snapshot's cost
-  grows with the jobs it holds, so snapshots cost a bounded share of the work of logging
-  (while jobs pile up, each snapshot is taken at about twice the jobs of the last); or
-- the server is quiet: nothing logged for ``QUIET_S``.
-
-After a failed snapshot (the child's error is logged) none is tried for ``RETRY_AFTER_S``.
-A child still running after ``CHILD_TIMEOUT_S`` (a disk that stopped answering, say) is
-killed and counts as failed, so that a stuck child cannot hold the cleaner back for good.
-
-The cleaner: while a snapshot is on disk or being written, the log's cleaner leaves its
-segment and every later one alone (``CommandLog.keep_from``): it drops records whose job is
-gone *now*, and the records after a snapshot's place must all stay for that snapshot to be
-replayed. When a snapshot lands, the limit moves up to its segment. When a child failed,
-the file (the older snapshot, the child's, or none) is removed first, then the limit
-lifted.
+"""Engine snapshots while the server runs: a forked child writes one (``snapshot.py``) with
+the engine as it was at the fork, once enough was logged or the server is quiet, and the
+log's cleaner is kept off the records the snapshot needs (``docs/server.md``, "Restart").
 """
 
 from __future__ import annotations
@@ -64,7 +38,8 @@ QUIET_S = 1.0
 CHECK_INTERVAL_S = 1.0
 #: no snapshot is tried for this long after one failed
 RETRY_AFTER_S = 60.0
-#: a child still writing after this long is killed (at 500,000 jobs a child takes ~1-2 s)
+#: a child still writing after this long is killed, so that a stuck one cannot hold the
+#: cleaner back for good (far longer than a snapshot takes: docs/server.md)
 CHILD_TIMEOUT_S = 600.0
 #: the most of a child's error message read back
 _MESSAGE_BYTES = 4096

@@ -16,8 +16,8 @@ from jobq.config import ServerConfig
 
 
 def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
-    """Run ``main`` on uvloop where it is installed (several times faster for many small
-    requests), else on asyncio's own loop."""
+    """Run ``main`` on uvloop where it is installed (faster with many small requests),
+    else on asyncio's own loop."""
     try:
         import uvloop
     except ImportError:

@@ -25,8 +25,8 @@ import logging
 from collections import deque
 from typing import cast
 
-from jobq.http.auth import Auth, check_auth, register_auth_command
 from jobq.server import protocol as p
+from jobq.server.auth import Auth, check_auth, register_auth_command
 from jobq.server.core import Core, Slot
 
 register_auth_command()
@@ -44,7 +44,7 @@ READ_AHEAD_BYTES = 2 * 1024 * 1024
 class Connection(asyncio.Protocol):
     """A workq protocol connection; with a server token it must ``auth`` first."""
 
-    #: set once the connection sent the server's token (see ``jobq.http.auth``)
+    #: set once the connection sent the server's token (see ``jobq.server.auth``)
     authenticated = False
 
     def __init__(

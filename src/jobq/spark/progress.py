@@ -1,12 +1,6 @@
-"""The progress bridge: a job's fraction and status from Spark's own progress, combined with
-the pipeline's units of work, sent as heartbeats.
-
-``fraction = (units done + the running unit's fraction) / units``, where the running unit's
-fraction is the share of finished tasks over the stages of its Spark jobs: from the status
-tracker (by job group) for a classic session, from the progress handler for Spark Connect.
-A thread polls and records it with ``job.progress()`` (no checkpoint) when it changed; a
-unit's end is recorded with its checkpoint by :meth:`ProgressBridge.unit_done`. When the job
-is paused or canceled the running unit's Spark jobs are canceled.
+"""The progress bridge: a job's fraction and status from Spark's own progress and the
+pipeline's units of work, recorded with ``job.progress()``; a pause or cancel cancels the
+running unit's Spark jobs (``docs/spark.md``, "Progress").
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The worker's one SparkSession, built lazily from options: a master URL (``local[*]`` by
-default, ``spark://``, ``yarn``, ``k8s://``) or a Spark Connect ``sc://`` endpoint, plus
-``--spark-conf KEY=VALUE`` settings.
-
-The embedded default keeps a persistent table catalog under the data directory: Hive support
-with an embedded Derby metastore in ``<data-dir>/spark/metastore_db`` and the warehouse in
-``<data-dir>/spark/warehouse``. Configuring ``spark.hadoop.hive.metastore.uris`` (or
-``spark.sql.catalogImplementation``) uses that instead.
+"""The worker's one SparkSession, built on first use from a master URL or a Spark Connect
+endpoint and ``--spark-conf`` settings; by default with a persistent catalog under the data
+directory (``docs/spark.md``, "The worker").
 """
 
 from __future__ import annotations

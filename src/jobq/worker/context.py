@@ -1,8 +1,7 @@
 """What a handler gets: the job's context, with ``progress()`` and the stop requests.
 
-A :class:`JobContext` is shared by the handler's thread and the worker's heartbeat
-thread: the handler records progress, the heartbeat thread sends it (and keeps the lease)
-and relays pause/cancel requests, which ``progress()`` raises as :class:`Paused` or
+The handler's thread records progress in it; the heartbeat thread sends that, keeps the
+lease and relays pause/cancel requests, which ``progress()`` raises as :class:`Paused` or
 :class:`Canceled`.
 """
 

@@ -1,15 +1,7 @@
 """Handlers and the registry that maps job names to them.
 
-::
-
-    import jobq
-
-    @jobq.handler("thumbnails", ttr="5m")
-    def thumbnails(job: jobq.JobContext) -> bytes | None:
-        ...
-
-The decorator registers the function in the default registry (:data:`REGISTRY`) and
-returns it unchanged, so importing a module is what makes its handlers known to
+``@jobq.handler(name)`` registers a function in the default registry (:data:`REGISTRY`)
+and returns it unchanged, so importing a module is what makes its handlers known to
 ``jobq worker --import MODULE``.
 """
 
@@ -131,8 +123,14 @@ class Registry:
         on_cancel: CancelHook | None = None,
         stall_timeout: Duration | None = None,
     ) -> Callable[[F], F]:
-        """A decorator that registers a function as the handler of ``name``; see
-        :func:`handler`."""
+        """Register the decorated function as the handler of jobs named ``name``.
+
+        :param ttr: the TTR its jobs are meant to have (``"5m"``, a timedelta, seconds), or
+            ``ttr_ms``; used by :meth:`Handler.submit` and for the default stall timeout
+        :param on_cancel: ``hook(job)``, run when the job is canceled while running
+        :param stall_timeout: stop heartbeating a job whose handler has not called
+            ``progress()`` for this long (default ``max(ttr, 10 minutes)``)
+        """
         from jobq.client import _name
 
         _name(name)
@@ -197,23 +195,5 @@ def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
 #: the registry ``@jobq.handler`` and ``jobq worker`` use
 REGISTRY = Registry()
 
-
-def handler(
-    name: str,
-    *,
-    ttr: Duration | None = None,
-    ttr_ms: int | None = None,
-    on_cancel: CancelHook | None = None,
-    stall_timeout: Duration | None = None,
-) -> Callable[[F], F]:
-    """Register the decorated function as the handler of jobs named ``name``.
-
-    :param ttr: the TTR its jobs are meant to have (``"5m"``, a timedelta, seconds), or
-        ``ttr_ms``; used by :meth:`Handler.submit` and for the default stall timeout
-    :param on_cancel: ``hook(job)``, run when the job is canceled while running
-    :param stall_timeout: stop heartbeating a job whose handler has not called
-        ``progress()`` for this long (default ``max(ttr, 10 minutes)``)
-    """
-    return REGISTRY.handler(
-        name, ttr=ttr, ttr_ms=ttr_ms, on_cancel=on_cancel, stall_timeout=stall_timeout
-    )
+#: ``@jobq.handler(name, ...)``: :meth:`Registry.handler` of :data:`REGISTRY`
+handler = REGISTRY.handler

@@ -1,4 +1,5 @@
-"""The worker runtime: lease loops, one heartbeat thread, and graceful shutdown.
+"""The worker runtime: threads that lease jobs and run their handlers, one heartbeat thread
+that keeps their leases, and a graceful stop (``docs/worker.md``, "The runtime").
 
 ::
 
@@ -6,19 +7,6 @@
 
     runtime = Runtime("127.0.0.1:9922", concurrency=4)   # handlers: the default registry
     runtime.run()                                        # until SIGTERM/SIGINT; returns 0
-
-``Runtime`` starts ``concurrency`` threads, each with its own :class:`~jobq.client.Client`,
-that lease jobs of the names the runtime serves (``xlease``, waiting about a second at a
-time so a stop is noticed) and run their handlers. One heartbeat thread, with its own
-client, keeps every running job's lease: at least every ttr/3 (and at least 200 ms apart)
-it sends the job's recorded progress and relays pause/cancel requests to its context.
-A job whose handler has not called ``progress()`` for its stall timeout gets no more
-background heartbeats, so a hung handler loses its lease and the job is adopted elsewhere.
-
-Stopping (SIGTERM, SIGINT, or :meth:`Runtime.stop`): no more leases; running handlers get
-up to ``grace_s`` to finish; the jobs of handlers still running are then released (pending
-again at once, with any checkpoint not yet sent) and ``run()`` returns 0. A second signal
-cuts the grace period short.
 """
 
 from __future__ import annotations

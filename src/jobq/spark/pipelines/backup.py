@@ -1,4 +1,5 @@
-"""``spark.backup``: tables to a backup chain, full or incremental, resumable per file.
+"""``spark.backup``: tables to a backup chain, full or incremental, resumable per file
+(``docs/spark.md`` says what a backup holds and why it is consistent).
 
 Layout of a chain (``location``)::
 
@@ -8,24 +9,6 @@ Layout of a chain (``location``)::
       data/<table>/<part>.json  the part's rows, checksum and files (sha256), once written
       manifest.json             written last: a backup without one is incomplete
     0002-incremental/ ...
-
-**Consistent snapshot.** A backup copies the data files that make up each table when it
-starts (listed in ``plan.json``). Spark never changes a data file in place, so that set of
-files is the table at that moment; a planned file that disappears while the backup runs
-(a concurrent overwrite) fails the backup.
-
-**Incremental.** What changed since the previous backup of the chain: the data files added
-to the table (new parts) and removed from it (recorded, not copied). Each manifest lists a
-table's *live* files as of that backup and the backup holding each file's part, so a
-restore reads one manifest to know the whole state. A table whose storage is not a set of
-files (a view, a JDBC table) is backed up whole in every backup.
-
-**Checksums.** A part records its row count, the order-insensitive checksum of its rows
-(the sum of their 64-bit hashes) and the sha256 of each of its files; the manifest records
-each table's rows and checksum as of the backup.
-
-Units of work are groups of ``files_per_part`` data files; the checkpoint counts them. A part
-done again replaces its own directory (overwrite), and the manifest is the last unit.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """``spark.pipeline``: a Spark Declarative Pipelines project (``spark-pipeline.yml``), with
-the flows' events as progress: flows done over flows seen, the running flow as status.
-
-On a Spark Connect session the graph is built and run in the worker (pipelines need Spark
-Connect); on a classic session the project runs with the package's ``spark-pipelines`` CLI,
-which starts its own local Connect server, and its printed events are read the same way.
-``dry_run`` validates the graph without running flows. A run is one unit: declarative
-pipelines are incremental by design, so an adopted job runs the pipeline again.
+the flows' events as progress; run in the worker on a Spark Connect session, else through
+the ``spark-pipelines`` CLI. One unit: an adopted job runs the pipeline again.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""``spark.export``: a table or a query to CSV, JSON or Parquet files at a path.
-
-One unit of work, written in overwrite mode, so an adopted export writes the whole output
-again and replaces what a killed attempt left (``mode: error`` only refuses an output that
-existed before the job's first attempt).
+"""``spark.export``: a table or a query to CSV, JSON or Parquet files at a path, in one unit
+written in overwrite mode, so an adopted export replaces what a killed attempt left.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """``spark.import``: CSV, JSON or Parquet files into a table (create, append or overwrite).
 
-Units of work are chunks of input files (``files_per_chunk``). Each chunk is written to its
-own staging directory inside the table's location (``_jobq_staging/<job id>/chunk-NNNNN``,
-hidden from readers by its ``_`` prefix) in overwrite mode, so a chunk done again replaces its
-own output; the checkpoint after each chunk holds the file list, schema and chunks done.
-The last unit commits: the staged files are moved (renamed) into the table's location and
-the catalog is refreshed. Moves are idempotent (a moved file is gone from staging), so an
-adopted commit finishes the moves without duplicating any file.
-
-A table that is not a Parquet table on a local filesystem is written chunk by chunk with
-``insertInto`` instead: a chunk in progress when a worker died may then be written twice.
+A unit is a chunk of files, staged inside the table's location; the last unit moves the
+staged files in, so an adopted job writes no file twice (``docs/spark.md``).
 """
 
 from __future__ import annotations

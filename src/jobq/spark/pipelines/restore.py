@@ -1,10 +1,6 @@
-"""``spark.restore``: a backup chain (a full backup and its incrementals) into tables, as of a
-chosen backup, verifying the manifest.
-
-The manifest of the chosen backup lists each table's live files and the backup holding each
-one's part; every part file's sha256 is checked before it is read, and the restored table's
-row count and order-insensitive checksum must equal the manifest's. One unit per table; a
-table is written in overwrite mode, so a table done again replaces its own output.
+"""``spark.restore``: a backup chain into tables as of a chosen backup, one unit per table,
+each part file's sha256 and each table's row count and checksum checked against the
+manifest.
 """
 
 from __future__ import annotations

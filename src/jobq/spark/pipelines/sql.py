@@ -1,10 +1,6 @@
-"""``spark.sql``: SQL statements run in order, one unit each; the last statement's result
-goes to a table or to files (reports) when ``output`` is given.
-
-The checkpoint counts the statements done; an adopted job starts at the first statement not
-done. A statement that was running when a worker died runs again, so statements that are not
-idempotent (``INSERT INTO``) may apply twice; ``INSERT OVERWRITE`` and ``CREATE OR REPLACE``
-do not.
+"""``spark.sql``: SQL statements run in order, one unit each; the last one's result goes to a
+table or to files when ``output`` is given. An adopted job starts at the first statement
+not done, so the one running when a worker died runs again.
 """
 
 from __future__ import annotations
