@@ -10,10 +10,9 @@ has the measurements.
 
 The allocator is fixed when the interpreter starts, so these two commands re-execute the
 process once, same pid and same command line, with ``PYTHONMALLOC=malloc`` set (a second
-interpreter start, 20-90 ms here, before anything else is imported). A ``PYTHONMALLOC``
-already set is left alone, and ``JOBQ_ALLOCATOR=pymalloc`` keeps CPython's allocator.
-Every other command starts directly. ``jobq server`` with a common command line then
-starts without click (``server/settings.py``).
+interpreter start, before anything else is imported; docs/server.md, "Start-up"). A
+``PYTHONMALLOC`` already set is left alone, and ``JOBQ_ALLOCATOR=pymalloc`` keeps CPython's
+allocator. Every other command starts directly.
 
 Unless ``GLIBC_TUNABLES`` is already set, the re-execution also fixes two of glibc's
 thresholds (:data:`GLIBC_TUNABLES`): ``free`` then never trims the heap top on its own (the
@@ -49,15 +48,6 @@ def main() -> None:
     if sys.executable and sys.orig_argv and wants_system_allocator(sys.argv, os.environ):
         environ = {"GLIBC_TUNABLES": GLIBC_TUNABLES, **os.environ, "PYTHONMALLOC": "malloc"}
         os.execve(sys.executable, sys.orig_argv, environ)  # does not return
-    if len(sys.argv) > 1 and sys.argv[1] == "server":
-        # the common command lines start without importing click (server/settings.py)
-        from jobq.server.settings import fast_config
-
-        config = fast_config(sys.argv[2:], os.environ)
-        if config is not None:
-            from jobq.server.start import run_server
-
-            sys.exit(run_server(config))
     from jobq.cli import main as cli_main
 
     cli_main()

@@ -20,7 +20,7 @@ from jobq.cmdlog.record import (
     encode_records,
 )
 from jobq.engine.commands import decode_workq_command, encode_workq_command
-from jobq.logtool import describe_command
+from jobq.cli.log import describe_command
 
 
 def _as_expected(record: Record) -> dict[str, object]:

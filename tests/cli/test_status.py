@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
+from jobq.cli.status import status_command
 from jobq.client import Client
-from jobq.status_cli import status_command
 from tests.http.live import TOKEN, LiveServer
 
 
