@@ -356,8 +356,6 @@ def _show_value(key: str, value: object) -> str:
         return f"{value.get('type', '')} {value.get('id', '')}"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if key in ("created", "time", "started", "finished", "modified"):
-        return str(value)
     return str(value)
 
 
