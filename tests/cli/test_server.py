@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobq.cli import main
 from jobq.cli.common import AUTH_TOKEN_ENV
 from jobq.cli.server import build_config, server_command
 from jobq.config import ConfigError, ServerConfig, default_data_dir
@@ -28,7 +29,10 @@ def _no_token_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def click_config(args: list[str]) -> ServerConfig:
     """The settings click parses from ``jobq server ARGS`` (usage errors raise)."""
-    ctx = server_command.make_context("server", list(args))
+    # under the jobq group, as when run: click keeps the help option of a command's first
+    # context, and the group's gives it -h too (tests/golden compares the help)
+    parent = main.make_context("jobq", ["server"])
+    ctx = server_command.make_context("server", list(args), parent=parent)
     return build_config(**ctx.params)
 
 
