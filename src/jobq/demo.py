@@ -149,9 +149,6 @@ def setup_requests(data_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]
     table = base / "warehouse" / "sales.jsonl"
     now = time.time()
 
-    def rfc3339(t: float) -> str:
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
     jobs = [
         {
             "name": IMPORT,
@@ -165,25 +162,16 @@ def setup_requests(data_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]
             "payload": _b64({"table": str(table), "query": "revenue by region and product"}),
             "description": "Report: top revenue by region and product",
             "creator": "demo",
-            "time": rfc3339(now + 20),
+            "time": _rfc3339(now + 20),
             "max_attempts": 3,
         },
     ]
-    schedule = {
-        "name": "demo-backup",
-        "every_ms": 180_000,
-        "at": rfc3339(now + 45),
-        "executor": "job",
-        "args": {
-            "name": BACKUP,
-            "payload": json.dumps({"table": str(table), "to": str(base / "backups")}),
-            "description": "Back up the sales table",
-            "max_attempts": 2,
-        },
-        "wait": "skip",
-        "owner": "demo",
-        "reason": "jobq up demo",
-    }
+    schedule = _schedule("demo-backup", 180_000, now + 45, {
+        "name": BACKUP,
+        "payload": json.dumps({"table": str(table), "to": str(base / "backups")}),
+        "description": "Back up the sales table",
+        "max_attempts": 2,
+    })
     return jobs, schedule
 
 
@@ -197,9 +185,6 @@ def spark_requests(data_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]
     """
     base = demo_dir(data_dir).resolve()
     now = time.time()
-
-    def rfc3339(t: float) -> str:
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
     jobs = [
         {
@@ -224,29 +209,39 @@ def spark_requests(data_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]
             }),
             "description": "Spark report: revenue by region and product",
             "creator": "demo",
-            "time": rfc3339(now + 90),
+            "time": _rfc3339(now + 90),
             "ttr_ms": 300_000,
             "max_attempts": 3,
             "max_fails": 3,
         },
     ]
-    schedule = {
-        "name": "demo-spark-backup",
-        "every_ms": 300_000,
-        "at": rfc3339(now + 150),
+    schedule = _schedule("demo-spark-backup", 300_000, now + 150, {
+        "name": "spark.backup",
+        "payload": json.dumps({"tables": ["sales"], "location": str(base / "spark-backups")}),
+        "description": "Spark: back up table sales",
+        "ttr_ms": 300_000,
+        "max_attempts": 2,
+    })
+    return jobs, schedule
+
+
+def _schedule(name: str, every_ms: int, first: float, args: dict[str, Any]) -> dict[str, Any]:
+    """A demo schedule (a ``screate`` body): ``args``' job every ``every_ms``, first at the
+    epoch time ``first``, skipped while the last run is unfinished."""
+    return {
+        "name": name,
+        "every_ms": every_ms,
+        "at": _rfc3339(first),
         "executor": "job",
-        "args": {
-            "name": "spark.backup",
-            "payload": json.dumps({"tables": ["sales"], "location": str(base / "spark-backups")}),
-            "description": "Spark: back up table sales",
-            "ttr_ms": 300_000,
-            "max_attempts": 2,
-        },
+        "args": args,
         "wait": "skip",
         "owner": "demo",
         "reason": "jobq up demo",
     }
-    return jobs, schedule
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _b64(value: object) -> str:

@@ -1,25 +1,11 @@
-"""The ``jobq`` command's first step: the server runs on the C library's allocator.
+"""The ``jobq`` console script (also ``python -m jobq``): ``jobq server`` and ``jobq up``
+first re-execute themselves on the C library's allocator, then the command line runs.
 
-``jobq server`` and ``jobq up`` hold every job in memory, and a job count that swings (a
-million jobs in, done, deleted) must give its memory back. CPython's small-object allocator
-(pymalloc) returns a 1 MiB arena to the OS only once every object in it is gone, so a few
-small objects made while jobs came and went keep hundreds of MiB resident after the jobs
-are deleted. With ``PYTHONMALLOC=malloc`` every object comes from glibc's heap, whose free
-pages the server's housekeeping hands back (``server/memory.py``); docs/server.md, "Memory",
-has the measurements.
-
-The allocator is fixed when the interpreter starts, so these two commands re-execute the
-process once, same pid and same command line, with ``PYTHONMALLOC=malloc`` set (a second
-interpreter start, 20-90 ms here, before anything else is imported). A ``PYTHONMALLOC``
-already set is left alone, and ``JOBQ_ALLOCATOR=pymalloc`` keeps CPython's allocator.
-Every other command starts directly. ``jobq server`` with a common command line then
-starts without click (``server/settings.py``).
-
-Unless ``GLIBC_TUNABLES`` is already set, the re-execution also fixes two of glibc's
-thresholds (:data:`GLIBC_TUNABLES`): ``free`` then never trims the heap top on its own (the
-server's housekeeping calls ``malloc_trim`` when many jobs are gone), and blocks below 4 MiB
-come from the heap rather than from a fresh ``mmap`` each (glibc's default threshold moves
-with the sizes it sees). Both spare system calls and page faults on the request path.
+They hold every job in memory, and a swinging job count must give its memory back, which
+glibc's heap does and CPython's small-object allocator does not (docs/server.md, "Memory").
+The allocator is fixed when the interpreter starts, hence one re-execution, same pid and
+command line, with ``PYTHONMALLOC=malloc``; one already set is left alone, and
+``JOBQ_ALLOCATOR=pymalloc`` keeps CPython's allocator. Other commands start directly.
 """
 
 from __future__ import annotations
@@ -30,7 +16,11 @@ import sys
 #: the commands that hold jobs in memory
 SERVER_COMMANDS = frozenset({"server", "up"})
 ALLOCATOR_ENV = "JOBQ_ALLOCATOR"
-#: glibc's malloc settings for the server (see above); other C libraries ignore the variable
+#: glibc's malloc settings for the server, set on re-execution unless GLIBC_TUNABLES is set
+#: (other C libraries ignore it): ``free`` never trims the heap top on its own (housekeeping
+#: calls ``malloc_trim`` when many jobs are gone), and blocks below 4 MiB come from the heap
+#: rather than from a fresh ``mmap`` each (glibc's default threshold moves with the sizes
+#: it sees). Both spare system calls and page faults on the request path.
 GLIBC_TUNABLES = "glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=4194304"
 
 
@@ -49,15 +39,6 @@ def main() -> None:
     if sys.executable and sys.orig_argv and wants_system_allocator(sys.argv, os.environ):
         environ = {"GLIBC_TUNABLES": GLIBC_TUNABLES, **os.environ, "PYTHONMALLOC": "malloc"}
         os.execve(sys.executable, sys.orig_argv, environ)  # does not return
-    if len(sys.argv) > 1 and sys.argv[1] == "server":
-        # the common command lines start without importing click (server/settings.py)
-        from jobq.server.settings import fast_config
-
-        config = fast_config(sys.argv[2:], os.environ)
-        if config is not None:
-            from jobq.server.start import run_server
-
-            sys.exit(run_server(config))
     from jobq.cli import main as cli_main
 
     cli_main()

@@ -1,8 +1,10 @@
-"""``jobq up``: the server, the scheduler, a worker and the HTTP server in one process.
+"""One ``jobq up`` process: the server, the scheduler, a worker and the HTTP server, started
+and stopped in order on one event loop.
 
-All state lives under ``--data-dir`` (default ``./.jobq`` or ``$JOBQ_HOME``). On an empty
-data directory it sets up a demo (unless ``--no-demo``): a sample CSV, an import job, a
-report query and a backup schedule, run by the worker in this process. See docs/up.md.
+All state lives under the data directory. On an empty one it sets up the demo
+(``demo.py``): a sample CSV, an import job, a report query and a backup schedule, run by
+the worker in this process. The command and its options are in ``cli/up.py``; see
+docs/up.md.
 """
 
 from __future__ import annotations
@@ -20,60 +22,49 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
-from jobq.config import (
-    DEFAULT_LISTEN,
-    ConfigError,
-    ServerConfig,
-    default_data_dir,
-    parse_listen,
-)
+from jobq.config import ServerConfig
 
 logger = logging.getLogger("jobq.up")
 
-DEFAULT_HTTP = "127.0.0.1:8080"
 #: how long running handlers may take to finish when jobq up stops
 GRACE_S = 10.0
 
 
-def _is_fresh(data_dir: Path) -> bool:
+def is_fresh(data_dir: Path) -> bool:
     """No command log yet: a first start."""
     log_dir = data_dir / "cmdlog"
     return not log_dir.exists() or not any(log_dir.iterdir())
 
 
-def _usage(message: str) -> click.UsageError:
-    return click.UsageError(message)
+class UpOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``jobq up`` runs beside the server (whose settings are a ServerConfig)."""
+
+    #: HOST, PORT of the HTTP API and web UI; None: no HTTP
+    http: tuple[str, int] | None
+    auth_token: str | None
+    #: PEM files to serve HTTPS
+    tls_cert: str | None
+    tls_key: str | None
+    #: set up the demo once the server listens
+    demo: bool
+    #: run a worker in this process, with this many jobs at once
+    worker: bool
+    concurrency: int
+    #: print no banner
+    quiet: bool = False
 
 
 class Up:
     """One ``jobq up`` process: wiring between the server, HTTP, worker and demo."""
 
-    def __init__(
-        self,
-        config: ServerConfig,
-        *,
-        http: tuple[str, int] | None,
-        auth_token: str | None,
-        tls_cert: str | None,
-        tls_key: str | None,
-        demo: bool,
-        concurrency: int,
-        worker: bool,
-        quiet: bool = False,
-    ) -> None:
+    def __init__(self, config: ServerConfig, options: UpOptions) -> None:
         self.config = config
-        self.http_address = http
-        self.auth_token = auth_token
-        self.tls_cert = tls_cert
-        self.tls_key = tls_key
-        self.demo = demo
-        self.concurrency = concurrency
-        self.with_worker = worker
-        self.quiet = quiet
+        self.options = options
         #: the worker serves the Spark job types (the spark extra is installed), so the demo
         #: runs them too
-        self.spark_served = worker and importlib.util.find_spec("pyspark") is not None
+        self.spark_served = options.worker and importlib.util.find_spec("pyspark") is not None
         self.core: Any = None
         self.http: Any = None
         self.runtime: Any = None
@@ -89,7 +80,7 @@ class Up:
         self.core = core
         loop = asyncio.get_running_loop()
         self._http_ready = loop.create_future()
-        if self.http_address is not None:
+        if self.options.http is not None:
             self._spawn(self._start_http(core))
         else:
             self._http_ready.set_result(None)
@@ -98,12 +89,12 @@ class Up:
         from jobq.http import start_http
 
         assert self._http_ready is not None
-        assert self.http_address is not None
-        host, port = self.http_address
+        assert self.options.http is not None
+        host, port = self.options.http
         try:
             self.http = await start_http(
-                core, host=host, port=port, auth_token=self.auth_token,
-                tls_cert=self.tls_cert, tls_key=self.tls_key,
+                core, host=host, port=port, auth_token=self.options.auth_token,
+                tls_cert=self.options.tls_cert, tls_key=self.options.tls_key,
             )
         except Exception as exc:
             self._http_ready.set_exception(exc)
@@ -128,12 +119,12 @@ class Up:
         try:
             await self._http_ready
         except Exception as exc:
-            logger.error("cannot serve HTTP on %s:%s: %s", *self.http_address or ("", 0), exc)
+            logger.error("cannot serve HTTP on %s:%s: %s", *self.options.http or ("", 0), exc)
             self.request_stop()
             return
-        if self.demo:
+        if self.options.demo:
             await self._set_up_demo()
-        if self.with_worker:
+        if self.options.worker:
             await asyncio.get_running_loop().run_in_executor(None, self._start_worker)
         self._banner()
 
@@ -153,10 +144,10 @@ class Up:
             host = "127.0.0.1"
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         runtime_class: type[Any] = Runtime
-        if self.auth_token:
+        if self.options.auth_token:
             from jobq.auth import authenticating_client_class
 
-            client_class = authenticating_client_class(self.auth_token)
+            client_class = authenticating_client_class(self.options.auth_token)
 
             class AuthRuntime(Runtime):
                 def _client(self) -> Any:
@@ -166,7 +157,7 @@ class Up:
         self.runtime = runtime_class(
             address,
             handlers=list(handlers.values()),
-            concurrency=self.concurrency,
+            concurrency=self.options.concurrency,
             worker_id=f"{socket.gethostname()}-up",
             grace_s=GRACE_S,
         )
@@ -208,7 +199,7 @@ class Up:
         logger.info("demo set up under %s", demo.demo_dir(self.config.data_dir))
 
     def _banner(self) -> None:
-        if self.quiet:
+        if self.options.quiet:
             return
         assert self.tcp is not None
         host, port = self.tcp
@@ -222,7 +213,7 @@ class Up:
         lines.append(f"  data      {self.config.data_dir}")
         if self.runtime is not None:
             lines.append(f"  worker    {', '.join(self.runtime.names)}")
-        if self.demo:
+        if self.options.demo:
             lines.append("  demo      an import, a report and a backup schedule: watch them in "
                          "the UI")
         server = "" if tcp == "127.0.0.1:9922" else f" --server {tcp}"
@@ -267,86 +258,3 @@ class Up:
             stop=self._serve_stop,
             on_core=self._on_core,
         )
-
-
-@click.command("up")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where all state lives  [default: ./.jobq or $JOBQ_HOME]")
-@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
-              help="The TCP address for workers and clients.")
-@click.option("--http", "http", default=DEFAULT_HTTP, show_default=True, metavar="HOST:PORT",
-              help="The web UI, JSON API and /metrics.")
-@click.option("--no-http", is_flag=True, help="Serve no HTTP.")
-@click.option("--no-demo", is_flag=True, help="Do not set up the demo on an empty data dir.")
-@click.option("--no-worker", is_flag=True, help="Run no worker in this process.")
-@click.option("--concurrency", type=click.IntRange(1, 256), default=2, show_default=True,
-              help="Jobs the worker runs at once.")
-@click.option("--import", "imports", multiple=True, metavar="MODULE",
-              help="Import MODULE so its @jobq.handler functions run here (repeatable).")
-@click.option("--auth-token", envvar="JOBQ_AUTH_TOKEN", default=None, metavar="TOKEN",
-              help="Require this token (printable ASCII, no spaces) on TCP (auth <token>) "
-                   "and HTTP (Bearer).")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Serve HTTPS with this certificate (PEM).")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="The certificate's private key (PEM).")
-@click.option("--cmdlog-sync", type=click.Choice(["always", "interval", "os"]),
-              default="interval", show_default=True, help="When the command log is fsynced.")
-@click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
-def up_command(
-    data_dir: Path | None,
-    listen: str,
-    http: str,
-    no_http: bool,
-    no_demo: bool,
-    no_worker: bool,
-    concurrency: int,
-    imports: tuple[str, ...],
-    auth_token: str | None,
-    tls_cert: str | None,
-    tls_key: str | None,
-    cmdlog_sync: str,
-    verbose: bool,
-) -> None:
-    """Run the server, the scheduler, a worker and the web UI in one process."""
-    from jobq.auth import encode_token
-    from jobq.server.app import configure_logging
-    from jobq.server.cli import run_event_loop
-
-    try:
-        host, port = parse_listen(listen)
-        http_address = None if no_http else parse_listen(http)
-        encode_token(auth_token)
-    except (ConfigError, ValueError) as exc:
-        raise _usage(str(exc)) from exc
-    if (tls_cert is None) != (tls_key is None):
-        raise _usage("--tls-cert and --tls-key go together")
-    configure_logging(logging.DEBUG if verbose else logging.INFO)
-    for module in imports:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
-            raise _usage(f"--import {module}: {exc}") from exc
-    directory = data_dir if data_dir is not None else default_data_dir()
-    fresh = _is_fresh(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    config = ServerConfig(
-        host=host, port=port, data_dir=directory, sync=cmdlog_sync, auth_token=auth_token or None
-    )
-    up = Up(
-        config,
-        http=http_address,
-        auth_token=auth_token or None,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        demo=fresh and not no_demo,
-        concurrency=concurrency,
-        worker=not no_worker,
-    )
-    try:
-        status = run_event_loop(up.run())
-    except OSError as exc:
-        click.echo(f"jobq: {exc}", err=True)
-        sys.exit(1)
-    sys.exit(status)
-

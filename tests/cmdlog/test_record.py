@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from jobq.cli.log import describe_command
 from jobq.cmdlog import CommandLog, CorruptRecordError, Cursor, IncompleteRecordError, Record
 from jobq.cmdlog.gotime import format_rfc3339_ns
 from jobq.cmdlog.record import (
@@ -20,7 +21,6 @@ from jobq.cmdlog.record import (
     encode_records,
 )
 from jobq.engine.commands import decode_workq_command, encode_workq_command
-from jobq.logtool import describe_command
 
 
 def _as_expected(record: Record) -> dict[str, object]:

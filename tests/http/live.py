@@ -10,8 +10,8 @@ from typing import Any
 
 from jobq.config import ServerConfig
 from jobq.server.app import serve
-from jobq.server.cli import run_event_loop
 from jobq.server.core import Core
+from jobq.server.start import run_event_loop
 
 TOKEN = "s3cret-token-for-tests"
 

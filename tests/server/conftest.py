@@ -15,8 +15,8 @@ from msgspec.structs import replace
 from jobq.config import ServerConfig
 from jobq.server import protocol as p
 from jobq.server.app import serve
-from jobq.server.cli import run_event_loop
 from jobq.server.core import Core
+from jobq.server.start import run_event_loop
 
 
 class RunningServer:

@@ -1,8 +1,7 @@
 """Running the server from its settings: the event loop, logging, and the exit status.
 
-Both ways into ``jobq server`` end here: the click command (``server/cli.py``) and the
-start-up fast path (``server/settings.py``, called from ``jobq.entry``). Nothing here
-imports click.
+``jobq server``'s click command (``cli/server.py``) ends here; ``jobq up`` and the test
+harnesses run their servers on :func:`run_event_loop` too.
 """
 
 from __future__ import annotations

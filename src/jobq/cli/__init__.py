@@ -1,7 +1,9 @@
-"""The ``jobq`` command line: one group, each subcommand in the module that owns it.
+"""The ``jobq`` command line: one click group, each command group in its own module here
+(``cli/jobs.py``, ``cli/server.py``, ...), what they share in ``cli/common.py``.
 
 Subcommands are imported only when run, so ``jobq server`` starts without loading the
-others. Exit codes: 0 ok, 1 failure, 2 usage (bad input: a one-line message, nothing changed).
+others (nor FastAPI, rich, the client). Exit codes: 0 ok, 1 failure, 2 usage (bad input:
+a one-line message, nothing changed).
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from jobq import __version__
 
 #: command name -> "module:attribute" of its click command
 SUBCOMMANDS: dict[str, str] = {
-    "server": "jobq.server.cli:server_command",
-    "log": "jobq.logtool:log_group",
-    "worker": "jobq.worker.cli:worker_command",
-    "submit": "jobq.jobs_cli:submit_command",
-    "jobs": "jobq.jobs_cli:jobs_group",
-    "up": "jobq.up:up_command",
-    "status": "jobq.status_cli:status_command",
-    "schedules": "jobq.schedules_cli:schedules_group",
+    "server": "jobq.cli.server:server_command",
+    "log": "jobq.cli.log:log_group",
+    "worker": "jobq.cli.worker:worker_command",
+    "submit": "jobq.cli.jobs:submit_command",
+    "jobs": "jobq.cli.jobs:jobs_group",
+    "up": "jobq.cli.up:up_command",
+    "status": "jobq.cli.status:status_command",
+    "schedules": "jobq.cli.schedules:schedules_group",
 }
 
 

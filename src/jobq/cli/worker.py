@@ -14,85 +14,41 @@ import traceback
 
 import click
 
-from jobq.jobs_cli import EXIT_FAILURE, EXIT_USAGE, fail, server_option
-
-
-def _duration_s(text: str, what: str) -> float:
-    from jobq.config import ConfigError, parse_duration_ms
-
-    try:
-        return parse_duration_ms(text) / 1000
-    except ConfigError as exc:
-        fail(f"--{what}: {exc}", EXIT_USAGE)
+from jobq.cli.common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    duration_ms,
+    fail,
+    server_address,
+    server_option,
+)
 
 
 @click.command("worker")
-@click.option(
-    "--import",
-    "imports",
-    multiple=True,
-    metavar="MODULE",
-    help="A module whose import registers handlers (@jobq.handler); repeatable.",
-)
-@click.option(
-    "--names",
-    default=None,
-    metavar="A,B",
-    help="Job names to serve, comma-separated [default: every registered handler].",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Handlers running at once.",
-)
+@click.option("--import", "imports", multiple=True, metavar="MODULE",
+              help="A module whose import registers handlers (@jobq.handler); repeatable.")
+@click.option("--names", default=None, metavar="A,B",
+              help="Job names to serve, comma-separated [default: every registered handler].")
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Handlers running at once.")
 @click.option("--worker-id", default=None, help="Lease holder id [default: HOSTNAME-PID].")
-@click.option(
-    "--grace",
-    default="30s",
-    show_default=True,
-    help="On SIGTERM/SIGINT, how long running handlers may take before their jobs are released.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-)
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Data directory (Spark's embedded warehouse and metastore) [default: $JOBQ_HOME "
-    "or ./.jobq].",
-)
-@click.option(
-    "--spark-master",
-    default=None,
-    metavar="URL",
-    help="Spark master: local[*] (default), spark://, yarn, k8s://...",
-)
-@click.option(
-    "--spark-remote",
-    default=None,
-    metavar="sc://HOST:PORT",
-    help="A Spark Connect server instead of a master.",
-)
-@click.option(
-    "--spark-conf",
-    "spark_conf",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A Spark setting passed through; repeatable.",
-)
-@click.option(
-    "--spark-root",
-    "spark_roots",
-    multiple=True,
-    metavar="PATH",
-    help="A directory Spark jobs may read and write; repeatable [default: the data directory].",
-)
+@click.option("--grace", default="30s", show_default=True,
+              help="On SIGTERM/SIGINT, how long running handlers may take before their jobs "
+              "are released.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Data directory (Spark's embedded warehouse and metastore) [default: "
+              "$JOBQ_HOME or ./.jobq].")
+@click.option("--spark-master", default=None, metavar="URL",
+              help="Spark master: local[*] (default), spark://, yarn, k8s://...")
+@click.option("--spark-remote", default=None, metavar="sc://HOST:PORT",
+              help="A Spark Connect server instead of a master.")
+@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="A Spark setting passed through; repeatable.")
+@click.option("--spark-root", "spark_roots", multiple=True, metavar="PATH",
+              help="A directory Spark jobs may read and write; repeatable [default: the data "
+              "directory].")
 @server_option
 def worker_command(
     imports: tuple[str, ...],
@@ -112,15 +68,11 @@ def worker_command(
 
     Serving a spark.* job name (or giving a --spark-* option) registers the built-in Spark
     job types; one Spark session is built when the first Spark job runs."""
-    from jobq.client import parse_address
     from jobq.worker.registry import REGISTRY
     from jobq.worker.runtime import Runtime
 
-    grace_s = _duration_s(grace, "grace")
-    try:
-        parse_address(server)
-    except ValueError as exc:
-        fail(f"--server: {exc}", EXIT_USAGE)
+    grace_s = duration_ms(grace, "--grace", positive=False) / 1000
+    server_address(server)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m`: modules next to you import
     for module in imports:

@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
+from jobq.cli import main
 from jobq.client import Client
-from jobq.status_cli import status_command
 from tests.http.live import TOKEN, LiveServer
 
 
@@ -17,10 +17,10 @@ def test_status_plain_and_json(live: LiveServer) -> None:
         client.xlease("status.q", worker_id="w-s", wait_timeout_ms=1000)
         client.heartbeat(job_id, "w-s", fraction_completed=0.25, running_status="copying")
     runner = CliRunner()
-    plain = runner.invoke(status_command, ["--server", live.tcp_address])
+    plain = runner.invoke(main, ["status", "--server", live.tcp_address])
     assert plain.exit_code == 0, plain.output
     assert "status.q" in plain.output and "25%" in plain.output and "copying" in plain.output
-    as_json = runner.invoke(status_command, ["--server", live.tcp_address, "--json"])
+    as_json = runner.invoke(main, ["status", "--server", live.tcp_address, "--json"])
     data = json.loads(as_json.output)
     assert data["jobs"]["running"] >= 1
     assert any(j["id"] == job_id for j in data["running"])
@@ -28,13 +28,13 @@ def test_status_plain_and_json(live: LiveServer) -> None:
 
 def test_status_with_a_token_and_unreachable(live_auth: LiveServer) -> None:
     runner = CliRunner()
-    ok = runner.invoke(status_command, ["--server", live_auth.tcp_address, "--json"],
+    ok = runner.invoke(main, ["status", "--server", live_auth.tcp_address, "--json"],
                        env={"JOBQ_AUTH_TOKEN": TOKEN})
     assert ok.exit_code == 0, ok.output
-    refused = runner.invoke(status_command, ["--server", live_auth.tcp_address],
+    refused = runner.invoke(main, ["status", "--server", live_auth.tcp_address],
                             env={"JOBQ_AUTH_TOKEN": ""})
     assert refused.exit_code == 1 and "Authentication required" in refused.output
-    bad = runner.invoke(status_command, ["--server", "nonsense:address:1"])
+    bad = runner.invoke(main, ["status", "--server", "nonsense:address:1"])
     assert bad.exit_code == 2
-    down = runner.invoke(status_command, ["--server", "127.0.0.1:1"])
+    down = runner.invoke(main, ["status", "--server", "127.0.0.1:1"])
     assert down.exit_code == 1 and "cannot reach" in down.output

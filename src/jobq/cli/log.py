@@ -6,6 +6,7 @@ Exit codes: 0 ok; 1 a bad record or segment (verify failure, corrupt data); 2 ba
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from typing import Any, NoReturn
 
 import click
 
+from jobq.cli.common import EXIT_FAILURE, EXIT_USAGE, fail
 from jobq.cmdlog.cursor import Cursor
 from jobq.cmdlog.errors import (
     CmdlogError,
@@ -44,41 +46,34 @@ FIRST_EXTENSION_TYPE = 16
 #: the suffix of the copy ``repair`` keeps of a segment before truncating it
 DAMAGED_SUFFIX = ".damaged"
 
-EXIT_BAD_DATA = 1
-EXIT_USAGE = 2
-
-
-class _BadPayload(CmdlogError):
-    def __init__(self, path: str, offset: int, reason: str) -> None:
-        self.path = path
-        self.offset = offset
-        self.reason = reason
-        super().__init__(f"{path}: offset {offset}: {reason}")
+#: a bad record or segment
+EXIT_BAD_DATA = EXIT_FAILURE
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"jobq log: {message}", err=True)
-    sys.exit(code)
+    fail(message, code, prefix="jobq log")
 
 
-def _directory(path: str) -> str:
-    if not os.path.exists(path):
-        _fail(f"{path}: no such directory", EXIT_USAGE)
-    if not os.path.isdir(path):
-        _fail(f"{path}: not a directory", EXIT_USAGE)
-    return path
-
-
-def _exit_for(exc: Exception) -> NoReturn:
-    if isinstance(exc, SegmentHeaderError | LogDirectoryError):
+@contextlib.contextmanager
+def _reading(directory: str, bad_header: int = EXIT_USAGE) -> Iterator[None]:
+    """Refuse a ``directory`` that is not one, then turn the log's and the system's errors
+    into one-line exits (a file that is not a segment: ``bad_header``)."""
+    if not os.path.exists(directory):
+        _fail(f"{directory}: no such directory", EXIT_USAGE)
+    if not os.path.isdir(directory):
+        _fail(f"{directory}: not a directory", EXIT_USAGE)
+    try:
+        yield
+    except SegmentHeaderError as exc:
+        _fail(str(exc), bad_header)
+    except LogDirectoryError as exc:
         _fail(str(exc), EXIT_USAGE)
-    if isinstance(exc, CmdlogError):
+    except CmdlogError as exc:
         _fail(str(exc), EXIT_BAD_DATA)
-    if isinstance(exc, BrokenPipeError):
+    except BrokenPipeError:
         sys.exit(EXIT_BAD_DATA)
-    if isinstance(exc, OSError):
+    except OSError as exc:
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}", EXIT_USAGE)
-    raise exc
 
 
 def _command_type(payload: bytes) -> int | None:
@@ -119,9 +114,13 @@ def describe_command(payload: bytes, version: int) -> dict[str, Any]:
     return out
 
 
-def _scan_segment(
-    directory: str, name: str, newest: bool
-) -> tuple[int, tuple[int, str, int] | None]:
+#: the first bad spot of a segment: offset, reason, the segment's size
+_Problem = tuple[int, str, int]
+#: a segment's path, its count of sound records, its first bad spot if any
+_Scanned = tuple[str, int, _Problem | None]
+
+
+def _scan_segment(directory: str, name: str, newest: bool) -> tuple[int, _Problem | None]:
     """Count a segment's sound records; return ``(count, problem)`` where problem is the
     first bad spot as ``(offset, reason, file size)``, or None if the segment is sound.
 
@@ -159,7 +158,7 @@ def _records(directory: str) -> Iterator[tuple[dict[str, Any], bytes]]:
         try:
             head.update(describe_command(record.payload, record.version))
         except CommandDecodeError as exc:
-            raise _BadPayload(
+            raise RecordError(
                 os.path.join(directory, record.segment), record.offset, f"bad command: {exc}"
             ) from exc
         yield head, record.payload
@@ -187,8 +186,7 @@ def log_group() -> None:
 )
 def dump(directory: str, output_format: str) -> None:
     """Print every record of DIRECTORY in log order."""
-    _directory(directory)
-    try:
+    with _reading(directory):
         for fields, _payload in _records(directory):
             if output_format == "json":
                 click.echo(json.dumps(fields))
@@ -199,28 +197,27 @@ def dump(directory: str, output_format: str) -> None:
                 cmd = fields.pop("cmd")
                 rest = " ".join(f"{key}={json.dumps(value)}" for key, value in fields.items())
                 click.echo(f"{place} v{version} {logged} {cmd} {rest}".rstrip())
-    except (CmdlogError, OSError) as exc:
-        _exit_for(exc)
+
+
+def _scan(directory: str, segments: list[tuple[int, str]]) -> Iterator[_Scanned]:
+    """Each segment's path, count of sound records, and first bad spot (see _scan_segment)."""
+    for index, (_, name) in enumerate(segments):
+        count, problem = _scan_segment(directory, name, index == len(segments) - 1)
+        yield os.path.join(directory, name), count, problem
 
 
 @log_group.command("verify")
 @click.argument("directory", type=click.Path())
 def verify(directory: str) -> None:
     """Check every record of DIRECTORY; exit 1 naming the first bad one. Changes nothing."""
-    _directory(directory)
-    try:
+    with _reading(directory, bad_header=EXIT_BAD_DATA):
         segments = list_segments(directory)
         records = 0
-        for index, (_, name) in enumerate(segments):
-            count, problem = _scan_segment(directory, name, index == len(segments) - 1)
+        for path, count, problem in _scan(directory, segments):
             records += count
             if problem is not None:
                 offset, reason, _size = problem
-                _fail(f"{os.path.join(directory, name)}: offset {offset}: {reason}", EXIT_BAD_DATA)
-    except (CmdlogError, OSError) as exc:
-        if isinstance(exc, SegmentHeaderError):
-            _fail(str(exc), EXIT_BAD_DATA)
-        _exit_for(exc)
+                _fail(f"{path}: offset {offset}: {reason}", EXIT_BAD_DATA)
     click.echo(f"ok: {records} records in {len(segments)} segments")
 
 
@@ -234,56 +231,54 @@ def _aside(path: str) -> str:
     return target
 
 
+def _cut(path: str, offset: int) -> None:
+    """Truncate a segment at ``offset``; one without a sound header gets a fresh one."""
+    with open(path, "r+b", buffering=0) as f:
+        if offset < HEADER_LEN:
+            f.truncate(0)
+            f.write(encode_header(VERSION_2))
+        else:
+            f.truncate(offset)
+        os.fsync(f.fileno())
+
+
 @log_group.command("repair")
 @click.argument("directory", type=click.Path())
 def repair(directory: str) -> None:
     """Cut each damaged segment of DIRECTORY at its first bad record (keeping a copy)."""
-    _directory(directory)
-    lock = DirectoryLock(directory)
-    try:
+    with _reading(directory):
+        lock = DirectoryLock(directory)
         lock.acquire()
-        segments = list_segments(directory)
-        repaired = 0
-        for index, (_, name) in enumerate(segments):
-            _count, problem = _scan_segment(directory, name, index == len(segments) - 1)
-            if problem is None:
-                continue
-            offset, reason, size = problem
-            path = os.path.join(directory, name)
-            copy = _aside(path)
-            with open(path, "r+b", buffering=0) as f:
-                if offset < HEADER_LEN:
-                    f.truncate(0)
-                    f.write(encode_header(VERSION_2))
-                else:
-                    f.truncate(offset)
-                os.fsync(f.fileno())
-            repaired += 1
-            click.echo(
-                f"{path}: dropped {size - offset} bytes from offset {offset} ({reason}); "
-                f"original kept as {os.path.basename(copy)}"
-            )
-        if not repaired:
-            click.echo(f"{directory}: nothing to repair ({len(segments)} segments sound)")
-    except (CmdlogError, OSError) as exc:
-        _exit_for(exc)
-    finally:
-        lock.release()
+        try:
+            segments = list_segments(directory)
+            repaired = 0
+            for path, _count, problem in _scan(directory, segments):
+                if problem is None:
+                    continue
+                offset, reason, size = problem
+                copy = _aside(path)
+                _cut(path, offset)
+                repaired += 1
+                click.echo(
+                    f"{path}: dropped {size - offset} bytes from offset {offset} ({reason}); "
+                    f"original kept as {os.path.basename(copy)}"
+                )
+            if not repaired:
+                click.echo(f"{directory}: nothing to repair ({len(segments)} segments sound)")
+        finally:
+            lock.release()
 
 
 @log_group.command("stats")
 @click.argument("directory", type=click.Path())
 def stats(directory: str) -> None:
     """Count the segments, records, bytes and records per command type of DIRECTORY."""
-    _directory(directory)
-    try:
+    with _reading(directory):
         segments = list_segments(directory)
         size = sum(os.path.getsize(os.path.join(directory, name)) for _, name in segments)
         per_command: Counter[str] = Counter()
         for fields, _payload in _records(directory):
             per_command[fields["cmd"]] += 1
-    except (CmdlogError, OSError) as exc:
-        _exit_for(exc)
     click.echo(f"segments: {len(segments)}")
     click.echo(f"records: {sum(per_command.values())}")
     click.echo(f"bytes: {size}")

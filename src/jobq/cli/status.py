@@ -13,14 +13,16 @@ from typing import Any
 
 import click
 
-from jobq.jobs_cli import (
+from jobq.cli.common import (
+    AUTH_TOKEN_ENV,
     EXIT_FAILURE,
-    EXIT_USAGE,
     STATUSES,
-    _is_tty,
-    _print_json,
     fail,
+    is_tty,
     json_option,
+    open_client,
+    percent,
+    print_json,
     server_option,
 )
 
@@ -28,20 +30,6 @@ from jobq.jobs_cli import (
 COUNT_LIMIT = 1000
 #: running jobs and failures shown
 SHOWN = 8
-
-
-def _client(server: str, token: str | None) -> Any:
-    from jobq.client import Client, parse_address
-
-    try:
-        host, port = parse_address(server)
-    except ValueError as exc:
-        fail(f"--server: {exc}", EXIT_USAGE)
-    if token:
-        from jobq.auth import authenticating_client_class
-
-        return authenticating_client_class(token)(host, port, timeout_s=10.0)
-    return Client(host, port, timeout_s=10.0)
 
 
 def gather(client: Any) -> dict[str, Any]:
@@ -98,8 +86,7 @@ def _age(seconds: float) -> str:
 
 
 def _percent(job: dict[str, Any]) -> str:
-    fraction = job.get("fraction_completed")
-    return "" if fraction is None else f"{fraction * 100:.0f}%"
+    return percent(job.get("fraction_completed"))
 
 
 def _plain(data: dict[str, Any]) -> None:
@@ -177,7 +164,7 @@ def _rich(data: dict[str, Any]) -> None:
 
 @click.command("status")
 @server_option
-@click.option("--auth-token", envvar="JOBQ_AUTH_TOKEN", default=None, metavar="TOKEN",
+@click.option("--auth-token", envvar=AUTH_TOKEN_ENV, default=None, metavar="TOKEN",
               help="The server's token, if it has one.")
 @json_option
 def status_command(server: str, auth_token: str | None, as_json: bool) -> None:
@@ -185,7 +172,7 @@ def status_command(server: str, auth_token: str | None, as_json: bool) -> None:
     schedules."""
     from jobq.client import ClientError, JobqError
 
-    client = _client(server, auth_token)
+    client = open_client(server, auth_token)
     try:
         data = gather(client)
     except ClientError as exc:
@@ -195,8 +182,8 @@ def status_command(server: str, auth_token: str | None, as_json: bool) -> None:
     finally:
         client.close()
     if as_json:
-        _print_json(data)
-    elif _is_tty():
+        print_json(data)
+    elif is_tty():
         _rich(data)
     else:
         _plain(data)

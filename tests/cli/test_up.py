@@ -17,17 +17,7 @@ import pytest
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
-
-
-
-def _up_argv() -> list[str]:
-    from jobq.cli import SUBCOMMANDS
-
-    if "up" in SUBCOMMANDS:
-        return [PYTHON, "-m", "jobq", "up"]
-    return [PYTHON, "-c", "import sys; from jobq.up import up_command; "
-            "sys.argv[0] = 'jobq up'; up_command()"]
+JOBQ_UP = [sys.executable, "-m", "jobq", "up"]
 
 
 def wait_for_demo(url: str, proc: subprocess.Popen[bytes]) -> dict[str, object]:
@@ -65,7 +55,7 @@ def stop(proc: subprocess.Popen[bytes]) -> str:
 def test_jobq_up_runs_the_demo(tmp_path: Path) -> None:
     http, tcp = free_port(), free_port()
     proc = subprocess.Popen(
-        [*_up_argv(), "--data-dir", str(tmp_path / "state"), "--http", f"127.0.0.1:{http}",
+        [*JOBQ_UP, "--data-dir", str(tmp_path / "state"), "--http", f"127.0.0.1:{http}",
          "--listen", f"127.0.0.1:{tcp}"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )

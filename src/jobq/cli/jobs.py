@@ -11,146 +11,42 @@ only inside the commands that draw with it.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from jobq.cli.common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    STATUSES,
+    actor,
+    connected,
+    duration_ms,
+    fail,
+    fetch,
+    is_tty,
+    job_options,
+    json_option,
+    parse_when,
+    percent,
+    plain_rows,
+    print_json,
+    print_rows,
+    read_file,
+    server_option,
+    short_time,
+    user,
+)
 
 if TYPE_CHECKING:
     from jobq.client import Client
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-DEFAULT_SERVER = "127.0.0.1:9922"
 #: statuses after which a job does not change any more
 FINAL_STATUSES = ("succeeded", "failed", "canceled")
-STATUSES = ("pending", "running", "paused", "succeeded", "failed", "canceled")
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
-    """Print ``jobq: <message>`` on stderr and exit with ``code``."""
-    click.echo(f"jobq: {message}", err=True)
-    sys.exit(code)
-
-
-def server_option(fn: F) -> F:
-    """``--server HOST:PORT`` (default $JOBQ_SERVER, else 127.0.0.1:9922)."""
-    return click.option(
-        "--server",
-        envvar="JOBQ_SERVER",
-        default=DEFAULT_SERVER,
-        show_default="127.0.0.1:9922 or $JOBQ_SERVER",
-        metavar="HOST:PORT",
-        help="The jobq server.",
-    )(fn)
-
-
-def json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
-
-
-@contextlib.contextmanager
-def connected(server: str) -> Iterator[Client]:
-    """A client for ``server``; server and connection errors become one-line exits."""
-    from jobq.client import (
-        Client,
-        ClientError,
-        ConnectionLost,
-        JobqError,
-        NotFound,
-    )
-
-    try:
-        client = Client.from_address(server)
-    except ValueError as exc:
-        fail(f"--server: {exc}", EXIT_USAGE)
-    try:
-        yield client
-    except ConnectionLost as exc:
-        fail(f"cannot reach the server at {server}: {exc}", EXIT_FAILURE)
-    except NotFound:
-        fail("no such job", EXIT_USAGE)
-    except ClientError as exc:
-        fail(exc.text or str(exc), EXIT_USAGE)
-    except JobqError as exc:
-        fail(str(exc), EXIT_FAILURE)
-    except ValueError as exc:  # an argument the client refused to send
-        fail(str(exc), EXIT_USAGE)
-    finally:
-        client.close()
-
-
-def _is_tty() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _print_json(value: object) -> None:
-    import json
-
-    click.echo(json.dumps(value, indent=2, sort_keys=False))
-
-
-def _duration_ms(text: str, what: str) -> int:
-    from jobq.config import ConfigError, parse_duration_ms
-
-    try:
-        value = parse_duration_ms(text)
-    except ConfigError as exc:
-        fail(f"{what}: {exc}", EXIT_USAGE)
-    if value <= 0:
-        fail(f"{what}: must be positive", EXIT_USAGE)
-    return value
-
-
-def parse_when(text: str, now: datetime | None = None, what: str = "--at") -> datetime:
-    """``--at``: RFC 3339 / ISO 8601 (no zone means UTC), or ``+DURATION`` from now."""
-    text = text.strip()
-    if text.startswith("+"):
-        try:
-            delta = timedelta(milliseconds=_duration_ms(text[1:], what))
-            return (now or datetime.now(UTC)) + delta
-        except OverflowError:
-            fail(f"{what}: {text} is too far in the future", EXIT_USAGE)
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        fail(f"{what}: not a time: {text!r} (use e.g. 2026-11-22T03:00:00Z or +10m)", EXIT_USAGE)
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-
-
-def _short_time(value: object) -> str:
-    """RFC 3339 text as ``YYYY-MM-DD HH:MM:SS`` (UTC), "" for null."""
-    if not isinstance(value, str) or not value:
-        return ""
-    return value.replace("T", " ")[:19]
-
-
-def _percent(value: object) -> str:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return f"{value * 100:.0f}%"
-    return ""
-
-
-def _user() -> str:
-    for key in ("USER", "LOGNAME", "USERNAME"):
-        if os.environ.get(key):
-            return os.environ[key]
-    return ""
-
-
-def _actor() -> str:
-    user = _user()
-    return f"cli:{user}" if user else "cli"
 
 
 # ---------------------------------------------------------------------------------------
@@ -162,12 +58,7 @@ def _payload(text: str | None) -> bytes:
     if text is None:
         return b""
     if text.startswith("@"):
-        path = text[1:]
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except OSError as exc:
-            fail(f"--payload: {path}: {exc.strerror or exc}", EXIT_USAGE)
+        return read_file(text[1:], "--payload")
     import msgspec
 
     data = text.encode("utf-8")
@@ -207,11 +98,7 @@ def _spark_arguments(
 @click.argument("name")
 @click.option("--payload", metavar="JSON|@FILE", default=None, help="JSON text, or @FILE.")
 @click.option("--description", default="", help="What the job is.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher first.")
-@click.option("--ttr", default="60s", show_default=True, help="Time to run per attempt.")
-@click.option("--ttl", default=None, help="Keep the job this long [default: retention].")
-@click.option("--max-attempts", type=click.IntRange(0, 255), default=0, show_default=True)
-@click.option("--max-fails", type=click.IntRange(0, 255), default=0, show_default=True)
+@job_options(ttl_help="Keep the job this long [default: retention].")
 @click.option("--at", "at", default=None, metavar="TIME", help="RFC 3339 time, or +DURATION.")
 @click.option("--creator", default=None, help="Who submits it [default: $USER].")
 @click.option("--id", "job_id", default=None, help="The job id (a UUID) [default: new].")
@@ -243,8 +130,8 @@ def submit_command(
         data, description = _spark_arguments(name, data, description, dry_run)
     elif dry_run:
         fail("--dry-run is for spark.pipeline jobs", EXIT_USAGE)
-    ttr_ms = _duration_ms(ttr, "--ttr")
-    ttl_ms = None if ttl is None else _duration_ms(ttl, "--ttl")
+    ttr_ms = duration_ms(ttr, "--ttr")
+    ttl_ms = None if ttl is None else duration_ms(ttl, "--ttl")
     when = None if at is None else parse_when(at)
     with connected(server) as client:
         new_id = client.submit(
@@ -258,7 +145,7 @@ def submit_command(
             max_fails=max_fails,
             time=when,
             description=description,
-            creator=_user() if creator is None else creator,
+            creator=user() if creator is None else creator,
         )
     click.echo(new_id)
 
@@ -289,24 +176,14 @@ def _statuses(values: Sequence[str]) -> list[str]:
 _LIST_COLUMNS = ("ID", "NAME", "STATUS", "PROGRESS", "RUNNING STATUS", "CREATED")
 
 
-def _plain_rows(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
-    table = [list(header), *(list(r) for r in rows)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = []
-    for row in table:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
 def _list_row(job: dict[str, Any]) -> tuple[str, ...]:
     return (
         str(job.get("id", ""))[:8],
         str(job.get("name", "")),
         str(job.get("status", "")),
-        _percent(job.get("fraction_completed")),
+        percent(job.get("fraction_completed")),
         str(job.get("running_status") or ""),
-        _short_time(job.get("created")),
+        short_time(job.get("created")),
     )
 
 
@@ -333,7 +210,7 @@ def _rich_jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> An
             progress: Any = Table.grid(padding=(0, 1))
             progress.add_row(
                 ProgressBar(total=1.0, completed=float(fraction), width=16),
-                Text(_percent(fraction), justify="right"),
+                Text(percent(fraction), justify="right"),
             )
         else:
             progress = ""
@@ -392,9 +269,9 @@ def list_command(
             cursor=cursor,
         )
     if as_json:
-        _print_json({"jobs": page.jobs, "next_cursor": page.next_cursor})
+        print_json({"jobs": page.jobs, "next_cursor": page.next_cursor})
         return
-    if _is_tty():
+    if is_tty():
         from rich.console import Console
 
         console = Console()
@@ -406,7 +283,7 @@ def list_command(
             console.print(f"[dim]more: --cursor {page.next_cursor}[/dim]")
         return
     if page.jobs:
-        click.echo(_plain_rows([_list_row(j) for j in page.jobs], _LIST_COLUMNS))
+        click.echo(plain_rows([_list_row(j) for j in page.jobs], _LIST_COLUMNS))
     else:
         click.echo("no jobs")
 
@@ -472,15 +349,13 @@ def _show_value(key: str, value: object) -> str:
     if key in ("payload", "result"):
         return _bytes_text(value)
     if key == "fraction_completed":
-        return _percent(value)
+        return percent(value)
     if key == "lease" and isinstance(value, dict):
-        return f"{value.get('worker_id', '')} until {_short_time(value.get('expires'))}"
+        return f"{value.get('worker_id', '')} until {short_time(value.get('expires'))}"
     if key == "created_by" and isinstance(value, dict):
         return f"{value.get('type', '')} {value.get('id', '')}"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if key in ("created", "time", "started", "finished", "modified"):
-        return str(value)
     return str(value)
 
 
@@ -501,13 +376,11 @@ def _show_pairs(job: dict[str, Any]) -> list[tuple[str, str]]:
 @server_option
 def show_command(job_id: str, as_json: bool, server: str) -> None:
     """Show one job (ID or a unique prefix)."""
-    with connected(server) as client:
-        job = client.job(job_id)
-    if as_json:
-        _print_json(job)
+    job = fetch(server, as_json, lambda client: client.job(job_id))
+    if job is None:
         return
     pairs = _show_pairs(job)
-    if _is_tty():
+    if is_tty():
         from rich.console import Console
         from rich.table import Table
 
@@ -529,10 +402,8 @@ def show_command(job_id: str, as_json: bool, server: str) -> None:
 @server_option
 def history_command(job_id: str, as_json: bool, server: str) -> None:
     """A job's state changes, oldest first."""
-    with connected(server) as client:
-        events = client.history(job_id)
-    if as_json:
-        _print_json(events)
+    events = fetch(server, as_json, lambda client: client.history(job_id))
+    if events is None:
         return
     rows = [
         (
@@ -543,22 +414,7 @@ def history_command(job_id: str, as_json: bool, server: str) -> None:
         )
         for e in events
     ]
-    header = ("TIME", "EVENT", "ACTOR", "DETAIL")
-    if _is_tty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(header_style="bold")
-        for column in header:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*row)
-        Console().print(table)
-        return
-    if rows:
-        click.echo(_plain_rows(rows, header))
-    else:
-        click.echo("no events")
+    print_rows(rows, ("TIME", "EVENT", "ACTOR", "DETAIL"), "no events")
 
 
 def _detail(value: object) -> str:
@@ -583,10 +439,10 @@ def _operate(verb: str, past: str) -> click.Command:
             if schedule is not None:
                 schedule_id = client.get_schedule(schedule)["id"]
                 count = getattr(client, verb)(
-                    created_by=("schedule", str(schedule_id)), reason=reason, actor=_actor()
+                    created_by=("schedule", str(schedule_id)), reason=reason, actor=actor()
                 )
             else:
-                count = getattr(client, verb)(job_id, reason=reason, actor=_actor())
+                count = getattr(client, verb)(job_id, reason=reason, actor=actor())
         click.echo(f"{past} {count} job{'s' if count != 1 else ''}")
 
     command.help = {
@@ -643,7 +499,7 @@ def _plain_frame(jobs: list[dict[str, Any]]) -> str:
                     str(job.get("name", "")),
                     str(job.get("status", "")),
                     bar,
-                    _percent(fraction).rjust(4),
+                    percent(fraction).rjust(4),
                     str(job.get("running_status") or ""),
                 )
                 if part
@@ -668,7 +524,7 @@ def watch_command(job_id: str | None, once: bool, interval: float, server: str) 
         if job_id is not None:  # resolve a prefix once, and fail early on a bad one
             job_id = str(client.job(job_id)["id"])
         try:
-            if _is_tty() and not once:
+            if is_tty() and not once:
                 jobs = _watch_live(client, job_id, interval)
             else:
                 jobs = _watch_plain(client, job_id, interval, once)

@@ -7,22 +7,25 @@ from typing import Any
 
 import click
 
-from jobq.engine.limits import MAX_PRIORITY, MIN_PRIORITY
-from jobq.jobs_cli import (
+from jobq.cli.common import (
     EXIT_USAGE,
-    _actor,
-    _duration_ms,
-    _is_tty,
-    _plain_rows,
-    _print_json,
-    _short_time,
-    _user,
+    actor,
     connected,
+    duration_ms,
     fail,
+    fetch,
+    job_options,
     json_option,
     parse_when,
+    plain_rows,
+    print_json,
+    print_rows,
+    read_file,
     server_option,
+    short_time,
+    user,
 )
+from jobq.engine.limits import MAX_PRIORITY, MIN_PRIORITY
 
 WAIT_POLICIES = ("wait", "no_wait", "skip", "buffer_one")
 ERROR_POLICIES = ("retry_sched", "retry_soon", "pause_sched")
@@ -42,11 +45,7 @@ def _job_args(
     args: dict[str, Any] = {"name": job}
     if payload is not None:
         if payload.startswith("@"):
-            try:
-                with open(payload[1:], "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                fail(f"--payload: {payload[1:]}: {exc.strerror or exc}", EXIT_USAGE)
+            data = read_file(payload[1:], "--payload")
             try:
                 args["payload"] = data.decode("utf-8")
             except UnicodeDecodeError:
@@ -55,9 +54,9 @@ def _job_args(
             args["payload"] = payload
     if priority:
         args["priority"] = priority
-    args["ttr_ms"] = _duration_ms(ttr, "--ttr")
+    args["ttr_ms"] = duration_ms(ttr, "--ttr")
     if ttl is not None:
-        args["ttl_ms"] = _duration_ms(ttl, "--ttl")
+        args["ttl_ms"] = duration_ms(ttl, "--ttl")
     if max_attempts:
         args["max_attempts"] = max_attempts
     if max_fails:
@@ -65,6 +64,11 @@ def _job_args(
     if description:
         args["description"] = description
     return args
+
+
+def _catchup_ms(catchup: str | None) -> int | None:
+    """``--catchup``: a duration, 0 for never; None when not given."""
+    return None if catchup is None else duration_ms(catchup, "--catchup", positive=False)
 
 
 @schedules_group.command("create")
@@ -77,11 +81,7 @@ def _job_args(
               help="One run at TIME (RFC 3339 or +DURATION); with --every, the first run.")
 @click.option("--job", "job", required=True, metavar="JOBNAME", help="The job to submit.")
 @click.option("--payload", default=None, metavar="TEXT|@FILE", help="The job's payload.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher first.")
-@click.option("--ttr", default="60s", show_default=True, help="Time to run per attempt.")
-@click.option("--ttl", default=None, help="The job's TTL [default: retention].")
-@click.option("--max-attempts", type=click.IntRange(0, 255), default=0, show_default=True)
-@click.option("--max-fails", type=click.IntRange(0, 255), default=0, show_default=True)
+@job_options(ttl_help="The job's TTL [default: retention].")
 @click.option("--description", default="", help="The jobs' description.")
 @click.option("--wait", "wait", type=click.Choice(WAIT_POLICIES), default="wait",
               show_default=True, help="When the previous run is unfinished.")
@@ -103,40 +103,33 @@ def create_command(
         fail("give one of --cron, --every or --at", EXIT_USAGE)
     if tz and not cron:
         fail("--tz goes with --cron", EXIT_USAGE)
-    catchup_ms = None
-    if catchup is not None:
-        from jobq.config import ConfigError, parse_duration_ms
-
-        try:
-            catchup_ms = parse_duration_ms(catchup)
-        except ConfigError as exc:
-            fail(f"--catchup: {exc}", EXIT_USAGE)
+    catchup_ms = _catchup_ms(catchup)
     args = _job_args(job, payload, priority, ttr, ttl, max_attempts, max_fails, description)
     with connected(server) as client:
         schedule = client.create_schedule(
             name,
             cron=cron,
             tz=tz,
-            every_ms=_duration_ms(every, "--every") if every else None,
+            every_ms=duration_ms(every, "--every") if every else None,
             at=parse_when(at) if at else None,
             args=args,
             wait=wait,
             on_error=on_error,
             catchup_ms=catchup_ms,
-            owner=_user(),
+            owner=user(),
             paused=paused,
         )
     if as_json:
-        _print_json(schedule)
+        print_json(schedule)
     else:
         click.echo(
             f"created schedule {schedule['name']} (id {schedule['id']}): {schedule['spec']}, "
-            f"next run {_short_time(schedule['next_run']) or 'none'}"
+            f"next run {short_time(schedule['next_run']) or 'none'}"
         )
 
 
 def _row(s: dict[str, Any]) -> tuple[str, ...]:
-    last = _short_time(s.get("last_run"))
+    last = short_time(s.get("last_run"))
     if last and s.get("last_outcome"):
         last += f" ({s['last_outcome']})"
     return (
@@ -144,7 +137,7 @@ def _row(s: dict[str, Any]) -> tuple[str, ...]:
         str(s["name"]),
         str(s["spec"]),
         str(s["state"]),
-        _short_time(s.get("next_run")),
+        short_time(s.get("next_run")),
         last,
         f"{s['wait']}/{s['on_error']}",
         str(s["jobs_started"]),
@@ -159,24 +152,10 @@ _HEADER = ("ID", "NAME", "SPEC", "STATE", "NEXT RUN", "LAST RUN", "WAIT/ON ERROR
 @server_option
 def list_command(as_json: bool, server: str) -> None:
     """SHOW SCHEDULES: spec, next run, last run and how it ended, policies, state."""
-    with connected(server) as client:
-        schedules = client.schedules()
-    if as_json:
-        _print_json(schedules)
+    schedules = fetch(server, as_json, lambda client: client.schedules())
+    if schedules is None:
         return
-    rows = [_row(s) for s in schedules]
-    if _is_tty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(*_HEADER)
-        for row in rows:
-            table.add_row(*row)
-        Console().print(table)
-    elif rows:
-        click.echo(_plain_rows(rows, _HEADER))
-    else:
-        click.echo("no schedules")
+    print_rows([_row(s) for s in schedules], _HEADER, "no schedules")
 
 
 @schedules_group.command("show")
@@ -185,10 +164,8 @@ def list_command(as_json: bool, server: str) -> None:
 @server_option
 def show_command(name: str, as_json: bool, server: str) -> None:
     """One schedule, with its change history."""
-    with connected(server) as client:
-        schedule = client.get_schedule(name)
-    if as_json:
-        _print_json(schedule)
+    schedule = fetch(server, as_json, lambda client: client.get_schedule(name))
+    if schedule is None:
         return
     for key, value in schedule.items():
         if key == "changes":
@@ -196,7 +173,7 @@ def show_command(name: str, as_json: bool, server: str) -> None:
         click.echo(f"{key:>21}  {'' if value is None else value}")
     click.echo("changes:")
     for change in schedule.get("changes") or []:
-        click.echo(f"  {_short_time(change['time'])}  {change['reason']}")
+        click.echo(f"  {short_time(change['time'])}  {change['reason']}")
 
 
 def _simple(verb: str, word: str, past: str, help_text: str) -> click.Command:
@@ -207,9 +184,9 @@ def _simple(verb: str, word: str, past: str, help_text: str) -> click.Command:
     def command(name: str, reason: str, server: str) -> None:
         with connected(server) as client:
             method = getattr(client, word)
-            schedule = method(name, reason=reason, actor=_actor())
+            schedule = method(name, reason=reason, actor=actor())
         click.echo(f"{past} schedule {schedule['name']}; next run "
-                   f"{_short_time(schedule['next_run']) or 'none'}")
+                   f"{short_time(schedule['next_run']) or 'none'}")
 
     return command
 
@@ -254,13 +231,11 @@ def backfill_command(name: str, start: str, end: str, server: str) -> None:
 @server_option
 def history_command(name: str, as_json: bool, server: str) -> None:
     """The schedule's changes and their reasons."""
-    with connected(server) as client:
-        changes = client.schedule_history(name)
-    if as_json:
-        _print_json(changes)
+    changes = fetch(server, as_json, lambda client: client.schedule_history(name))
+    if changes is None:
         return
-    rows = [(_short_time(c["time"]), str(c["reason"])) for c in changes]
-    click.echo(_plain_rows(rows, ("TIME", "CHANGE")) if rows else "no changes")
+    rows = [(short_time(c["time"]), str(c["reason"])) for c in changes]
+    click.echo(plain_rows(rows, ("TIME", "CHANGE")) if rows else "no changes")
 
 
 @schedules_group.command("alter")
@@ -275,18 +250,11 @@ def alter_command(
     server: str,
 ) -> None:
     """Change a schedule's policies."""
-    catchup_ms = None
-    if catchup is not None:
-        from jobq.config import ConfigError, parse_duration_ms
-
-        try:
-            catchup_ms = parse_duration_ms(catchup)
-        except ConfigError as exc:
-            fail(f"--catchup: {exc}", EXIT_USAGE)
+    catchup_ms = _catchup_ms(catchup)
     with connected(server) as client:
         schedule = client.alter_schedule(
             name, wait=wait, on_error=on_error, catchup_ms=catchup_ms, reason=reason,
-            actor=_actor(),
+            actor=actor(),
         )
     click.echo(f"altered schedule {schedule['name']}")
 

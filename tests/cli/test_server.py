@@ -1,5 +1,5 @@
-"""``jobq server``'s command line: click's parse, and the start-up fast path that must agree
-with it on every command line it reads (server/settings.py)."""
+"""``jobq server``'s command line: the settings click parses from each form of it (workq's
+one-dash options, jobq's two-dash ones, ``=`` and units), and its one-line refusals."""
 
 from __future__ import annotations
 
@@ -7,14 +7,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import click
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobq.config import ServerConfig
-from jobq.server.cli import server_command
-from jobq.server.settings import AUTH_TOKEN_ENV, build_config, fast_config
+from jobq.cli import main
+from jobq.cli.common import AUTH_TOKEN_ENV
+from jobq.cli.server import build_config, server_command
+from jobq.config import ConfigError, ServerConfig, default_data_dir
 
 JOBQ = str(Path(sys.executable).parent / "jobq")
 
@@ -26,57 +29,80 @@ def _no_token_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def click_config(args: list[str]) -> ServerConfig:
     """The settings click parses from ``jobq server ARGS`` (usage errors raise)."""
-    ctx = server_command.make_context("server", list(args))
+    # under the jobq group, as when run: click keeps the help option of a command's first
+    # context, and the group's gives it -h too (tests/golden compares the help)
+    parent = main.make_context("jobq", ["server"])
+    ctx = server_command.make_context("server", list(args), parent=parent)
     return build_config(**ctx.params)
 
 
-def test_no_options_give_the_defaults_both_ways() -> None:
-    config = fast_config([], {})
-    assert config is not None
-    assert config == click_config([])
+def test_no_options_give_the_defaults() -> None:
+    config = click_config([])
+    assert config == ServerConfig(data_dir=default_data_dir())
     assert (config.host, config.port, config.sync) == ("127.0.0.1", 9922, "interval")
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "expected"),
     [
         # workq-server's service files
-        [
-            "-listen",
-            "0.0.0.0:9922",
-            "-cmdlog-path",
-            "/var/lib/workq",
-            "-cmdlog-sync",
-            "always",
-            "-cmdlog-sync-int",
-            "250",
-            "-cmdlog-seg-size",
-            "1048576",
-            "-cmdlog-clean-int",
-            "60000",
-        ],
+        (
+            [
+                "-listen",
+                "0.0.0.0:9922",
+                "-cmdlog-path",
+                "/var/lib/workq",
+                "-cmdlog-sync",
+                "always",
+                "-cmdlog-sync-int",
+                "250",
+                "-cmdlog-seg-size",
+                "1048576",
+                "-cmdlog-clean-int",
+                "60000",
+            ],
+            {
+                "host": "0.0.0.0",
+                "port": 9922,
+                "cmdlog_path": Path("/var/lib/workq"),
+                "sync": "always",
+                "sync_interval_ms": 250,
+                "segment_size_bytes": 1048576,
+                "clean_interval_ms": 60000,
+            },
+        ),
         # jobq's form, with = and a unit
-        [
-            "--listen=127.0.0.1:7000",
-            "--data-dir",
-            "/srv/jobq",
-            "--cmdlog-seg-size=64MiB",
-            "--cmdlog-sync-interval",
-            "5",
-            "--in-memory",
-            "--retention",
-            "1h30m",
-            "--max-connections",
-            "50",
-            "--snapshot-min-records",
-            "0",
-        ],
+        (
+            [
+                "--listen=127.0.0.1:7000",
+                "--data-dir",
+                "/srv/jobq",
+                "--cmdlog-seg-size=64MiB",
+                "--cmdlog-sync-interval",
+                "5",
+                "--in-memory",
+                "--retention",
+                "1h30m",
+                "--max-connections",
+                "50",
+                "--snapshot-min-records",
+                "0",
+            ],
+            {
+                "port": 7000,
+                "data_dir": Path("/srv/jobq"),
+                "segment_size_bytes": 64 * 1024 * 1024,
+                "sync_interval_ms": 5,
+                "in_memory": True,
+                "retention_ms": 90 * 60 * 1000,
+                "max_connections": 50,
+                "snapshot_min_records": 0,
+            },
+        ),
     ],
 )
-def test_common_command_lines_take_the_fast_path_and_match_click(args: list[str]) -> None:
-    config = fast_config(args, {})
-    assert config is not None
-    assert config == click_config(args)
+def test_common_command_lines(args: list[str], expected: dict[str, Any]) -> None:
+    assert click_config(args) == ServerConfig(**{"data_dir": default_data_dir(), **expected})
 
 
 def test_one_dash_forms_set_what_the_two_dash_forms_set() -> None:
@@ -105,36 +131,11 @@ def test_one_dash_forms_set_what_the_two_dash_forms_set() -> None:
     assert (one.sync_interval_ms, one.segment_size_bytes, one.clean_interval_ms) == (7, 524288, 0)
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["--help"],
-        ["-h"],
-        ["--http"],
-        ["--scheduler-pace", "5s"],
-        ["--auth-token", "secret"],
-        ["--bogus", "1"],
-        ["-data-dir", "/x"],  # click has no one-dash --data-dir
-        ["--listen", "a:1", "--listen", "b:2"],  # repeated: click decides
-        ["--cmdlog-sync-int", "5", "--cmdlog-sync-interval", "6"],
-        ["--cmdlog-sync-int", "0"],  # below the range
-        ["--cmdlog-sync-int", "+5"],
-        ["--cmdlog-sync", "ALWAYS"],
-        ["--listen", "nowhere"],
-        ["--cmdlog-seg-size", "0"],
-        ["--retention", "2 days"],
-        ["--listen"],  # no value
-        ["--in-memory=yes"],
-        ["--data-dir", "--in-memory"],
-        ["extra"],
-    ],
-)
-def test_anything_else_goes_to_click(args: list[str]) -> None:
-    assert fast_config(args, {}) is None
-
-
-def test_a_token_in_the_environment_goes_to_click() -> None:
-    assert fast_config([], {AUTH_TOKEN_ENV: "secret"}) is None
+def test_a_token_in_the_environment_is_the_servers_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(AUTH_TOKEN_ENV, "secret")
+    assert click_config([]).auth_token == "secret"
 
 
 _NAMES = [
@@ -200,18 +201,23 @@ def command_lines(draw: st.DrawFn) -> list[str]:
 
 @settings(max_examples=400, deadline=None)
 @given(command_lines())
-def test_the_fast_path_agrees_with_click_whenever_it_answers(args: list[str]) -> None:
-    fast = fast_config(args, {})
-    if fast is not None:
-        assert fast == click_config(args)
+def test_any_command_line_gives_settings_or_a_usage_error(args: list[str]) -> None:
+    try:
+        click_config(args)
+    except (click.UsageError, ConfigError):  # the command turns ConfigError into UsageError
+        pass
 
 
-def test_the_fast_path_does_not_import_click() -> None:
+def test_the_server_command_loads_no_other_command() -> None:
     code = (
-        "import sys; import jobq.server.settings, jobq.server.start, jobq.server.app; "
-        "sys.exit('click' in sys.modules)"
+        "import sys; from jobq.cli import main; "
+        "import jobq.server.start, jobq.server.app; main.get_command(None, 'server'); "
+        "loaded = [m for m in sys.modules if m.startswith(('jobq.cli.', 'rich', 'fastapi', "
+        "'starlette', 'uvicorn', 'jobq.client', 'jobq.up', 'jobq.worker'))]; "
+        "print(sorted(loaded))"
     )
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['jobq.cli.common', 'jobq.cli.server']"
 
 
 @pytest.mark.parametrize(

@@ -181,9 +181,11 @@ def test_worker_usage_errors(address: str) -> None:
 def test_rich_output_on_a_terminal(
     address: str, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import jobq.jobs_cli
+    import jobq.cli.common
+    import jobq.cli.jobs
 
-    monkeypatch.setattr(jobq.jobs_cli, "_is_tty", lambda: True)
+    for module in (jobq.cli.common, jobq.cli.jobs):
+        monkeypatch.setattr(module, "is_tty", lambda: True)
     job_id = client.submit("fancy", b"\x00binary", description="rich")
     lease = client.xlease("fancy", worker_id="w", wait_timeout_ms=1000)
     client.heartbeat(lease.id, "w", fraction_completed=0.5, running_status="halfway")

@@ -1,0 +1,240 @@
+"""``jobq server``: its options, in jobq's form and in workq-server's one-dash form, and the
+server's settings built from their values.
+
+The server itself runs from ``server/start.py``. This module imports only click and the
+settings' parsers, so that ``jobq server`` starts without loading the other commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from jobq.cli.common import AUTH_TOKEN_ENV, F
+from jobq.cmdlog.appender import SYNC_POLICIES
+from jobq.config import (
+    DEFAULT_CLEAN_INTERVAL_MS,
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_SEGMENT_SIZE_BYTES,
+    DEFAULT_SNAPSHOT_MIN_RECORDS,
+    DEFAULT_SYNC,
+    DEFAULT_SYNC_INTERVAL_MS,
+    ConfigError,
+    ServerConfig,
+    default_data_dir,
+    parse_duration_ms,
+    parse_listen,
+    parse_size_bytes,
+)
+from jobq.server.start import run_server
+
+DEFAULT_RETENTION = "14d"
+DEFAULT_SCHEDULER_PACE = "60s"
+DEFAULT_SCHEDULER_INITIAL_DELAY = "0s"
+DEFAULT_SCHEDULER_MAX_PER_PASS = 10
+
+
+def build_config(
+    *,
+    listen: str = DEFAULT_LISTEN,
+    data_dir: Path | None = None,
+    cmdlog_path: Path | None = None,
+    cmdlog_sync: str = DEFAULT_SYNC,
+    cmdlog_sync_int: int = DEFAULT_SYNC_INTERVAL_MS,
+    cmdlog_seg_size: str = str(DEFAULT_SEGMENT_SIZE_BYTES),
+    cmdlog_clean_int: int = DEFAULT_CLEAN_INTERVAL_MS,
+    snapshot_min_records: int = DEFAULT_SNAPSHOT_MIN_RECORDS,
+    in_memory: bool = False,
+    retention: str = DEFAULT_RETENTION,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    scheduler: bool = True,
+    scheduler_pace: str = DEFAULT_SCHEDULER_PACE,
+    scheduler_initial_delay: str = DEFAULT_SCHEDULER_INITIAL_DELAY,
+    scheduler_max_per_pass: int = DEFAULT_SCHEDULER_MAX_PER_PASS,
+    http_address: str | None = None,
+    auth_token: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+) -> ServerConfig:
+    """The server's settings from its options' values (named as the options; integers come
+    checked against their ranges by click); :class:`ConfigError` says what is wrong."""
+    host, port = parse_listen(listen)
+    segment_size_bytes = parse_size_bytes(cmdlog_seg_size)
+    retention_ms = parse_duration_ms(retention)
+    pace_ms = parse_duration_ms(scheduler_pace)
+    initial_delay_ms = parse_duration_ms(scheduler_initial_delay)
+    if pace_ms < 1:
+        raise ConfigError("the scheduler pace must be positive")
+    if segment_size_bytes < 1:
+        raise ConfigError("the segment size must be at least 1 byte")
+    http = parse_listen(http_address) if http_address is not None else None
+    if (tls_cert is None) != (tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if auth_token:
+        from jobq.auth import encode_token
+
+        try:
+            encode_token(auth_token)
+        except ValueError as exc:
+            raise ConfigError(f"invalid --auth-token: {exc}") from exc
+    return ServerConfig(
+        host=host,
+        port=port,
+        data_dir=data_dir or default_data_dir(),
+        cmdlog_path=cmdlog_path,
+        sync=cmdlog_sync,
+        sync_interval_ms=cmdlog_sync_int,
+        segment_size_bytes=segment_size_bytes,
+        clean_interval_ms=cmdlog_clean_int,
+        snapshot_min_records=snapshot_min_records,
+        in_memory=in_memory,
+        max_connections=max_connections,
+        retention_ms=retention_ms,
+        scheduler=scheduler,
+        scheduler_pace_ms=pace_ms,
+        scheduler_initial_delay_ms=initial_delay_ms,
+        scheduler_max_per_pass=scheduler_max_per_pass,
+        auth_token=auth_token or None,
+        http=http,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+    )
+
+
+def _option(*names: str, **attrs: Any) -> Callable[[F], F]:
+    """An option whose default its help shows."""
+    return click.option(*names, show_default=True, **attrs)
+
+
+def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], F]:
+    """An integer option of at least ``minimum``."""
+    return _option(*names, type=click.IntRange(min=minimum), default=default, help=help)
+
+
+@click.command("server")
+@_option(
+    "--listen", "-listen", default=DEFAULT_LISTEN, help="HOST:PORT to serve the workq protocol on."
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the server keeps its state [default: ./.jobq or $JOBQ_HOME].",
+)
+@click.option(
+    "--cmdlog-path",
+    "-cmdlog-path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Command log directory (a workq log directory works) [default: DATA_DIR/cmdlog].",
+)
+@_option(
+    "--cmdlog-sync",
+    "-cmdlog-sync",
+    type=click.Choice(SYNC_POLICIES),
+    default=DEFAULT_SYNC,
+    help="When the log is fsynced.",
+)
+@_count(
+    "--cmdlog-sync-int",
+    "-cmdlog-sync-int",
+    "--cmdlog-sync-interval",
+    "-cmdlog-sync-interval",
+    minimum=1,
+    default=DEFAULT_SYNC_INTERVAL_MS,
+    help="Sync interval in ms (sync=interval).",
+)
+@_option(
+    "--cmdlog-seg-size",
+    "-cmdlog-seg-size",
+    default=str(DEFAULT_SEGMENT_SIZE_BYTES),
+    help="Minimum segment size in bytes (or 64MiB, 512k).",
+)
+@_count(
+    "--cmdlog-clean-int",
+    "-cmdlog-clean-int",
+    minimum=0,
+    default=DEFAULT_CLEAN_INTERVAL_MS,
+    help="Cleaning interval in ms (0: never clean).",
+)
+@_count(
+    "--snapshot-min-records",
+    minimum=0,
+    default=DEFAULT_SNAPSHOT_MIN_RECORDS,
+    help="Snapshot the engine while running once this many records were logged since the "
+    "last snapshot, and as many as there are jobs or the server is quiet for a second; a "
+    "start after a crash then replays only the log after it (0: only at a clean stop).",
+)
+@click.option("--in-memory", is_flag=True, help="Keep no log: nothing survives a restart.")
+@_option(
+    "--retention",
+    default=DEFAULT_RETENTION,
+    help="Keep finished jobs submitted without a TTL this long (e.g. 14d, 12h).",
+)
+@_count(
+    "--max-connections",
+    minimum=1,
+    default=DEFAULT_MAX_CONNECTIONS,
+    help="Most client connections served at once.",
+)
+@_option(
+    "--scheduler/--no-scheduler",
+    default=True,
+    help="Run the scheduler daemon (schedules fire only with it).",
+)
+@_option(
+    "--scheduler-pace",
+    default=DEFAULT_SCHEDULER_PACE,
+    help="How often a schedule waiting for its previous run is looked at again "
+    "(plus 10-20% jitter).",
+)
+@_option(
+    "--scheduler-initial-delay",
+    default=DEFAULT_SCHEDULER_INITIAL_DELAY,
+    help="No schedule fires until this long after start.",
+)
+@_count(
+    "--scheduler-max-per-pass",
+    minimum=1,
+    default=DEFAULT_SCHEDULER_MAX_PER_PASS,
+    help="Most jobs the scheduler starts per pass; the rest start in the next pass.",
+)
+@click.option(
+    "--http",
+    "http_address",
+    is_flag=False,
+    flag_value="127.0.0.1:8080",
+    default=None,
+    help="Serve the HTTP API, web UI and /metrics (alone: on 127.0.0.1:8080).",
+)
+@click.option(
+    "--auth-token",
+    envvar=AUTH_TOKEN_ENV,
+    default=None,
+    help="Require this token (printable ASCII, no spaces): TCP clients send `auth <token>` "
+    "first, HTTP a Bearer header [env: JOBQ_AUTH_TOKEN].",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate: serve HTTPS.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM private key for --tls-cert.",
+)
+def server_command(**options: Any) -> None:
+    """Run the job server (a drop-in for workq-server)."""
+    try:
+        config = build_config(**options)  # the options are named as its parameters
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    sys.exit(run_server(config))

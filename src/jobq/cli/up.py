@@ -1,0 +1,102 @@
+"""``jobq up``: its options; the process they start (server, scheduler, worker, HTTP and
+the demo on a fresh data directory) is :class:`jobq.up.Up`. See docs/up.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from jobq.cli.common import AUTH_TOKEN_ENV
+from jobq.cmdlog.appender import SYNC_POLICIES
+from jobq.config import DEFAULT_LISTEN, ConfigError, ServerConfig, default_data_dir, parse_listen
+
+DEFAULT_HTTP = "127.0.0.1:8080"
+
+
+@click.command("up")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where all state lives  [default: ./.jobq or $JOBQ_HOME]")
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
+              help="The TCP address for workers and clients.")
+@click.option("--http", "http", default=DEFAULT_HTTP, show_default=True, metavar="HOST:PORT",
+              help="The web UI, JSON API and /metrics.")
+@click.option("--no-http", is_flag=True, help="Serve no HTTP.")
+@click.option("--no-demo", is_flag=True, help="Do not set up the demo on an empty data dir.")
+@click.option("--no-worker", is_flag=True, help="Run no worker in this process.")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=2, show_default=True,
+              help="Jobs the worker runs at once.")
+@click.option("--import", "imports", multiple=True, metavar="MODULE",
+              help="Import MODULE so its @jobq.handler functions run here (repeatable).")
+@click.option("--auth-token", envvar=AUTH_TOKEN_ENV, default=None, metavar="TOKEN",
+              help="Require this token (printable ASCII, no spaces) on TCP (auth <token>) "
+                   "and HTTP (Bearer).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Serve HTTPS with this certificate (PEM).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The certificate's private key (PEM).")
+@click.option("--cmdlog-sync", type=click.Choice(SYNC_POLICIES),
+              default="interval", show_default=True, help="When the command log is fsynced.")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
+def up_command(
+    data_dir: Path | None,
+    listen: str,
+    http: str,
+    no_http: bool,
+    no_demo: bool,
+    no_worker: bool,
+    concurrency: int,
+    imports: tuple[str, ...],
+    auth_token: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    cmdlog_sync: str,
+    verbose: bool,
+) -> None:
+    """Run the server, the scheduler, a worker and the web UI in one process."""
+    from jobq.auth import encode_token
+    from jobq.server.app import configure_logging
+    from jobq.server.start import run_event_loop
+    from jobq.up import Up, UpOptions, is_fresh
+
+    try:
+        host, port = parse_listen(listen)
+        http_address = None if no_http else parse_listen(http)
+        encode_token(auth_token)
+    except (ConfigError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    configure_logging(logging.DEBUG if verbose else logging.INFO)
+    for module in imports:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise click.UsageError(f"--import {module}: {exc}") from exc
+    directory = data_dir if data_dir is not None else default_data_dir()
+    fresh = is_fresh(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = ServerConfig(
+        host=host, port=port, data_dir=directory, sync=cmdlog_sync, auth_token=auth_token or None
+    )
+    options = UpOptions(
+        http=http_address,
+        auth_token=auth_token or None,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        demo=fresh and not no_demo,
+        worker=not no_worker,
+        concurrency=concurrency,
+    )
+    up = Up(config, options)
+    try:
+        status = run_event_loop(up.run())
+    except OSError as exc:
+        click.echo(f"jobq: {exc}", err=True)
+        sys.exit(1)
+    sys.exit(status)
+
