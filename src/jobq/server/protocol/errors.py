@@ -12,6 +12,46 @@ import msgspec
 
 from jobq.engine.errors import ErrorKind
 
+__all__ = [
+    "CLIENT_ERROR",
+    "CRLF",
+    "DUPLICATE_JOB",
+    "DUPLICATE_RESULT",
+    "ELLIPSIS",
+    "INVALID_COMMAND_ARGS",
+    "INVALID_COMMAND_FLAGS",
+    "INVALID_CURSOR_OFFSET",
+    "INVALID_ID",
+    "INVALID_LIMIT",
+    "INVALID_LINE_END",
+    "INVALID_MAX_ATTEMPTS",
+    "INVALID_MAX_FAILS",
+    "INVALID_NAME",
+    "INVALID_PAYLOAD",
+    "INVALID_PRIORITY",
+    "INVALID_RESULT",
+    "INVALID_TIME",
+    "INVALID_TIMEOUT",
+    "INVALID_TTL",
+    "INVALID_TTR",
+    "INVALID_WAIT_TIMEOUT",
+    "LINE_TOO_LONG",
+    "MAX_ERROR_TEXT_BYTES",
+    "NOT_FOUND",
+    "SERVER_ERROR",
+    "TIMEOUT",
+    "UNKNOWN_COMMAND",
+    "ClientError",
+    "ErrorReply",
+    "MalformedReplyError",
+    "ProtocolError",
+    "client_error",
+    "error_text_bytes",
+    "not_found",
+    "server_error",
+    "timeout",
+]
+
 CRLF = b"\r\n"
 #: longest error text in a reply line, in bytes; a longer one is cut and ends in ``...``
 MAX_ERROR_TEXT_BYTES = 512

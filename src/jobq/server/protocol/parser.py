@@ -47,6 +47,11 @@ from jobq.server.protocol.values import (
     data_size,
 )
 
+__all__ = [
+    "Event",
+    "RequestParser",
+]
+
 Event: TypeAlias = Request | ProtocolError
 
 # -- the fast path: a whole hot command, in its plain form, already buffered -----------

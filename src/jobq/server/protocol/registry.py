@@ -61,6 +61,19 @@ from jobq.server.protocol.values import (
     parse_time,
 )
 
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "EXTENSION_COMMANDS",
+    "CommandRegistry",
+    "CommandSpec",
+    "ParseFn",
+    "default_registry",
+    "register_command",
+    "register_extensions",
+    "register_inspect_object",
+    "workq_registry",
+]
+
 #: ``parse(args, flags, data)``: positional words after the command word, the flags
 #: without their ``-``, and the data block (None for commands without one)
 ParseFn: TypeAlias = Callable[[tuple[str, ...], Mapping[str, str], bytes | None], Request]
@@ -418,30 +431,7 @@ def default_registry() -> CommandRegistry:
 DEFAULT_REGISTRY = default_registry()
 
 
-def register_command(
-    word: str,
-    parse: ParseFn,
-    *,
-    data_args: int | None = None,
-    data_error: str = INVALID_PAYLOAD,
-    reply: ReplyShape = ReplyShape.OK,
-    replace: bool = False,
-    max_data_bytes: int | None = None,
-) -> None:
-    """Add a command word to ``DEFAULT_REGISTRY`` (see ``CommandSpec``)."""
-    DEFAULT_REGISTRY.register(
-        word,
-        parse,
-        data_args=data_args,
-        data_error=data_error,
-        reply=reply,
-        replace=replace,
-        max_data_bytes=max_data_bytes,
-    )
-
-
-def register_inspect_object(
-    obj: str, parse: ParseFn, *, reply: ReplyShape = ReplyShape.RECORDS, replace: bool = False
-) -> None:
-    """Add ``inspect <obj> ...`` to ``DEFAULT_REGISTRY``."""
-    DEFAULT_REGISTRY.register_inspect(obj, parse, reply=reply, replace=replace)
+#: add a command word to ``DEFAULT_REGISTRY`` (:meth:`CommandRegistry.register`)
+register_command = DEFAULT_REGISTRY.register
+#: add ``inspect <obj> ...`` to ``DEFAULT_REGISTRY`` (:meth:`CommandRegistry.register_inspect`)
+register_inspect_object = DEFAULT_REGISTRY.register_inspect

@@ -13,6 +13,23 @@ import msgspec
 from jobq.server.protocol.errors import CRLF, ClientError, MalformedReplyError
 from jobq.server.protocol.values import decimal, format_id, format_time, parse_id, parse_time
 
+__all__ = [
+    "FieldValue",
+    "JobInfo",
+    "QueueInfo",
+    "Record",
+    "ServerInfo",
+    "inspect_job_reply",
+    "inspect_jobs_reply",
+    "inspect_queue_reply",
+    "inspect_queues_reply",
+    "inspect_server_reply",
+    "job_reply",
+    "ok",
+    "records_reply",
+    "result_reply",
+]
+
 FieldValue: TypeAlias = str | int | bytes
 
 

@@ -21,6 +21,17 @@ from jobq.server.protocol.values import (
     parse_id,
 )
 
+__all__ = [
+    "DataReply",
+    "Error",
+    "JobReply",
+    "Ok",
+    "RecordsReply",
+    "Reply",
+    "ReplyParser",
+    "ResultReply",
+]
+
 
 class Ok(msgspec.Struct, frozen=True):
     """``+OK``."""

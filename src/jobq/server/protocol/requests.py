@@ -13,6 +13,26 @@ import msgspec
 from jobq.server.protocol.errors import CRLF
 from jobq.server.protocol.values import format_id, format_time_exact
 
+__all__ = [
+    "Add",
+    "Complete",
+    "Delete",
+    "Extension",
+    "Fail",
+    "InspectJob",
+    "InspectJobs",
+    "InspectQueue",
+    "InspectQueues",
+    "InspectScheduledJobs",
+    "InspectServer",
+    "Lease",
+    "ReplyShape",
+    "Request",
+    "Result",
+    "Run",
+    "Schedule",
+]
+
 
 class ReplyShape(Enum):
     """What a command's success reply looks like."""
@@ -73,12 +93,17 @@ class _NewJob(Request, frozen=True):
         return head.encode("latin-1") + CRLF + payload + CRLF
 
 
-class Add(_NewJob, frozen=True):
+class _QueuedJob(_NewJob, frozen=True):
+    """What add and schedule go on with: a job queued for workers, with a time to live."""
+
+    ttl_ms: int
+    payload: bytes
+
+
+class Add(_QueuedJob, frozen=True):
     """``add <id> <name> <ttr> <ttl> <payload-size> [-priority] [-max-attempts] [-max-fails]``"""
 
     command: ClassVar[str] = "add"
-    ttl_ms: int
-    payload: bytes
     priority: int = 0
     max_attempts: int = 0
     max_fails: int = 0
@@ -87,12 +112,10 @@ class Add(_NewJob, frozen=True):
         return self._encode(str(self.ttl_ms), self.payload, _job_flags(self))
 
 
-class Schedule(_NewJob, frozen=True):
+class Schedule(_QueuedJob, frozen=True):
     """``schedule <id> <name> <ttr> <ttl> <time> <payload-size> [flags as add]``"""
 
     command: ClassVar[str] = "schedule"
-    ttl_ms: int
-    payload: bytes
     #: when the job becomes leasable, Unix nanoseconds
     time_ns: int
     priority: int = 0
@@ -179,65 +202,59 @@ class Delete(Request, frozen=True):
         return _line("delete", format_id(self.id))
 
 
-class InspectServer(Request, frozen=True):
-    """``inspect server``"""
-
-    command: ClassVar[str] = "inspect"
-
-    def to_bytes(self) -> bytes:
-        return _line("inspect", "server")
-
-
-class InspectQueues(Request, frozen=True):
-    """``inspect queues <cursor-offset> <limit>``"""
-
-    command: ClassVar[str] = "inspect"
-    offset: int
-    limit: int
-
-    def to_bytes(self) -> bytes:
-        return _line("inspect", "queues", self.offset, self.limit)
-
-
-class InspectQueue(Request, frozen=True):
-    """``inspect queue <name>``"""
-
-    command: ClassVar[str] = "inspect"
-    name: str
-
-    def to_bytes(self) -> bytes:
-        return _line("inspect", "queue", self.name)
-
-
-class _JobPage(Request, frozen=True):
-    """``inspect <object> <name> <cursor-offset> <limit>``: a page of a queue's jobs."""
+class _Inspect(Request, frozen=True):
+    """``inspect <object> <fields>``: the object's word, then the fields in their order."""
 
     command: ClassVar[str] = "inspect"
     inspect_object: ClassVar[str] = ""
+
+    def to_bytes(self) -> bytes:
+        return _line("inspect", self.inspect_object, *msgspec.structs.astuple(self))
+
+
+class InspectServer(_Inspect, frozen=True):
+    """``inspect server``"""
+
+    inspect_object: ClassVar[str] = "server"
+
+
+class InspectQueues(_Inspect, frozen=True):
+    """``inspect queues <cursor-offset> <limit>``"""
+
+    inspect_object: ClassVar[str] = "queues"
+    offset: int
+    limit: int
+
+
+class InspectQueue(_Inspect, frozen=True):
+    """``inspect queue <name>``"""
+
+    inspect_object: ClassVar[str] = "queue"
+    name: str
+
+
+class InspectJobs(_Inspect, frozen=True):
+    """``inspect jobs <name> <cursor-offset> <limit>``: ready and leased jobs"""
+
+    inspect_object: ClassVar[str] = "jobs"
     name: str
     offset: int
     limit: int
 
-    def to_bytes(self) -> bytes:
-        return _line("inspect", self.inspect_object, self.name, self.offset, self.limit)
 
-
-class InspectJobs(_JobPage, frozen=True):
-    """``inspect jobs <name> <cursor-offset> <limit>``: ready and leased jobs"""
-
-    inspect_object: ClassVar[str] = "jobs"
-
-
-class InspectScheduledJobs(_JobPage, frozen=True):
+class InspectScheduledJobs(_Inspect, frozen=True):
     """``inspect scheduled-jobs <name> <cursor-offset> <limit>``"""
 
     inspect_object: ClassVar[str] = "scheduled-jobs"
+    name: str
+    offset: int
+    limit: int
 
 
-class InspectJob(Request, frozen=True):
+class InspectJob(_Inspect, frozen=True):
     """``inspect job <id>``"""
 
-    command: ClassVar[str] = "inspect"
+    inspect_object: ClassVar[str] = "job"
     id: bytes
 
     def to_bytes(self) -> bytes:

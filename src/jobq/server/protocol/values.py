@@ -14,6 +14,30 @@ from jobq.server.protocol.errors import (
     ClientError,
 )
 
+__all__ = [
+    "DEFAULT_MAX_DISCARD_BYTES",
+    "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_MAX_REPLY_LINE_BYTES",
+    "MAX_ATTEMPTS",
+    "MAX_CURSOR_OFFSET",
+    "MAX_DATA_BYTES",
+    "MAX_EXTENSION_BODY_BYTES",
+    "MAX_FAILS",
+    "MAX_INSPECT_LIMIT",
+    "MAX_LEASE_NAMES",
+    "MAX_NAME_LEN",
+    "MAX_PRIORITY",
+    "MAX_TTL_MS",
+    "MAX_TTR_MS",
+    "MAX_WAIT_TIMEOUT_MS",
+    "MIN_PRIORITY",
+    "format_id",
+    "format_time",
+    "parse_id",
+    "parse_name",
+    "parse_time",
+]
+
 # -- limits
 
 #: largest payload or result, in bytes (workq's MaxPayload / MaxResult)
