@@ -242,8 +242,8 @@ class BodyLimit:
 
 class _TooLarge(StarletteHTTPException):
     """Raised by the limited ``receive``. An HTTPException, because FastAPI turns any
-    other error while it reads a body into 400 "There was an error parsing the body" (a
-    streamed body over the limit got that, not 413); this one reaches the app's handler."""
+    other error while it reads a body into 400 "There was an error parsing the body"; this
+    one reaches the app's handler, so a streamed body over the limit gets 413."""
 
     def __init__(self) -> None:
         super().__init__(413, TOO_LARGE)

@@ -23,8 +23,6 @@ from jobq.engine.machine import Action, Engine
 from jobq.engine.schedules import DEFAULT_CATCHUP_MS, Schedule
 from jobq.server import protocol as p
 
-#: largest JSON body of an extension command, in bytes
-MAX_BODY_BYTES = 2 * 1024 * 1024
 #: longest description, creator, running status and reason, in characters
 MAX_DESCRIPTION = limits.MAX_DESCRIPTION
 MAX_SHORT_TEXT = 255
