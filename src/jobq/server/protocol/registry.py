@@ -225,7 +225,7 @@ def _priority(flags: Mapping[str, str]) -> int:
     text = flags.get("priority")
     if text is None:
         return 0
-    return parse_number(text, MIN_PRIORITY, MAX_PRIORITY, INVALID_PRIORITY, signed=True)
+    return parse_number(text, MIN_PRIORITY, MAX_PRIORITY, INVALID_PRIORITY, True)
 
 
 def _job_flags(flags: Mapping[str, str]) -> tuple[int, int, int]:

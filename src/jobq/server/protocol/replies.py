@@ -81,7 +81,7 @@ def _field_str(fields: Mapping[str, str | bytes], key: str) -> str:
 
 
 def _field_int(fields: Mapping[str, str | bytes], key: str) -> int:
-    value = decimal(_field_str(fields, key), signed=True)
+    value = decimal(_field_str(fields, key), True)
     if value is None:
         raise MalformedReplyError(f"record field {key!r} is not a number")
     return value

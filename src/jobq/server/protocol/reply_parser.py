@@ -82,7 +82,7 @@ _PAYLOAD_KEY = b"payload "
 
 
 def _reply_int(raw: bytes, what: str) -> int:
-    value = decimal(raw.decode("latin-1"), signed=False)
+    value = decimal(raw.decode("latin-1"), False)
     if value is None:
         raise MalformedReplyError(f"bad {what}: {raw!r}")
     return value

@@ -127,7 +127,7 @@ def parse_name(text: str) -> str:
     return text
 
 
-def decimal(text: str, *, signed: bool) -> int | None:
+def decimal(text: str, signed: bool) -> int | None:
     """ASCII decimal (Go's strconv, base 10): no spaces, underscores or non-ASCII digits; a
     sign only if ``signed``. None if ``text`` is not one."""
     if (_INT_RE if signed else _UINT_RE).fullmatch(text) is None:
@@ -141,15 +141,16 @@ def decimal(text: str, *, signed: bool) -> int | None:
     return -value if text[0] == "-" else value
 
 
-def parse_number(text: str, low: int, high: int, error: str, *, signed: bool = False) -> int:
+def parse_number(text: str, low: int, high: int, error: str, signed: bool = False) -> int:
     """A :func:`decimal` from ``low`` to ``high``; else ``ClientError(error)``."""
+    # ``signed`` is positional: a keyword-only default makes every call slower
     # fast path: isascii() and isdigit() together are _UINT_RE.fullmatch (isdigit() is
     # False for "" and, among ASCII characters, True only for 0-9); short enough that
     # int() of it is what decimal() gives
     if text.isdigit() and text.isascii() and len(text) <= _MAX_NUMBER_DIGITS:
         value: int | None = int(text)
     else:
-        value = decimal(text, signed=signed)
+        value = decimal(text, signed)
     if value is None or not low <= value <= high:
         raise ClientError(error)
     return value
@@ -159,7 +160,7 @@ def data_size(text: str) -> int | None:
     """A data block size as workq reads it (Go's Atoi: an optional sign); None if invalid."""
     if text.isdigit() and text.isascii() and len(text) <= _MAX_NUMBER_DIGITS:
         return int(text)
-    value = decimal(text, signed=True)
+    value = decimal(text, True)
     if value is None or value < 0:
         return None
     return value
