@@ -80,6 +80,7 @@ _FAST_LINE_RE = re.compile(
     + rb"|result %s %s\r\n" % (_ID_B, _NUM_B)  # 13-14
     + rb"|inspect job %s\r\n" % _ID_B  # 15
 )
+_FAST_LINE_MATCH = _FAST_LINE_RE.match
 _unhexlify = binascii.unhexlify
 
 _FastBuild: TypeAlias = "Callable[[RequestParser, re.Match[bytes]], Event | None]"
@@ -178,9 +179,6 @@ class _State(Enum):
     RESYNC = "resync"
     #: framing lost; everything is ignored
     CLOSED = "closed"
-
-
-_FAST_LINE_MATCH = _FAST_LINE_RE.match
 
 
 class _NeedMore:
