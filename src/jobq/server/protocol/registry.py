@@ -239,24 +239,24 @@ def _job_flags(flags: Mapping[str, str]) -> tuple[int, int, int]:
     return max_attempts, max_fails, _priority(flags)
 
 
-def _new_job(
-    args: tuple[str, ...], flags: Mapping[str, str], arity: int
-) -> tuple[bytes, str, int, int]:
-    """The id, name, ttr and ttl of an add or a schedule, checked in workq's order."""
-    _arity(args, arity)
-    _no_flags(flags, 3)
-    job_id, name = parse_id(args[0]), parse_name(args[1])
-    return job_id, name, _ttr(args[2]), parse_number(args[3], 1, MAX_TTL_MS, INVALID_TTL)
+def _ttl(text: str) -> int:
+    return parse_number(text, 1, MAX_TTL_MS, INVALID_TTL)
 
 
 def _parse_add(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
-    job_id, name, ttr_ms, ttl_ms = _new_job(args, flags, 5)
+    _arity(args, 5)
+    _no_flags(flags, 3)
+    job_id, name = parse_id(args[0]), parse_name(args[1])
+    ttr_ms, ttl_ms = _ttr(args[2]), _ttl(args[3])
     max_attempts, max_fails, priority = _job_flags(flags)
     return Add(job_id, name, ttr_ms, ttl_ms, _data(data), priority, max_attempts, max_fails)
 
 
 def _parse_schedule(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> Request:
-    job_id, name, ttr_ms, ttl_ms = _new_job(args, flags, 6)
+    _arity(args, 6)
+    _no_flags(flags, 3)
+    job_id, name = parse_id(args[0]), parse_name(args[1])
+    ttr_ms, ttl_ms = _ttr(args[2]), _ttl(args[3])
     time_ns = parse_time(args[4])
     max_attempts, max_fails, priority = _job_flags(flags)
     return Schedule(
