@@ -843,7 +843,7 @@ def test_reply_bytes_without_an_expected_reply_are_a_caller_error() -> None:
 
 
 def test_replacing_a_hot_command_turns_the_fast_path_off_and_uses_the_new_parser() -> None:
-    registry = p._workq_registry()
+    registry = p.workq_registry()
     assert registry._fast
     registry.register("delete", lambda args, flags, data: InspectServer(), replace=True)
     assert not registry._fast
@@ -853,7 +853,7 @@ def test_replacing_a_hot_command_turns_the_fast_path_off_and_uses_the_new_parser
 
 
 def test_replacing_inspect_job_turns_the_fast_path_off() -> None:
-    registry = p._workq_registry()
+    registry = p.workq_registry()
     registry.register_inspect("job", lambda args, flags, data: InspectServer(), replace=True)
     assert not registry._fast
     parser = RequestParser(registry=registry)

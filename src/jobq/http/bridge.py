@@ -1,10 +1,11 @@
 """The HTTP front end's way into the core: the same path a TCP request takes.
 
-A request becomes a protocol request (``Extension(word, body)``, ``Delete(id)``, ...) and
+A route's request (``Extension(word, body)``, or one of the dispatcher's internal requests)
 runs through :meth:`Core.execute` with a :class:`~jobq.server.core.Slot` of its own; its
 reply is released, like a TCP reply, only once the command log holds what it acknowledges.
-:func:`call` awaits that reply and :func:`to_outcome` turns the reply bytes into an HTTP
-status and a JSON body: the one place where protocol replies become HTTP responses.
+:func:`call` awaits that reply and :func:`to_outcome` turns it into an HTTP status and a
+JSON body: the one place where protocol replies become HTTP responses (a refusal by its
+kind, :mod:`jobq.http.errors`).
 """
 
 from __future__ import annotations
@@ -12,50 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
+from jobq.http.errors import Outcome, error, refusal
 from jobq.server import protocol as p
 from jobq.server.core import Core, Slot
 
 logger = logging.getLogger("jobq.http")
-
-#: HTTP status for each protocol error kind
-_STATUS = {
-    p.CLIENT_ERROR: 400,
-    p.NOT_FOUND: 404,
-    p.TIMEOUT: 504,
-    p.SERVER_ERROR: 503,
-}
-#: client errors that say the job's state does not allow the operation
-_CONFLICTS = ("Job is ", "Duplicate", "Lease not held", "Schedule is ")
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """An HTTP status and the JSON body to send (already encoded)."""
-
-    status: int
-    body: bytes
-
-    @property
-    def ok(self) -> bool:
-        return self.status < 400
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def error_body(text: str) -> bytes:
-    """``{"error": text}``; a text that may quote client input is cut like a TCP error
-    line (at :data:`~jobq.server.protocol.MAX_ERROR_TEXT_BYTES`, ending in ``...``)."""
-    if len(text) > p.MAX_ERROR_TEXT_BYTES:
-        text = text[: p.MAX_ERROR_TEXT_BYTES - len(p.ELLIPSIS)] + "..."
-    return json.dumps({"error": text}).encode()
-
-
-def error(status: int, text: str) -> Outcome:
-    return Outcome(status, error_body(text))
 
 
 class _Waiter:
@@ -93,7 +57,10 @@ async def call(core: Core, request: p.Request) -> bytes:
 
 
 def to_outcome(reply: bytes, *, ok_body: bytes = b"{}") -> Outcome:
-    """The HTTP status and JSON body for a protocol reply."""
+    """The HTTP status and JSON body for a protocol reply: a refusal's status by its kind
+    (:mod:`jobq.http.errors`); a data block is the body, else ``ok_body``."""
+    if isinstance(reply, p.ErrorReply):
+        return refusal(reply)
     if reply.startswith(b"+OK"):
         line, _, rest = reply.partition(b"\r\n")
         words = line.split()
@@ -103,23 +70,6 @@ def to_outcome(reply: bytes, *, ok_body: bytes = b"{}") -> Outcome:
             if len(body) == size:
                 return Outcome(200, body)
         return Outcome(200, ok_body)
-    if reply.startswith(b"-"):
-        text_line = reply[1:].split(b"\r\n", 1)[0].decode("utf-8", "replace")
-        kind, _, text = text_line.partition(" ")
-        status = _STATUS.get(kind)
-        if status is None:
-            return error(503, "Unexpected reply")
-        if kind == p.CLIENT_ERROR and text.startswith(_CONFLICTS):
-            status = 409
-        elif kind == p.CLIENT_ERROR and text.lower().endswith("not found"):
-            status = 404  # "Schedule not found"
-        if kind == p.NOT_FOUND:
-            text = text or "Not found"
-        elif kind == p.SERVER_ERROR:
-            text = text or "Server error"
-        elif kind == p.TIMEOUT:
-            text = text or "Timeout"
-        return error(status, text)
     return error(503, "Unexpected reply")
 
 

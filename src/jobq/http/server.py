@@ -60,8 +60,7 @@ def _json_503(text: str) -> bytes:
 class _Protocol(H11Protocol):
     """uvicorn's h11 protocol with the limits jobq needs against a client that holds
     connections open (uvicorn's keep-alive timer starts only after a first response, and
-    its ``limit_concurrency`` counts idle connections, so 1000 connections that sent nothing
-    kept every other client at 503):
+    its ``limit_concurrency`` counts idle connections; docs/http.md, Security):
 
     - a connection must send a whole request head within ``head_timeout_s`` of opening,
       and of the end of each response; else it is closed;

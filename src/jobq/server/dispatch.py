@@ -1,37 +1,38 @@
-"""Requests of the workq protocol to engine calls, and engine outcomes to reply bytes.
+"""Requests to engine calls, and engine outcomes to reply bytes.
 
-This is the one place where engine errors become protocol replies (:func:`error_reply`).
+:func:`error_reply` is the one place where a refused command becomes a protocol reply, by
+the error's class (:data:`_ERROR_REPLIES`). The internal requests at the end (HTTP's) run
+through the core like any request, but the protocol parser never makes one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
-from jobq.engine.errors import DuplicateJob, DuplicateResult, EngineError, JobNotFound
-from jobq.engine.job import Job
+from jobq.engine.errors import DuplicateJob, DuplicateResult, EngineError, ErrorKind, JobNotFound
+from jobq.engine.job import Job, Status
 from jobq.engine.machine import Engine
 from jobq.engine.waiters import JobResult, Outcome, WakeValue
 from jobq.server import protocol as p
-from jobq.server.extensions import Deferred, Extensions, lease_reply
+from jobq.server.extensions import BadRequest, Deferred, Extensions, data_reply, lease_reply
+
+#: the reply to a refused command, by the error's class (the first of its classes, most
+#: derived first, that is here): workq's own replies where workq has one, else the error's
+#: text as a client error of the error's kind
+_ERROR_REPLIES: dict[type[EngineError], Callable[[EngineError], p.ErrorReply]] = {
+    JobNotFound: lambda exc: p.not_found(),
+    DuplicateJob: lambda exc: p.client_error(p.DUPLICATE_JOB, ErrorKind.CONFLICT),
+    DuplicateResult: lambda exc: p.client_error(p.DUPLICATE_RESULT, ErrorKind.CONFLICT),
+    BadRequest: lambda exc: p.client_error(exc.text, ErrorKind.INVALID),
+    EngineError: lambda exc: p.client_error(exc.text, exc.kind),
+}
 
 
-class LogUnavailable(Exception):
-    """The command log cannot be written; state-changing commands are refused."""
-
-
-def error_reply(exc: Exception) -> bytes:
-    """The reply for a refused command."""
-    if isinstance(exc, JobNotFound):
-        return p.not_found()
-    if isinstance(exc, DuplicateJob):
-        return p.client_error(p.DUPLICATE_JOB)
-    if isinstance(exc, DuplicateResult):
-        return p.client_error(p.DUPLICATE_RESULT)
-    if isinstance(exc, EngineError):
-        return p.client_error(exc.text)
-    if isinstance(exc, LogUnavailable):
-        return p.server_error(str(exc) or "Command log unavailable")
-    return p.server_error("Internal error")
+def error_reply(exc: EngineError) -> p.ErrorReply:
+    """The reply for a refused command (see :data:`_ERROR_REPLIES`)."""
+    reply = next(_ERROR_REPLIES[c] for c in type(exc).__mro__ if c in _ERROR_REPLIES)
+    return reply(exc)
 
 
 def job_info(job: Job) -> p.JobInfo:
@@ -84,6 +85,8 @@ class Dispatcher:
             p.InspectJobs: self._inspect_jobs,
             p.InspectScheduledJobs: self._inspect_scheduled_jobs,
             p.InspectJob: self._inspect_job,
+            ServerOverview: self._server_overview,
+            DeleteJob: self._delete_job,
         }
 
     def handle(self, request: p.Request, token: object, now_ns: int) -> bytes | Deferred | None:
@@ -91,7 +94,7 @@ class Dispatcher:
         event loop."""
         try:
             handler = self._handlers.get(type(request))
-            if handler is not None:  # a workq request (none is an Extension)
+            if handler is not None:  # a workq or internal request (none is an Extension)
                 return handler(request, token, now_ns)
             if isinstance(request, p.Extension):
                 return self.extensions.handlers[request.word](request.body, token, now_ns)
@@ -239,3 +242,41 @@ class Dispatcher:
         if job is None:
             return p.not_found()
         return p.inspect_job_reply(job_info(job))
+
+    # -- internal requests (HTTP's)
+
+    def _server_overview(self, r: p.Request, token: object, now_ns: int) -> bytes | None:
+        engine = self.engine
+        info = self._server_info()
+        schedules = getattr(engine, "schedules", None)
+        return data_reply(
+            {
+                "connections": info.active_clients,
+                "jobs": {s.value: engine.by_status.count(s) for s in Status},
+                "jobs_total": len(engine.jobs),
+                "schedules": len(schedules) if schedules is not None else None,
+                "evicted_jobs": info.evicted_jobs,
+            }
+        )
+
+    def _delete_job(self, r: p.Request, token: object, now_ns: int) -> bytes | None:
+        assert isinstance(r, DeleteJob)
+        job_id = self.engine.resolve_id(r.ref)
+        self.engine.delete(job_id, now_ns=now_ns)
+        return data_reply({"id": p.format_id(job_id)})
+
+
+class ServerOverview(p.Request, frozen=True):
+    """What the server holds: connections, jobs by status, schedules, jobs evicted (HTTP's
+    ``/api/server``); the reply is JSON. Internal: no command word, never parsed."""
+
+    command: ClassVar[str] = ""
+
+
+class DeleteJob(p.Request, frozen=True):
+    """Delete the job that ``ref`` names, an id or a unique prefix of one (HTTP's ``DELETE
+    /api/jobs/{id}``); the reply is JSON, ``{"id": <the full id>}``. Internal: no command
+    word, never parsed."""
+
+    command: ClassVar[str] = ""
+    ref: str

@@ -23,8 +23,6 @@ from jobq.engine.machine import Action, Engine
 from jobq.engine.schedules import DEFAULT_CATCHUP_MS, Schedule
 from jobq.server import protocol as p
 
-#: largest JSON body of an extension command, in bytes
-MAX_BODY_BYTES = 2 * 1024 * 1024
 #: longest description, creator, running status and reason, in characters
 MAX_DESCRIPTION = limits.MAX_DESCRIPTION
 MAX_SHORT_TEXT = 255
@@ -250,6 +248,14 @@ def _range(value: int, low: int, high: int, error: str) -> int:
     return value
 
 
+def _reason_actor(r: Operate | ScheduleRef | ScheduleAlterBody) -> tuple[str, str]:
+    """The reason and the actor (``client`` if none) of an operation, checked."""
+    return (
+        _text(r.reason, MAX_SHORT_TEXT, "reason"),
+        _text(r.actor or "client", MAX_SHORT_TEXT, "actor"),
+    )
+
+
 def _created_by(value: CreatedBy | None) -> tuple[str, str] | None:
     if value is None:
         return None
@@ -454,8 +460,7 @@ class Extensions:
 
     def _operate(self, operation: str, data: bytes, now_ns: int) -> bytes:
         r: Operate = _body(Operate, data)
-        reason = _text(r.reason, MAX_SHORT_TEXT, "reason")
-        actor = _text(r.actor or "client", MAX_SHORT_TEXT, "actor")
+        reason, actor = _reason_actor(r)
         if (r.id is None) == (r.created_by is None):
             raise BadRequest("Give either id or created_by")
         if r.created_by is not None:
@@ -512,7 +517,6 @@ class Extensions:
         created_ns = self.engine.jobs[job_id].created_ns
         return Deferred(lambda: data_reply({"events": self._history(job_id, created_ns)}))
 
-
     # -- schedules (docs/schedules.md)
 
     def screate(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
@@ -552,26 +556,22 @@ class Extensions:
 
     def spause(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleRef = _body(ScheduleRef, data)
-        schedule = self.engine.pause_schedule(
-            r.name, reason=_text(r.reason, MAX_SHORT_TEXT, "reason"),
-            actor=_text(r.actor or "client", MAX_SHORT_TEXT, "actor"), now_ns=now_ns,
-        )
+        reason, actor = _reason_actor(r)
+        schedule = self.engine.pause_schedule(r.name, reason=reason, actor=actor, now_ns=now_ns)
         return data_reply(schedule_summary(schedule))
 
     def sresume(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleRef = _body(ScheduleRef, data)
-        schedule = self.engine.resume_schedule(
-            r.name, reason=_text(r.reason, MAX_SHORT_TEXT, "reason"),
-            actor=_text(r.actor or "client", MAX_SHORT_TEXT, "actor"), now_ns=now_ns,
-        )
+        reason, actor = _reason_actor(r)
+        schedule = self.engine.resume_schedule(r.name, reason=reason, actor=actor, now_ns=now_ns)
         return data_reply(schedule_summary(schedule))
 
     def salter(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleAlterBody = _body(ScheduleAlterBody, data)
+        reason, actor = _reason_actor(r)
         schedule = self.engine.alter_schedule(
             r.name, wait=r.wait, on_error=r.on_error, catchup_ms=r.catchup_ms,
-            reason=_text(r.reason, MAX_SHORT_TEXT, "reason"),
-            actor=_text(r.actor or "client", MAX_SHORT_TEXT, "actor"), now_ns=now_ns,
+            reason=reason, actor=actor, now_ns=now_ns,
         )
         return data_reply(schedule_summary(schedule))
 

@@ -1,21 +1,10 @@
 """One client connection: bytes in through the protocol parser, replies out in request order.
 
 A connection runs its requests one at a time, as workq-server does: while a request waits
-(a blocking lease, result or run) the connection runs no further commands. It keeps reading,
-so a client that goes away is noticed at once, but pauses once it holds
-``READ_AHEAD_BYTES``, so a client cannot make the server buffer without bound.
-
-Replies are bounded the same way. A reply waits in its slot until its batch is logged
-(``core.py``), so the transport's write buffer alone (``pause_writing``) would not stop a
-client that pipelines requests and never reads: every request it sent would run, and every
-reply (an ``inspect jobs`` reply can be ~100 MiB) would be held at once. So the connection
-counts the bytes of replies built and not yet handed to the transport (``unsent``) and runs
-no further request while that count is at ``WRITE_HIGH_WATER_BYTES`` or more, or while the
-transport's buffer is over it (``writing_paused``); it goes on when the replies go out, or
-when ``resume_writing`` comes. Meanwhile it reads nothing, as while the transport's buffer is
-over the mark: that lasts only until the batch is logged, and a client that half-closes
-after its requests (``eof_received``) must still have them all run. What one connection
-holds in replies is therefore under twice ``WRITE_HIGH_WATER_BYTES`` plus one reply.
+(a blocking lease, result or run) it runs no further commands, and reads ahead only up to
+``READ_AHEAD_BYTES``. It stops running and reading requests while it holds
+``WRITE_HIGH_WATER_BYTES`` of unsent replies, so a client that pipelines requests and never
+reads cannot make the server hold replies without bound (docs/server.md, "Limits").
 """
 
 from __future__ import annotations

@@ -1,0 +1,207 @@
+"""The HTTP API's schemas (pydantic): the JSON a route answers with, the bodies it takes,
+and the error responses every route may give. FastAPI builds /openapi.json from them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jobq.engine.schedules import MAX_DURATION_MS
+from jobq.server import protocol as p
+
+NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,255}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Input(BaseModel):
+    """A request body: no unknown fields, and no type coercion (``"1"`` or ``true`` is not
+    an integer, ``"yes"`` not a boolean): a wrong JSON type gets 422."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ErrorBody(BaseModel):
+    error: str
+
+
+class LeaseInfo(_Model):
+    worker_id: str | None = None
+    expires: str | None = None
+
+
+class CreatedBy(_Model):
+    type: str
+    id: str | int
+
+
+class JobSummary(_Model):
+    id: str
+    name: str
+    status: Literal["pending", "running", "paused", "succeeded", "failed", "canceled"]
+    priority: int
+    attempts: int
+    max_attempts: int
+    fails: int
+    max_fails: int
+    ttr_ms: int
+    ttl_ms: int | None
+    created: str | None
+    started: str | None
+    finished: str | None
+    modified: str | None
+    time: str | None
+    fraction_completed: float | None
+    running_status: str | None
+    description: str
+    creator: str
+    created_by: CreatedBy | None
+    lease: LeaseInfo | None
+    pause_requested: bool
+    cancel_requested: bool
+    reason: str
+    payload_size: int
+    checkpoint_size: int
+    error: str | None
+
+
+class JobDetail(JobSummary):
+    payload: str = Field(description="base64")
+    result: str | None = Field(description="base64, for finished jobs")
+
+
+class JobPage(_Model):
+    jobs: list[JobSummary]
+    next_cursor: str | None
+
+
+class HistoryEvent(_Model):
+    time: str | None
+    event: str
+    actor: str
+    detail: str
+
+
+class History(_Model):
+    events: list[HistoryEvent]
+
+
+class Submitted(_Model):
+    id: str
+
+
+class Count(_Model):
+    count: int = Field(description="jobs changed")
+
+
+class Deleted(_Model):
+    id: str
+
+
+class Ids(_Model):
+    ids: list[str]
+
+
+class ScheduleSummary(_Model):
+    id: int
+    name: str
+    paused: bool | None = None
+    next_run: str | None = None
+    last_run: str | None = None
+    last_outcome: str | None = None
+
+
+class ScheduleList(_Model):
+    schedules: list[ScheduleSummary]
+
+
+class ScheduleChange(_Model):
+    time: str | None
+    reason: str
+
+
+class ScheduleChanges(_Model):
+    changes: list[ScheduleChange]
+
+
+class ServerSummary(_Model):
+    version: str
+    started: str | None
+    uptime_s: float
+    connections: int
+    jobs: dict[str, int]
+    jobs_total: int
+    schedules: int | None
+    evicted_jobs: int
+    log: dict[str, Any] | None
+    auth: bool
+
+
+class SubmitBody(_Input):
+    name: str = Field(pattern=NAME_PATTERN, description="the queue a worker leases from")
+    payload: str | None = Field(None, description="base64 bytes (at most 1 MiB decoded)")
+    payload_text: str | None = Field(None, description="the payload as UTF-8 text instead")
+    id: str | None = Field(None, description="a UUID; generated when omitted")
+    priority: int = Field(0, ge=p.MIN_PRIORITY, le=p.MAX_PRIORITY)
+    ttr_ms: int = Field(60_000, ge=1, le=p.MAX_TTR_MS)
+    ttl_ms: int | None = Field(None, ge=1, le=p.MAX_TTL_MS)
+    max_attempts: int = Field(0, ge=0, le=p.MAX_ATTEMPTS)
+    max_fails: int = Field(0, ge=0, le=p.MAX_FAILS)
+    time: str | None = Field(None, description="RFC 3339; when the job becomes leasable")
+    description: str = Field("", max_length=4096)
+    creator: str = Field("", max_length=255)
+
+
+class OperateBody(_Input):
+    reason: str = Field("", max_length=255)
+    actor: str | None = Field(None, max_length=255)
+
+
+class ScheduleCreateBody(_Input):
+    name: str = Field(min_length=1, max_length=255)
+    cron: str = ""
+    tz: str = ""
+    every_ms: int = Field(0, ge=0, le=MAX_DURATION_MS)
+    at: str | None = None
+    executor: str = "job"
+    args: dict[str, Any] = Field(default_factory=dict)
+    wait: Literal["wait", "no_wait", "skip", "buffer_one"] = "wait"
+    on_error: Literal["retry_sched", "retry_soon", "pause_sched"] = "retry_sched"
+    catchup_ms: int | None = Field(None, ge=0, le=MAX_DURATION_MS)
+    owner: str = Field("", max_length=255)
+    paused: bool = False
+    reason: str = Field("", max_length=255)
+
+
+class ScheduleAlterBody(_Input):
+    wait: Literal["wait", "no_wait", "skip", "buffer_one"] | None = None
+    on_error: Literal["retry_sched", "retry_soon", "pause_sched"] | None = None
+    catchup_ms: int | None = Field(None, ge=0, le=MAX_DURATION_MS)
+    reason: str = Field("", max_length=255)
+    actor: str | None = Field(None, max_length=255)
+
+
+class BackfillBody(_Input):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    start: str = Field(alias="from", description="RFC 3339, inclusive")
+    end: str = Field(alias="to", description="RFC 3339, inclusive")
+
+
+#: the error responses every route may give
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (400, "Bad input"),
+        (401, "Authentication required or invalid token"),
+        (404, "Not found"),
+        (409, "The job's or schedule's state does not allow this"),
+        (413, "Request body too large"),
+        (422, "The request does not fit the schema"),
+        (503, "The command log cannot be written; retry"),
+        (504, "Timed out"),
+    )
+}
