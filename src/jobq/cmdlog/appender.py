@@ -1,29 +1,27 @@
-"""Appending records to the newest segment, under one of workq's sync policies.
+"""Appending records to the newest segment under one of workq's sync policies.
 
 Positions are log sequence numbers (LSN): the count of bytes this appender has written
 since it was opened, which only grows. ``written`` is the LSN handed to the OS, ``synced``
 the LSN known to be on disk.
 
-Buffering (policies ``os`` and ``interval``): :meth:`Appender.append` keeps the record in
-user space, as a buffered file writer would, and hands the buffer to the OS with one write
-once it holds ``buffer_bytes`` of payload, and on :meth:`~Appender.flush`,
-:meth:`~Appender.write`, :meth:`~Appender.sync`, each ``interval`` tick and
-:meth:`~Appender.close`. A record appended without a time is encoded at that hand-off and
-logged with the clock's time then (one TIME for the whole buffer, as a group commit under
-``always`` logs its commit time). The hand-off splits the buffer at the record that makes
-the segment reach ``segment_size_bytes``, so segments end where per-record writes would end
-them.
+Every record reaches the segment by one write path, ``_write_locked``: one ``pwrite`` at the
+end of the newest segment, cut back if it fails, and the next segment started once this one
+is full. It is fed by :meth:`Appender.write` (a batch, never split) and by the hand-off of
+the append buffer. The sync policies differ only in when that write and the fsync happen:
 
-Group commit (policy ``always``): an appender queues its record in the current *group* and
-waits on its own lock. If nobody is committing, the appender commits inline: it takes the
-group, writes it with one write, fsyncs once and wakes the group's appenders (a lone
-appender thus pays one write and one fsync, with no thread switch). If records queued
-meanwhile, it hands them to the *committer* thread instead of leading on, and returns to its
-caller; the committer writes and fsyncs group after group while records keep coming (taking
-everything queued during the previous fsync each time) and goes idle when none are left. So
-appenders only queue and wait, and appenders that wait at the same moment share one write
-and one fsync. :meth:`write` plus :meth:`wait_synced` is the same idea for callers that batch
-themselves (the asyncio server): whoever waits first fsyncs for everyone written so far.
+- ``os`` and ``interval``: :meth:`~Appender.append` keeps the record in user space and
+  hands the buffer to the OS with one write once it holds ``buffer_bytes`` of payload, and
+  on :meth:`~Appender.flush`, :meth:`~Appender.write`, :meth:`~Appender.sync`, each
+  ``interval`` tick and :meth:`~Appender.close`. A record appended without a time gets the
+  clock's time at that hand-off, which splits the buffer at the record that makes the
+  segment reach ``segment_size_bytes``, so segments end where per-record writes end them.
+- ``always`` (group commit): :meth:`~Appender.append` queues its record in the group being
+  gathered. If nobody leads, the appender leads: it writes the group with one write,
+  fsyncs once, wakes the group's appenders, and hands the lead to an appender of the next
+  group if one formed meanwhile (a lone appender pays one write and one fsync, with no
+  thread switch). So appenders that wait at the same moment share one write and one fsync;
+  a failed write or fsync is raised in each of them. :meth:`~Appender.wait_synced` joins
+  the same groups for records written with :meth:`~Appender.write`.
 """
 
 from __future__ import annotations
@@ -33,6 +31,8 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from itertools import groupby
+from operator import itemgetter
 from typing import Final, Literal, Protocol
 
 from jobq.cmdlog.errors import CmdlogError, LogClosedError
@@ -58,8 +58,6 @@ DEFAULT_SEGMENT_SIZE_BYTES: Final = 64 * 1024 * 1024
 #: default payload bytes ``append`` buffers under ``os``/``interval`` before writing (64 KiB)
 DEFAULT_BUFFER_BYTES: Final = 64 * 1024
 
-_new_lock = threading.Lock
-
 
 def _no_budget() -> None:
     """The budget refill of an appender that does not buffer (``always``)."""
@@ -72,17 +70,19 @@ class AppendFunction(Protocol):
 
 
 class _Group:
-    """Records queued for one write and one fsync under ``always``, and its outcome.
+    """What one write and one fsync commit under group commit, and how it went.
 
-    Each entry is ``(payload, time_ns, wake)``: ``wake`` is a lock its appender holds and
-    waits on (None for the appender that commits the group itself); the committer releases
-    it once the group is done, with :attr:`error` set if the write or fsync failed.
+    ``entries`` are the records to write, as ``(payload, time_ns or None)``; ``wakes`` the
+    locks its waiters sleep on, released once the group is :attr:`done` (with
+    :attr:`error` if its write or fsync failed), or one of them to make its waiter lead.
     """
 
-    __slots__ = ("entries", "error")
+    __slots__ = ("done", "entries", "error", "wakes")
 
     def __init__(self) -> None:
-        self.entries: list[tuple[bytes, int | None, threading.Lock | None]] = []
+        self.entries: list[tuple[bytes, int | None]] = []
+        self.wakes: list[threading.Lock] = []
+        self.done = False
         self.error: BaseException | None = None
 
 
@@ -109,12 +109,11 @@ class Appender:
             record at once.
 
     :attr:`append` ``(payload, time_ns=None)`` appends one record. Under ``always`` it
-    returns once the record is fsynced (group commit). Under ``os`` and ``interval`` it
-    returns at once with the record buffered: readers of the files, and a process crash,
-    see it only once it is handed to the OS (a full buffer, :meth:`flush`, :meth:`write`,
-    :meth:`sync`, an ``interval`` tick, :meth:`close`); power loss may lose it until it is
-    fsynced. Without ``time_ns`` the record is logged with the clock's time when it is
-    written (under ``always``, the group's commit time).
+    returns once the record is fsynced. Under ``os`` and ``interval`` it returns at once
+    with the record buffered: readers of the files, and a process crash, see it only once
+    it is handed to the OS (a full buffer, :meth:`flush`, :meth:`write`, :meth:`sync`, an
+    ``interval`` tick, :meth:`close`); power loss may lose it until it is fsynced. Without
+    ``time_ns`` the record is logged with the clock's time when it is written.
     """
 
     #: append one record (bound per sync policy when the appender is made)
@@ -154,10 +153,10 @@ class Appender:
         #: how many times a segment file was fsynced
         self.fsync_count = 0
 
-        # _lock guards the file and positions; _cond guards the sync state. _cond is never
-        # held while taking _lock.
+        # _lock guards the file and positions; _sync_lock guards the sync state and is
+        # never held while taking _lock.
         self._lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
+        self._sync_lock = threading.Lock()
         self._sequence = sequence
         path = os.path.join(directory, segment_name(sequence))
         self._fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
@@ -165,17 +164,13 @@ class Appender:
         self._tail_dirty = False
         self._written = 0
         self._synced = 0
-        self._syncing = False
-        # group commit of append() under "always": the group being queued, whether someone
-        # (an appender inline, or the committer thread) is committing, and the committer
-        self._queue_lock = threading.Lock()
-        self._idle = threading.Condition(self._queue_lock)
+        # group commit (append under "always", wait_synced), under _sync_lock: the group
+        # being gathered, whether a waiter leads (commits group after group), and whether
+        # close() refuses appends; _idle is notified when the leading ends
         self._group = _Group()
-        self._committing = False
-        self._refusing = False  # closing: append() under "always" raises LogClosedError
-        self._committer: threading.Thread | None = None
-        self._kick = _new_lock()  # released to hand the committing over to the committer
-        self._kick.acquire()
+        self._leading = False
+        self._refusing = False
+        self._idle = threading.Condition(self._sync_lock)
         self._closed = False
         # append() buffering under "os" and "interval": timed records already encoded
         # (_encoded) come before the untimed payloads (_pending), which get their time when
@@ -186,7 +181,7 @@ class Appender:
         self._buffer_bytes = buffer_bytes
         self._refill_budget: Callable[[], None] = _no_budget
         if sync == "always":
-            self.append = self._append_committed
+            self.append = self._append_synced
         else:
             self.append, self._refill_budget = self._buffered_append()
         self._stop = threading.Event()
@@ -224,7 +219,11 @@ class Appender:
         with self._lock:
             return self._sequence, self._size
 
-    # ------------------------------------------------------------------ writing
+    # ------------------------------------------------------------------ appending
+
+    def _append_synced(self, payload: bytes, time_ns: int | None = None) -> None:
+        """``append`` under ``always``: return once the record is written and fsynced."""
+        self._commit((payload, time_ns))
 
     @property
     def buffered(self) -> bool:
@@ -329,97 +328,7 @@ class Appender:
             self._write_buffered()
             return self._written
 
-    def _append_committed(self, payload: bytes, time_ns: int | None = None) -> None:
-        """``append`` under ``always``: return once the record is fsynced."""
-        with self._queue_lock:
-            if self._refusing:
-                raise LogClosedError(self.directory)
-            group = self._group
-            wake: threading.Lock | None
-            if self._committing:
-                wake = held = _new_lock()
-                held.acquire()
-            else:
-                self._committing = True
-                wake = None
-            group.entries.append((payload, time_ns, wake))
-        if wake is not None:
-            wake.acquire()  # until the committer has written and fsynced our group
-        else:
-            # nobody was committing: commit inline, then hand anything queued meanwhile to
-            # the committer thread rather than leading on (our caller is waiting)
-            try:
-                self._commit_group()
-            finally:
-                with self._queue_lock:
-                    if self._group.entries:
-                        self._hand_to_committer()
-                    else:
-                        self._go_idle()
-        if group.error is not None:
-            raise group.error
-
-    def _commit_group(self) -> None:
-        """While committing: write and fsync every queued record at once, wake their
-        appenders."""
-        with self._queue_lock:
-            group = self._group
-            self._group = _Group()
-        entries = group.entries
-        try:
-            now = self._clock_ns()
-            stamp = entries[0][1]
-            if all(entry[1] == stamp for entry in entries):
-                data = encode_records(
-                    [entry[0] for entry in entries], now if stamp is None else stamp
-                )
-            else:  # records with the same logged time share one encoding pass
-                chunks: list[bytes] = []
-                start = 0
-                for index in range(1, len(entries) + 1):
-                    if index == len(entries) or entries[index][1] != entries[start][1]:
-                        stamp = entries[start][1]
-                        chunks.append(
-                            encode_records(
-                                [entry[0] for entry in entries[start:index]],
-                                now if stamp is None else stamp,
-                            )
-                        )
-                        start = index
-                data = b"".join(chunks)
-            self._write_encoded(data)
-            self.sync()
-        except BaseException as exc:
-            group.error = exc
-        for _, _, wake in entries:
-            if wake is not None:
-                wake.release()
-
-    def _hand_to_committer(self) -> None:
-        """Hand the committing over to the committer thread (``_queue_lock`` held)."""
-        if self._committer is None:
-            self._committer = threading.Thread(
-                target=self._run_committer, name="jobq-cmdlog-commit", daemon=True
-            )
-            self._committer.start()
-        self._kick.release()
-
-    def _go_idle(self) -> None:
-        """Nobody commits any more (``_queue_lock`` held)."""
-        self._committing = False
-        self._idle.notify_all()
-
-    def _run_committer(self) -> None:
-        while True:
-            self._kick.acquire()
-            if self._refusing and not self._committing:
-                return  # close()
-            while True:
-                self._commit_group()
-                with self._queue_lock:
-                    if not self._group.entries:
-                        self._go_idle()
-                        break
+    # ------------------------------------------------------------------ writing
 
     def write(self, payloads: Sequence[bytes], time_ns: int | None = None) -> int:
         """Write a batch of records into the OS with one write; return the LSN after it.
@@ -433,6 +342,10 @@ class Appender:
             if payloads
             else b""
         )
+        return self._write(data)
+
+    def _write(self, data: bytes) -> int:
+        """:meth:`write` for encoded records."""
         with self._lock:
             if self._closed:
                 raise LogClosedError(self.directory)
@@ -442,15 +355,9 @@ class Appender:
                 return self._written
             return self._write_locked(data)
 
-    def _write_encoded(self, data: bytes | bytearray) -> int:
-        """Write encoded records at the end of the newest segment; rotate if it is full."""
-        with self._lock:
-            if self._closed:
-                raise LogClosedError(self.directory)
-            return self._write_locked(data)
-
     def _write_locked(self, data: bytes | bytearray | memoryview) -> int:
-        """:meth:`_write_encoded` with ``_lock`` held."""
+        """Write encoded records at the end of the newest segment and rotate if it is full
+        (``_lock`` held): the one place bytes go into a segment after its header."""
         fd = self._fd
         start = self._size
         size = len(data)
@@ -499,17 +406,19 @@ class Appender:
         self._sequence = next_sequence
         self._size = HEADER_LEN
         # the old segment's fsync covered everything written before the header
-        with self._cond:
-            if self._written > self._synced:
-                self._synced = self._written
-            self._cond.notify_all()
+        self._advance_synced(self._written)
+
+    # ------------------------------------------------------------------ syncing
 
     def _sync_fd(self, fd: int) -> None:
         self._fsync(fd)
-        with self._cond:
+        with self._sync_lock:
             self.fsync_count += 1
 
-    # ------------------------------------------------------------------ syncing
+    def _advance_synced(self, lsn: int) -> None:
+        with self._sync_lock:
+            if lsn > self._synced:
+                self._synced = lsn
 
     def sync(self) -> int:
         """Write buffered records, fsync what has been written; return the LSN it covers.
@@ -529,32 +438,76 @@ class Appender:
             self._sync_fd(fd)
         finally:
             os.close(fd)
-        with self._cond:
-            if lsn > self._synced:
-                self._synced = lsn
-            self._cond.notify_all()
+        self._advance_synced(lsn)
         return lsn
 
     def wait_synced(self, lsn: int) -> None:
-        """Return once ``lsn`` is on disk, fsyncing as the group-commit leader if needed."""
-        with self._cond:
-            while self._synced < lsn:
-                if not self._syncing:
-                    self._syncing = True
-                    break
-                self._cond.wait()
-            else:
-                return
+        """Return once ``lsn`` is on disk (group commit with the appends of ``always``)."""
+        if self._synced >= lsn:
+            return
         try:
-            self.sync()
+            self._commit(None)
         except LogClosedError:
-            # close() fsyncs everything written before it closes
-            if self._synced < lsn:
+            if self._synced < lsn:  # close() fsyncs everything written before it closes
                 raise
-        finally:
-            with self._cond:
-                self._syncing = False
-                self._cond.notify_all()
+
+    # ------------------------------------------------------------------ group commit
+
+    def _commit(self, entry: tuple[bytes, int | None] | None) -> None:
+        """Join the group being gathered, with a record to write (``entry``) or only to
+        wait for its fsync, and return once that group is committed; raise its error.
+
+        If nobody leads, lead: commit the group at once (a lone caller pays one write and
+        one fsync, with no thread switch). Otherwise sleep until the leader has committed
+        the group, or has made this caller the leader of it.
+        """
+        with self._sync_lock:
+            if entry is not None:
+                if self._refusing:
+                    raise LogClosedError(self.directory)
+                self._group.entries.append(entry)
+            group = self._group
+            wake: threading.Lock | None = None
+            if self._leading:
+                wake = threading.Lock()
+                wake.acquire()
+                group.wakes.append(wake)
+            else:
+                self._leading = True
+        if wake is not None:
+            wake.acquire()  # until the group is committed, or this caller is to lead it
+        if not group.done:
+            self._lead()
+        if group.error is not None:
+            raise group.error
+
+    def _lead(self) -> None:
+        """Commit the group being gathered: one write of its records, one fsync of all
+        that is written; wake its waiters, then hand the lead to a waiter of the next
+        group, if one formed meanwhile, rather than leading on (our caller waits)."""
+        with self._sync_lock:
+            group, self._group = self._group, _Group()
+        entries = group.entries
+        try:
+            if entries:
+                now = self._clock_ns()
+                runs = [
+                    encode_records([payload for payload, _ in run], now if stamp is None else stamp)
+                    for stamp, run in groupby(entries, key=itemgetter(1))
+                ]
+                self._write(runs[0] if len(runs) == 1 else b"".join(runs))
+            self.sync()
+        except BaseException as exc:
+            group.error = exc
+        group.done = True
+        for wake in group.wakes:
+            wake.release()
+        with self._sync_lock:
+            if self._group.wakes:
+                self._group.wakes.pop(0).release()  # it leads next
+            else:
+                self._leading = False
+                self._idle.notify_all()
 
     def tick(self) -> None:
         """One beat of the ``interval`` policy: write the buffer, fsync if anything is
@@ -577,18 +530,13 @@ class Appender:
     def close(self) -> None:
         """Stop the sync thread, write the buffer, fsync and close the segment. Idempotent.
 
-        Under ``always``, records already queued are committed first; appends from then on
-        raise :class:`LogClosedError`.
+        Under ``always``, records already appended are committed first; appends from then
+        on raise :class:`LogClosedError`.
         """
-        with self._queue_lock:
+        with self._sync_lock:
             self._refusing = True
-            while self._committing:
+            while self._leading:  # let the groups already gathered commit
                 self._idle.wait()
-            committer, self._committer = self._committer, None
-            if committer is not None:
-                self._kick.release()  # it is idle: let it see _refusing and stop
-        if committer is not None:
-            committer.join()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -605,8 +553,7 @@ class Appender:
                     self._tail_dirty = False
                 self._write_buffered()
                 self._sync_fd(self._fd)
+                # before writers and waiters can see _closed: what they wrote is on disk
+                self._advance_synced(self._written)
             finally:
                 os.close(self._fd)
-        with self._cond:
-            self._synced = self._written
-            self._cond.notify_all()
