@@ -1,4 +1,4 @@
-"""Appending records to the newest segment under one of workq's sync policies.
+"""Appending records to the newest segment: write, rotate, sync, close.
 
 Positions are log sequence numbers (LSN): the count of bytes this appender has written
 since it was opened, which only grows. ``written`` is the LSN handed to the OS, ``synced``
@@ -7,21 +7,9 @@ the LSN known to be on disk.
 Every record reaches the segment by one write path, ``_write_locked``: one ``pwrite`` at the
 end of the newest segment, cut back if it fails, and the next segment started once this one
 is full. It is fed by :meth:`Appender.write` (a batch, never split) and by the hand-off of
-the append buffer. The sync policies differ only in when that write and the fsync happen:
-
-- ``os`` and ``interval``: :meth:`~Appender.append` keeps the record in user space and
-  hands the buffer to the OS with one write once it holds ``buffer_bytes`` of payload, and
-  on :meth:`~Appender.flush`, :meth:`~Appender.write`, :meth:`~Appender.sync`, each
-  ``interval`` tick and :meth:`~Appender.close`. A record appended without a time gets the
-  clock's time at that hand-off, which splits the buffer at the record that makes the
-  segment reach ``segment_size_bytes``, so segments end where per-record writes end them.
-- ``always`` (group commit): :meth:`~Appender.append` queues its record in the group being
-  gathered. If nobody leads, the appender leads: it writes the group with one write,
-  fsyncs once, wakes the group's appenders, and hands the lead to an appender of the next
-  group if one formed meanwhile (a lone appender pays one write and one fsync, with no
-  thread switch). So appenders that wait at the same moment share one write and one fsync;
-  a failed write or fsync is raised in each of them. :meth:`~Appender.wait_synced` joins
-  the same groups for records written with :meth:`~Appender.write`.
+the append buffer, which splits the buffer at the record that makes the segment reach
+``segment_size_bytes``, so segments end where per-record writes end them. When ``append``
+writes and fsyncs is the sync policy's business (``policies.py``).
 """
 
 from __future__ import annotations
@@ -31,16 +19,22 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from itertools import groupby
-from operator import itemgetter
-from typing import Final, Literal, Protocol
+from typing import Final
 
 from jobq.cmdlog.errors import CmdlogError, LogClosedError
+from jobq.cmdlog.policies import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_SYNC_INTERVAL_MS,
+    SYNC_POLICIES,
+    AppendBuffer,
+    AppendFunction,
+    SyncedAppends,
+    SyncPolicy,
+)
 from jobq.cmdlog.record import (
     HEADER_LEN,
     VERSION_2,
     encode_header,
-    encode_record,
     encode_records,
     end_of_record_reaching,
 )
@@ -48,42 +42,8 @@ from jobq.cmdlog.segment import fsync_directory, segment_name
 
 logger = logging.getLogger(__name__)
 
-SyncPolicy = Literal["always", "interval", "os"]
-#: the sync policies, as workq's ``cmdlog-sync`` names them
-SYNC_POLICIES: Final = ("always", "interval", "os")
-#: default sync interval for policy ``interval``, in milliseconds
-DEFAULT_SYNC_INTERVAL_MS: Final = 1000
 #: default minimum segment size before starting the next one, in bytes (64 MiB)
 DEFAULT_SEGMENT_SIZE_BYTES: Final = 64 * 1024 * 1024
-#: default payload bytes ``append`` buffers under ``os``/``interval`` before writing (64 KiB)
-DEFAULT_BUFFER_BYTES: Final = 64 * 1024
-
-
-def _no_budget() -> None:
-    """The budget refill of an appender that does not buffer (``always``)."""
-
-
-class AppendFunction(Protocol):
-    """``append(payload, time_ns=None)``: see :class:`Appender`."""
-
-    def __call__(self, payload: bytes, time_ns: int | None = None) -> None: ...
-
-
-class _Group:
-    """What one write and one fsync commit under group commit, and how it went.
-
-    ``entries`` are the records to write, as ``(payload, time_ns or None)``; ``wakes`` the
-    locks its waiters sleep on, released once the group is :attr:`done` (with
-    :attr:`error` if its write or fsync failed), or one of them to make its waiter lead.
-    """
-
-    __slots__ = ("done", "entries", "error", "wakes")
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[bytes, int | None]] = []
-        self.wakes: list[threading.Lock] = []
-        self.done = False
-        self.error: BaseException | None = None
 
 
 class Appender:
@@ -153,8 +113,8 @@ class Appender:
         #: how many times a segment file was fsynced
         self.fsync_count = 0
 
-        # _lock guards the file and positions; _sync_lock guards the sync state and is
-        # never held while taking _lock.
+        # _lock guards the file, the positions and the buffer; _sync_lock guards the sync
+        # state and is never held while taking _lock
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._sequence = sequence
@@ -164,26 +124,13 @@ class Appender:
         self._tail_dirty = False
         self._written = 0
         self._synced = 0
-        # group commit (append under "always", wait_synced), under _sync_lock: the group
-        # being gathered, whether a waiter leads (commits group after group), and whether
-        # close() refuses appends; _idle is notified when the leading ends
-        self._group = _Group()
-        self._leading = False
-        self._refusing = False
-        self._idle = threading.Condition(self._sync_lock)
         self._closed = False
-        # append() buffering under "os" and "interval": timed records already encoded
-        # (_encoded) come before the untimed payloads (_pending), which get their time when
-        # written. append() only adds to _pending; writers take a prefix of it under _lock.
-        # _pending is never rebound: append() holds its bound append method.
-        self._pending: list[bytes] = []
-        self._encoded: list[bytes] = []
-        self._buffer_bytes = buffer_bytes
-        self._refill_budget: Callable[[], None] = _no_budget
+        self._buffer = AppendBuffer(buffer_bytes, clock_ns, self._lock, self.flush)
+        self._synced_appends = SyncedAppends(directory, self._write, self.sync, clock_ns)
         if sync == "always":
-            self.append = self._append_synced
+            self.append = self._synced_appends.append
         else:
-            self.append, self._refill_budget = self._buffered_append()
+            self.append = self._buffer.append
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if sync == "interval" and start_sync_thread:
@@ -219,84 +166,18 @@ class Appender:
         with self._lock:
             return self._sequence, self._size
 
-    # ------------------------------------------------------------------ appending
-
-    def _append_synced(self, payload: bytes, time_ns: int | None = None) -> None:
-        """``append`` under ``always``: return once the record is written and fsynced."""
-        self._commit((payload, time_ns))
+    # ------------------------------------------------------------------ writing
 
     @property
     def buffered(self) -> bool:
         """True while appended records wait in user space to be written."""
-        return bool(self._pending or self._encoded)
-
-    def _buffered_append(self) -> tuple[AppendFunction, Callable[[], None]]:
-        """``append`` under ``os`` and ``interval`` (see the class), and the function that
-        gives it a full buffer's budget again (``_lock`` held, after the buffer is taken).
-
-        ``append`` is a closure rather than a method so that the common call (an untimed
-        record, buffer not full) is a list append and a subtraction on local cells, with no
-        attribute lookups and no lock: ``list.append`` is atomic. The budget counts down the
-        payload bytes the buffer may still take; an append racing a hand-off on another
-        thread may leave it a record's length off, which only moves the next hand-off.
-        """
-        push = self._pending.append
-        budget = self._buffer_bytes
-
-        def append(payload: bytes, time_ns: int | None = None) -> None:
-            nonlocal budget
-            if time_ns is None:
-                push(payload)
-            else:
-                self._append_timed(payload, time_ns)
-            budget -= len(payload)
-            if budget <= 0:  # the buffer is full (close() makes it -1: the flush raises)
-                self.flush()
-
-        def refill() -> None:
-            nonlocal budget
-            budget = self._buffer_bytes
-
-        return append, refill
-
-    def _append_timed(self, payload: bytes, time_ns: int) -> None:
-        """Buffer a record with its own time, after the untimed ones queued before it."""
-        with self._lock:
-            self._encode_pending()
-            self._encoded.append(encode_record(payload, time_ns))
-
-    def _encode_pending(self) -> None:
-        """Encode the untimed payloads queued so far into ``_encoded`` (``_lock`` held)."""
-        pending = self._pending
-        count = len(pending)
-        if count:
-            batch = pending[:count]
-            del pending[:count]  # appends racing in stay queued after this prefix
-            self._encoded.append(encode_records(batch, self._clock_ns()))
-
-    def _take_buffered(self) -> bytes:
-        """Every buffered record, encoded, now out of the buffer (``_lock`` held)."""
-        pending = self._pending
-        count = len(pending)
-        encoded = self._encoded
-        if not count and not encoded:
-            return b""
-        self._refill_budget()
-        if count:
-            batch = pending[:count]
-            del pending[:count]
-            run = encode_records(batch, self._clock_ns())
-            if not encoded:
-                return run
-            encoded.append(run)
-        self._encoded = []
-        return b"".join(encoded)
+        return self._buffer.buffered
 
     def _write_buffered(self) -> None:
         """Hand the buffer to the OS, ending segments where per-record writes would
         (``_lock`` held). On an OSError the unwritten records go back to the front of the
         buffer and the error is raised."""
-        data = self._take_buffered()
+        data = self._buffer.take()
         if not data:
             return
         limit = self.segment_size_bytes
@@ -304,7 +185,7 @@ class Appender:
             try:
                 self._write_locked(data)
             except OSError:
-                self._encoded.insert(0, data)
+                self._buffer.put_back(data)
                 raise
             return
         view = memoryview(data)
@@ -314,7 +195,7 @@ class Appender:
             try:
                 self._write_locked(view[pos:end])
             except OSError:
-                self._encoded.insert(0, data[pos:])
+                self._buffer.put_back(data[pos:])
                 raise
             pos = end
 
@@ -322,13 +203,10 @@ class Appender:
         """Hand buffered records to the OS (no fsync); return the LSN written."""
         with self._lock:
             if self._closed:
-                self._pending.clear()
-                self._encoded = []
+                self._buffer.clear()
                 raise LogClosedError(self.directory)
             self._write_buffered()
             return self._written
-
-    # ------------------------------------------------------------------ writing
 
     def write(self, payloads: Sequence[bytes], time_ns: int | None = None) -> int:
         """Write a batch of records into the OS with one write; return the LSN after it.
@@ -349,7 +227,8 @@ class Appender:
         with self._lock:
             if self._closed:
                 raise LogClosedError(self.directory)
-            if self._pending or self._encoded:
+            buffer = self._buffer
+            if buffer.pending or buffer.encoded:
                 self._write_buffered()  # records appended before come first
             if not data:
                 return self._written
@@ -446,68 +325,10 @@ class Appender:
         if self._synced >= lsn:
             return
         try:
-            self._commit(None)
+            self._synced_appends.wait()
         except LogClosedError:
             if self._synced < lsn:  # close() fsyncs everything written before it closes
                 raise
-
-    # ------------------------------------------------------------------ group commit
-
-    def _commit(self, entry: tuple[bytes, int | None] | None) -> None:
-        """Join the group being gathered, with a record to write (``entry``) or only to
-        wait for its fsync, and return once that group is committed; raise its error.
-
-        If nobody leads, lead: commit the group at once (a lone caller pays one write and
-        one fsync, with no thread switch). Otherwise sleep until the leader has committed
-        the group, or has made this caller the leader of it.
-        """
-        with self._sync_lock:
-            if entry is not None:
-                if self._refusing:
-                    raise LogClosedError(self.directory)
-                self._group.entries.append(entry)
-            group = self._group
-            wake: threading.Lock | None = None
-            if self._leading:
-                wake = threading.Lock()
-                wake.acquire()
-                group.wakes.append(wake)
-            else:
-                self._leading = True
-        if wake is not None:
-            wake.acquire()  # until the group is committed, or this caller is to lead it
-        if not group.done:
-            self._lead()
-        if group.error is not None:
-            raise group.error
-
-    def _lead(self) -> None:
-        """Commit the group being gathered: one write of its records, one fsync of all
-        that is written; wake its waiters, then hand the lead to a waiter of the next
-        group, if one formed meanwhile, rather than leading on (our caller waits)."""
-        with self._sync_lock:
-            group, self._group = self._group, _Group()
-        entries = group.entries
-        try:
-            if entries:
-                now = self._clock_ns()
-                runs = [
-                    encode_records([payload for payload, _ in run], now if stamp is None else stamp)
-                    for stamp, run in groupby(entries, key=itemgetter(1))
-                ]
-                self._write(runs[0] if len(runs) == 1 else b"".join(runs))
-            self.sync()
-        except BaseException as exc:
-            group.error = exc
-        group.done = True
-        for wake in group.wakes:
-            wake.release()
-        with self._sync_lock:
-            if self._group.wakes:
-                self._group.wakes.pop(0).release()  # it leads next
-            else:
-                self._leading = False
-                self._idle.notify_all()
 
     def tick(self) -> None:
         """One beat of the ``interval`` policy: write the buffer, fsync if anything is
@@ -533,10 +354,7 @@ class Appender:
         Under ``always``, records already appended are committed first; appends from then
         on raise :class:`LogClosedError`.
         """
-        with self._sync_lock:
-            self._refusing = True
-            while self._leading:  # let the groups already gathered commit
-                self._idle.wait()
+        self._synced_appends.close()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -545,8 +363,7 @@ class Appender:
             if self._closed:
                 return
             self._closed = True
-            self._buffer_bytes = -1  # the next append() flushes, which raises
-            self._refill_budget()
+            self._buffer.refuse()
             try:
                 if self._tail_dirty:
                     os.ftruncate(self._fd, self._size)
