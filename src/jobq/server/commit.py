@@ -123,7 +123,7 @@ class GroupCommit(Generic[_Batch]):
 
     def holds(self, acknowledged: int) -> bool:
         """Whether to hold back a batch that acknowledges ``acknowledged`` changes (replies
-        and woken waits) to gather a wave; if so, :attr:`resume` is called once the gather
+        and woken waits) to gather a wave; if so, ``resume()`` is called once the gather
         ends, unless a later call lets the batch go first."""
         if self._draining or acknowledged >= self._wave:
             if self._gather is not None:
