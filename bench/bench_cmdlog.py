@@ -1,4 +1,5 @@
-"""Command log throughput: appends per sync policy beside raw file writes, and replay reads.
+"""Command log throughput: appends per sync policy beside raw file writes, the server's group
+commit, and replay reads.
 
 Run: ``python -m bench.bench_cmdlog [--runs 5] [--quick]``. Works in a temporary directory on
 the real disk (``$JOBQ_BENCH_DIR`` or ``/var/tmp``), prints a markdown table of medians and
@@ -20,8 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobq.cmdlog import CommandLog, SyncPolicy
-from jobq.cmdlog.aio import AsyncAppender
 from jobq.cmdlog.record import encode_header, encode_record
+from jobq.engine.machine import Engine
+from jobq.server import protocol as p
+from jobq.server.commit import GroupCommit
+from jobq.server.core import Core, Slot
 
 #: payload size of every benchmark record, in bytes
 PAYLOAD_BYTES = 100
@@ -175,11 +179,56 @@ def group_commit(n: int) -> Case:
     return body
 
 
+class _Batches:
+    """Records appended by tasks, written once per loop iteration and fsynced by the server's
+    group commit, as the server's core does with its batches (without the engine)."""
+
+    def __init__(self, log: CommandLog, fsync_on_loop: bool | None) -> None:
+        self._log = log
+        self._loop = asyncio.get_running_loop()
+        self._commit: GroupCommit[list[asyncio.Future[None]]] = GroupCommit(
+            log, self._synced, self._schedule, fsync_on_loop=fsync_on_loop
+        )
+        self._payloads: list[bytes] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._scheduled = False
+
+    def append(self, payload: bytes) -> asyncio.Future[None]:
+        waiter = self._loop.create_future()
+        self._payloads.append(payload)
+        self._waiters.append(waiter)
+        self._schedule()
+        return waiter
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        commit = self._commit
+        if commit.syncing or not self._waiters or commit.holds(len(self._waiters)):
+            return
+        waiters = self._waiters
+        self._log.write(self._payloads)
+        self._payloads, self._waiters = [], []
+        commit.sync(waiters, len(waiters))
+
+    def _synced(self, waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
+        for waiter in waiters:
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)
+        self._schedule()
+
+
 def group_commit_tasks(n: int, *, fsync_on_loop: bool | None = None) -> Case:
     """``GROUP_THREADS`` asyncio tasks on one event loop (uvloop, as the server runs), each
-    awaiting ``AsyncAppender.append`` record after record: the concurrent appenders of an
-    asyncio program, which is how the server's connections append. ``fsync_on_loop``: where
-    the appender's fsyncs run (``None``, the default: on the loop while they are quick)."""
+    appending record after record and awaiting its fsync through the server's group commit
+    (``jobq.server.commit``), without the engine. ``fsync_on_loop``: where the fsyncs run
+    (``None``, the default: on the loop while they are quick)."""
     import uvloop
 
     per_task = n // GROUP_THREADS
@@ -188,11 +237,11 @@ def group_commit_tasks(n: int, *, fsync_on_loop: bool | None = None) -> Case:
         log = CommandLog.open(directory, sync="always")
 
         async def run() -> None:
-            appender = AsyncAppender(log, fsync_on_loop=fsync_on_loop)
+            batches = _Batches(log, fsync_on_loop)
 
             async def task() -> None:
                 for _ in range(per_task):
-                    await appender.append(PAYLOAD)
+                    await batches.append(PAYLOAD)
 
             timer.start()
             await asyncio.gather(*(task() for _ in range(GROUP_THREADS)))
@@ -203,6 +252,62 @@ def group_commit_tasks(n: int, *, fsync_on_loop: bool | None = None) -> Case:
         finally:
             log.close()
         return per_task * GROUP_THREADS
+
+    return body
+
+
+class _Client:
+    """A connection as the server's core sees it, with one request in flight at a time."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._slot = Slot(self)
+        self._reply: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    def slot_ready(self) -> None:
+        data = self._slot.data
+        if data is not None and not self._reply.done():
+            self._reply.set_result(data)
+
+    def unblock(self) -> None:
+        pass
+
+    async def add(self, job_id: bytes) -> None:
+        self._slot = Slot(self)
+        self._reply = asyncio.get_running_loop().create_future()
+        self._core.execute(self, p.Add(job_id, "q", 60_000, 3_600_000, PAYLOAD), self._slot)
+        await self._reply
+
+
+def core_adds(n: int) -> Case:
+    """``GROUP_THREADS`` clients on one event loop (uvloop), each adding a job after the
+    other and awaiting its reply from the server's core under ``sync=always``: the server's
+    path for a change (the engine, the batch, the log write and the group commit)."""
+    import uvloop
+
+    per_client = n // GROUP_THREADS
+
+    def body(directory: str, timer: Timer) -> int:
+        log = CommandLog.open(directory, sync="always")
+
+        async def run() -> None:
+            core = Core(Engine(), log, sync_always=True)
+
+            async def client(number: int) -> None:
+                me = _Client(core)
+                for i in range(per_client):
+                    await me.add(((number << 32) | i).to_bytes(16, "big"))
+
+            timer.start()
+            await asyncio.gather(*(client(number) for number in range(GROUP_THREADS)))
+            timer.stop()
+            core.close()
+
+        try:
+            uvloop.run(run())
+        finally:
+            log.close()
+        return per_client * GROUP_THREADS
 
     return body
 
@@ -233,13 +338,14 @@ FSYNC_NAME = "raw write+fsync per record"
 BATCH_NAMES = [f"write() batches of {size}, sync=os" for size in BATCH_SIZES]
 SYNC_BATCH_NAME = f"write() batches of {SYNC_BATCH_RECORDS} + wait_synced, sync=always"
 GROUP_NAME = f"append, sync=always, {GROUP_THREADS} threads"
-TASKS_NAME = f"AsyncAppender.append, sync=always, {GROUP_THREADS} asyncio tasks"
+TASKS_NAME = f"server group commit, sync=always, {GROUP_THREADS} asyncio tasks"
 THREAD_TASKS_NAME = (
-    f"AsyncAppender(fsync_on_loop=False).append, sync=always, {GROUP_THREADS} asyncio tasks"
+    f"server group commit (fsyncs in a thread), sync=always, {GROUP_THREADS} asyncio tasks"
 )
 LOOP_TASKS_NAME = (
-    f"AsyncAppender(fsync_on_loop=True).append, sync=always, {GROUP_THREADS} asyncio tasks"
+    f"server group commit (fsyncs on the loop), sync=always, {GROUP_THREADS} asyncio tasks"
 )
+CORE_NAME = f"server core: add requests, sync=always, {GROUP_THREADS} asyncio clients"
 
 
 #: case -> (the peer it is measured against, target)
@@ -251,8 +357,9 @@ RATIOS: dict[str, tuple[str, str]] = {
     "append, sync=always, 1 thread": (FSYNC_NAME, ""),
     GROUP_NAME: (FSYNC_NAME, ">= 20x fsync per record"),
     TASKS_NAME: (FSYNC_NAME, ">= 20x fsync per record"),
-    THREAD_TASKS_NAME: (FSYNC_NAME, "(each fsync in the appender's thread)"),
+    THREAD_TASKS_NAME: (FSYNC_NAME, "(each fsync in the loop's executor)"),
     LOOP_TASKS_NAME: (FSYNC_NAME, "(each fsync on the loop)"),
+    CORE_NAME: (FSYNC_NAME, "(with the engine: each record a job added)"),
     SYNC_BATCH_NAME: (FSYNC_NAME, ""),
 }
 
@@ -284,6 +391,7 @@ def main() -> None:
         TASKS_NAME: group_commit_tasks(n_group),
         THREAD_TASKS_NAME: group_commit_tasks(n_group, fsync_on_loop=False),
         LOOP_TASKS_NAME: group_commit_tasks(n_group, fsync_on_loop=True),
+        CORE_NAME: core_adds(n_group),
         SYNC_BATCH_NAME: write_batches(n_group, SYNC_BATCH_RECORDS, wait_synced=True),
     }
     if args.only:

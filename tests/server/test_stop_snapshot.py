@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from jobq.cmdlog.aio import FsyncPlacement
 from jobq.cmdlog.log import CommandLog
 from jobq.engine.machine import Engine
 from jobq.server import protocol as p
+from jobq.server.commit import FsyncPlacement
 from jobq.server.replay import replay, restore
 from jobq.server.snapshot import load_snapshot
 from tests.engine.test_replay_property import snapshot
@@ -46,7 +46,8 @@ def test_a_stop_that_cannot_wait_for_a_batch_writes_no_snapshot_of_it(
     server = start_server(tmp_path, sync="always", snapshot_min_records=0, clean_interval_ms=0)
     core = server.core
     log_dir = str(server.config.log_dir)
-    core.fsync_placement = FsyncPlacement(on_loop=False)  # fsyncs in a thread the test holds
+    assert core.group_commit is not None
+    core.group_commit.placement = FsyncPlacement(on_loop=False)  # fsyncs in a thread the test holds
     first, second = server.connect(), server.connect()
     assert isinstance(first.request(_add(A), "add"), p.Ok)
 

@@ -4,7 +4,6 @@ It knows records, segments, sync policies and cleaning, and nothing of jobs
 (``jobq.cmdlog`` never imports ``jobq.engine``).
 """
 
-from jobq.cmdlog.appender import SYNC_POLICIES, SyncPolicy
 from jobq.cmdlog.cleaner import CleanStats
 from jobq.cmdlog.cursor import Cursor
 from jobq.cmdlog.errors import (
@@ -21,6 +20,7 @@ from jobq.cmdlog.errors import (
     UnknownVersionError,
 )
 from jobq.cmdlog.log import CommandLog
+from jobq.cmdlog.policies import SYNC_POLICIES, SyncPolicy
 from jobq.cmdlog.record import Record
 
 __all__ = [

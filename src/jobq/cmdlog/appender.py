@@ -1,29 +1,15 @@
-"""Appending records to the newest segment, under one of workq's sync policies.
+"""Appending records to the newest segment: write, rotate, sync, close.
 
 Positions are log sequence numbers (LSN): the count of bytes this appender has written
 since it was opened, which only grows. ``written`` is the LSN handed to the OS, ``synced``
 the LSN known to be on disk.
 
-Buffering (policies ``os`` and ``interval``): :meth:`Appender.append` keeps the record in
-user space, as a buffered file writer would, and hands the buffer to the OS with one write
-once it holds ``buffer_bytes`` of payload, and on :meth:`~Appender.flush`,
-:meth:`~Appender.write`, :meth:`~Appender.sync`, each ``interval`` tick and
-:meth:`~Appender.close`. A record appended without a time is encoded at that hand-off and
-logged with the clock's time then (one TIME for the whole buffer, as a group commit under
-``always`` logs its commit time). The hand-off splits the buffer at the record that makes
-the segment reach ``segment_size_bytes``, so segments end where per-record writes would end
-them.
-
-Group commit (policy ``always``): an appender queues its record in the current *group* and
-waits on its own lock. If nobody is committing, the appender commits inline: it takes the
-group, writes it with one write, fsyncs once and wakes the group's appenders (a lone
-appender thus pays one write and one fsync, with no thread switch). If records queued
-meanwhile, it hands them to the *committer* thread instead of leading on, and returns to its
-caller; the committer writes and fsyncs group after group while records keep coming (taking
-everything queued during the previous fsync each time) and goes idle when none are left. So
-appenders only queue and wait, and appenders that wait at the same moment share one write
-and one fsync. :meth:`write` plus :meth:`wait_synced` is the same idea for callers that batch
-themselves (the asyncio server): whoever waits first fsyncs for everyone written so far.
+Every record reaches the segment by one write path, ``_write_locked``: one ``pwrite`` at the
+end of the newest segment, cut back if it fails, and the next segment started once this one
+is full. It is fed by :meth:`Appender.write` (a batch, never split) and by the hand-off of
+the append buffer, which splits the buffer at the record that makes the segment reach
+``segment_size_bytes``, so segments end where per-record writes end them. When ``append``
+writes and fsyncs is the sync policy's business (``policies.py``).
 """
 
 from __future__ import annotations
@@ -33,14 +19,22 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, Literal, Protocol
+from typing import Final
 
 from jobq.cmdlog.errors import CmdlogError, LogClosedError
+from jobq.cmdlog.policies import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_SYNC_INTERVAL_MS,
+    SYNC_POLICIES,
+    AppendBuffer,
+    AppendFunction,
+    SyncedAppends,
+    SyncPolicy,
+)
 from jobq.cmdlog.record import (
     HEADER_LEN,
     VERSION_2,
     encode_header,
-    encode_record,
     encode_records,
     end_of_record_reaching,
 )
@@ -48,42 +42,8 @@ from jobq.cmdlog.segment import fsync_directory, segment_name
 
 logger = logging.getLogger(__name__)
 
-SyncPolicy = Literal["always", "interval", "os"]
-#: the sync policies, as workq's ``cmdlog-sync`` names them
-SYNC_POLICIES: Final = ("always", "interval", "os")
-#: default sync interval for policy ``interval``, in milliseconds
-DEFAULT_SYNC_INTERVAL_MS: Final = 1000
 #: default minimum segment size before starting the next one, in bytes (64 MiB)
 DEFAULT_SEGMENT_SIZE_BYTES: Final = 64 * 1024 * 1024
-#: default payload bytes ``append`` buffers under ``os``/``interval`` before writing (64 KiB)
-DEFAULT_BUFFER_BYTES: Final = 64 * 1024
-
-_new_lock = threading.Lock
-
-
-def _no_budget() -> None:
-    """The budget refill of an appender that does not buffer (``always``)."""
-
-
-class AppendFunction(Protocol):
-    """``append(payload, time_ns=None)``: see :class:`Appender`."""
-
-    def __call__(self, payload: bytes, time_ns: int | None = None) -> None: ...
-
-
-class _Group:
-    """Records queued for one write and one fsync under ``always``, and its outcome.
-
-    Each entry is ``(payload, time_ns, wake)``: ``wake`` is a lock its appender holds and
-    waits on (None for the appender that commits the group itself); the committer releases
-    it once the group is done, with :attr:`error` set if the write or fsync failed.
-    """
-
-    __slots__ = ("entries", "error")
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[bytes, int | None, threading.Lock | None]] = []
-        self.error: BaseException | None = None
 
 
 class Appender:
@@ -109,12 +69,11 @@ class Appender:
             record at once.
 
     :attr:`append` ``(payload, time_ns=None)`` appends one record. Under ``always`` it
-    returns once the record is fsynced (group commit). Under ``os`` and ``interval`` it
-    returns at once with the record buffered: readers of the files, and a process crash,
-    see it only once it is handed to the OS (a full buffer, :meth:`flush`, :meth:`write`,
-    :meth:`sync`, an ``interval`` tick, :meth:`close`); power loss may lose it until it is
-    fsynced. Without ``time_ns`` the record is logged with the clock's time when it is
-    written (under ``always``, the group's commit time).
+    returns once the record is fsynced. Under ``os`` and ``interval`` it returns at once
+    with the record buffered: readers of the files, and a process crash, see it only once
+    it is handed to the OS (a full buffer, :meth:`flush`, :meth:`write`, :meth:`sync`, an
+    ``interval`` tick, :meth:`close`); power loss may lose it until it is fsynced. Without
+    ``time_ns`` the record is logged with the clock's time when it is written.
     """
 
     #: append one record (bound per sync policy when the appender is made)
@@ -154,10 +113,10 @@ class Appender:
         #: how many times a segment file was fsynced
         self.fsync_count = 0
 
-        # _lock guards the file and positions; _cond guards the sync state. _cond is never
-        # held while taking _lock.
+        # _lock guards the file, the positions and the buffer; _sync_lock guards the sync
+        # state and is never held while taking _lock
         self._lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
+        self._sync_lock = threading.Lock()
         self._sequence = sequence
         path = os.path.join(directory, segment_name(sequence))
         self._fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
@@ -165,30 +124,13 @@ class Appender:
         self._tail_dirty = False
         self._written = 0
         self._synced = 0
-        self._syncing = False
-        # group commit of append() under "always": the group being queued, whether someone
-        # (an appender inline, or the committer thread) is committing, and the committer
-        self._queue_lock = threading.Lock()
-        self._idle = threading.Condition(self._queue_lock)
-        self._group = _Group()
-        self._committing = False
-        self._refusing = False  # closing: append() under "always" raises LogClosedError
-        self._committer: threading.Thread | None = None
-        self._kick = _new_lock()  # released to hand the committing over to the committer
-        self._kick.acquire()
         self._closed = False
-        # append() buffering under "os" and "interval": timed records already encoded
-        # (_encoded) come before the untimed payloads (_pending), which get their time when
-        # written. append() only adds to _pending; writers take a prefix of it under _lock.
-        # _pending is never rebound: append() holds its bound append method.
-        self._pending: list[bytes] = []
-        self._encoded: list[bytes] = []
-        self._buffer_bytes = buffer_bytes
-        self._refill_budget: Callable[[], None] = _no_budget
+        self._buffer = AppendBuffer(buffer_bytes, clock_ns, self._lock, self.flush)
+        self._synced_appends = SyncedAppends(directory, self._write, self.sync, clock_ns)
         if sync == "always":
-            self.append = self._append_committed
+            self.append = self._synced_appends.append
         else:
-            self.append, self._refill_budget = self._buffered_append()
+            self.append = self._buffer.append
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if sync == "interval" and start_sync_thread:
@@ -229,75 +171,13 @@ class Appender:
     @property
     def buffered(self) -> bool:
         """True while appended records wait in user space to be written."""
-        return bool(self._pending or self._encoded)
-
-    def _buffered_append(self) -> tuple[AppendFunction, Callable[[], None]]:
-        """``append`` under ``os`` and ``interval`` (see the class), and the function that
-        gives it a full buffer's budget again (``_lock`` held, after the buffer is taken).
-
-        ``append`` is a closure rather than a method so that the common call (an untimed
-        record, buffer not full) is a list append and a subtraction on local cells, with no
-        attribute lookups and no lock: ``list.append`` is atomic. The budget counts down the
-        payload bytes the buffer may still take; an append racing a hand-off on another
-        thread may leave it a record's length off, which only moves the next hand-off.
-        """
-        push = self._pending.append
-        budget = self._buffer_bytes
-
-        def append(payload: bytes, time_ns: int | None = None) -> None:
-            nonlocal budget
-            if time_ns is None:
-                push(payload)
-            else:
-                self._append_timed(payload, time_ns)
-            budget -= len(payload)
-            if budget <= 0:  # the buffer is full (close() makes it -1: the flush raises)
-                self.flush()
-
-        def refill() -> None:
-            nonlocal budget
-            budget = self._buffer_bytes
-
-        return append, refill
-
-    def _append_timed(self, payload: bytes, time_ns: int) -> None:
-        """Buffer a record with its own time, after the untimed ones queued before it."""
-        with self._lock:
-            self._encode_pending()
-            self._encoded.append(encode_record(payload, time_ns))
-
-    def _encode_pending(self) -> None:
-        """Encode the untimed payloads queued so far into ``_encoded`` (``_lock`` held)."""
-        pending = self._pending
-        count = len(pending)
-        if count:
-            batch = pending[:count]
-            del pending[:count]  # appends racing in stay queued after this prefix
-            self._encoded.append(encode_records(batch, self._clock_ns()))
-
-    def _take_buffered(self) -> bytes:
-        """Every buffered record, encoded, now out of the buffer (``_lock`` held)."""
-        pending = self._pending
-        count = len(pending)
-        encoded = self._encoded
-        if not count and not encoded:
-            return b""
-        self._refill_budget()
-        if count:
-            batch = pending[:count]
-            del pending[:count]
-            run = encode_records(batch, self._clock_ns())
-            if not encoded:
-                return run
-            encoded.append(run)
-        self._encoded = []
-        return b"".join(encoded)
+        return self._buffer.buffered
 
     def _write_buffered(self) -> None:
         """Hand the buffer to the OS, ending segments where per-record writes would
         (``_lock`` held). On an OSError the unwritten records go back to the front of the
         buffer and the error is raised."""
-        data = self._take_buffered()
+        data = self._buffer.take()
         if not data:
             return
         limit = self.segment_size_bytes
@@ -305,7 +185,7 @@ class Appender:
             try:
                 self._write_locked(data)
             except OSError:
-                self._encoded.insert(0, data)
+                self._buffer.put_back(data)
                 raise
             return
         view = memoryview(data)
@@ -315,7 +195,7 @@ class Appender:
             try:
                 self._write_locked(view[pos:end])
             except OSError:
-                self._encoded.insert(0, data[pos:])
+                self._buffer.put_back(data[pos:])
                 raise
             pos = end
 
@@ -323,103 +203,10 @@ class Appender:
         """Hand buffered records to the OS (no fsync); return the LSN written."""
         with self._lock:
             if self._closed:
-                self._pending.clear()
-                self._encoded = []
+                self._buffer.clear()
                 raise LogClosedError(self.directory)
             self._write_buffered()
             return self._written
-
-    def _append_committed(self, payload: bytes, time_ns: int | None = None) -> None:
-        """``append`` under ``always``: return once the record is fsynced."""
-        with self._queue_lock:
-            if self._refusing:
-                raise LogClosedError(self.directory)
-            group = self._group
-            wake: threading.Lock | None
-            if self._committing:
-                wake = held = _new_lock()
-                held.acquire()
-            else:
-                self._committing = True
-                wake = None
-            group.entries.append((payload, time_ns, wake))
-        if wake is not None:
-            wake.acquire()  # until the committer has written and fsynced our group
-        else:
-            # nobody was committing: commit inline, then hand anything queued meanwhile to
-            # the committer thread rather than leading on (our caller is waiting)
-            try:
-                self._commit_group()
-            finally:
-                with self._queue_lock:
-                    if self._group.entries:
-                        self._hand_to_committer()
-                    else:
-                        self._go_idle()
-        if group.error is not None:
-            raise group.error
-
-    def _commit_group(self) -> None:
-        """While committing: write and fsync every queued record at once, wake their
-        appenders."""
-        with self._queue_lock:
-            group = self._group
-            self._group = _Group()
-        entries = group.entries
-        try:
-            now = self._clock_ns()
-            stamp = entries[0][1]
-            if all(entry[1] == stamp for entry in entries):
-                data = encode_records(
-                    [entry[0] for entry in entries], now if stamp is None else stamp
-                )
-            else:  # records with the same logged time share one encoding pass
-                chunks: list[bytes] = []
-                start = 0
-                for index in range(1, len(entries) + 1):
-                    if index == len(entries) or entries[index][1] != entries[start][1]:
-                        stamp = entries[start][1]
-                        chunks.append(
-                            encode_records(
-                                [entry[0] for entry in entries[start:index]],
-                                now if stamp is None else stamp,
-                            )
-                        )
-                        start = index
-                data = b"".join(chunks)
-            self._write_encoded(data)
-            self.sync()
-        except BaseException as exc:
-            group.error = exc
-        for _, _, wake in entries:
-            if wake is not None:
-                wake.release()
-
-    def _hand_to_committer(self) -> None:
-        """Hand the committing over to the committer thread (``_queue_lock`` held)."""
-        if self._committer is None:
-            self._committer = threading.Thread(
-                target=self._run_committer, name="jobq-cmdlog-commit", daemon=True
-            )
-            self._committer.start()
-        self._kick.release()
-
-    def _go_idle(self) -> None:
-        """Nobody commits any more (``_queue_lock`` held)."""
-        self._committing = False
-        self._idle.notify_all()
-
-    def _run_committer(self) -> None:
-        while True:
-            self._kick.acquire()
-            if self._refusing and not self._committing:
-                return  # close()
-            while True:
-                self._commit_group()
-                with self._queue_lock:
-                    if not self._group.entries:
-                        self._go_idle()
-                        break
 
     def write(self, payloads: Sequence[bytes], time_ns: int | None = None) -> int:
         """Write a batch of records into the OS with one write; return the LSN after it.
@@ -433,24 +220,23 @@ class Appender:
             if payloads
             else b""
         )
+        return self._write(data)
+
+    def _write(self, data: bytes) -> int:
+        """:meth:`write` for encoded records."""
         with self._lock:
             if self._closed:
                 raise LogClosedError(self.directory)
-            if self._pending or self._encoded:
+            buffer = self._buffer
+            if buffer.pending or buffer.encoded:
                 self._write_buffered()  # records appended before come first
             if not data:
                 return self._written
             return self._write_locked(data)
 
-    def _write_encoded(self, data: bytes | bytearray) -> int:
-        """Write encoded records at the end of the newest segment; rotate if it is full."""
-        with self._lock:
-            if self._closed:
-                raise LogClosedError(self.directory)
-            return self._write_locked(data)
-
     def _write_locked(self, data: bytes | bytearray | memoryview) -> int:
-        """:meth:`_write_encoded` with ``_lock`` held."""
+        """Write encoded records at the end of the newest segment and rotate if it is full
+        (``_lock`` held): the one place bytes go into a segment after its header."""
         fd = self._fd
         start = self._size
         size = len(data)
@@ -499,17 +285,19 @@ class Appender:
         self._sequence = next_sequence
         self._size = HEADER_LEN
         # the old segment's fsync covered everything written before the header
-        with self._cond:
-            if self._written > self._synced:
-                self._synced = self._written
-            self._cond.notify_all()
+        self._advance_synced(self._written)
+
+    # ------------------------------------------------------------------ syncing
 
     def _sync_fd(self, fd: int) -> None:
         self._fsync(fd)
-        with self._cond:
+        with self._sync_lock:
             self.fsync_count += 1
 
-    # ------------------------------------------------------------------ syncing
+    def _advance_synced(self, lsn: int) -> None:
+        with self._sync_lock:
+            if lsn > self._synced:
+                self._synced = lsn
 
     def sync(self) -> int:
         """Write buffered records, fsync what has been written; return the LSN it covers.
@@ -529,32 +317,18 @@ class Appender:
             self._sync_fd(fd)
         finally:
             os.close(fd)
-        with self._cond:
-            if lsn > self._synced:
-                self._synced = lsn
-            self._cond.notify_all()
+        self._advance_synced(lsn)
         return lsn
 
     def wait_synced(self, lsn: int) -> None:
-        """Return once ``lsn`` is on disk, fsyncing as the group-commit leader if needed."""
-        with self._cond:
-            while self._synced < lsn:
-                if not self._syncing:
-                    self._syncing = True
-                    break
-                self._cond.wait()
-            else:
-                return
+        """Return once ``lsn`` is on disk (group commit with the appends of ``always``)."""
+        if self._synced >= lsn:
+            return
         try:
-            self.sync()
+            self._synced_appends.wait()
         except LogClosedError:
-            # close() fsyncs everything written before it closes
-            if self._synced < lsn:
+            if self._synced < lsn:  # close() fsyncs everything written before it closes
                 raise
-        finally:
-            with self._cond:
-                self._syncing = False
-                self._cond.notify_all()
 
     def tick(self) -> None:
         """One beat of the ``interval`` policy: write the buffer, fsync if anything is
@@ -577,18 +351,10 @@ class Appender:
     def close(self) -> None:
         """Stop the sync thread, write the buffer, fsync and close the segment. Idempotent.
 
-        Under ``always``, records already queued are committed first; appends from then on
-        raise :class:`LogClosedError`.
+        Under ``always``, records already appended are committed first; appends from then
+        on raise :class:`LogClosedError`.
         """
-        with self._queue_lock:
-            self._refusing = True
-            while self._committing:
-                self._idle.wait()
-            committer, self._committer = self._committer, None
-            if committer is not None:
-                self._kick.release()  # it is idle: let it see _refusing and stop
-        if committer is not None:
-            committer.join()
+        self._synced_appends.close()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -597,16 +363,14 @@ class Appender:
             if self._closed:
                 return
             self._closed = True
-            self._buffer_bytes = -1  # the next append() flushes, which raises
-            self._refill_budget()
+            self._buffer.refuse()
             try:
                 if self._tail_dirty:
                     os.ftruncate(self._fd, self._size)
                     self._tail_dirty = False
                 self._write_buffered()
                 self._sync_fd(self._fd)
+                # before writers and waiters can see _closed: what they wrote is on disk
+                self._advance_synced(self._written)
             finally:
                 os.close(self._fd)
-        with self._cond:
-            self._synced = self._written
-            self._cond.notify_all()

@@ -8,18 +8,17 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Self
 
-from jobq.cmdlog.appender import (
-    DEFAULT_BUFFER_BYTES,
-    DEFAULT_SEGMENT_SIZE_BYTES,
-    DEFAULT_SYNC_INTERVAL_MS,
-    Appender,
-    AppendFunction,
-    SyncPolicy,
-)
+from jobq.cmdlog.appender import DEFAULT_SEGMENT_SIZE_BYTES, Appender
 from jobq.cmdlog.cleaner import Cleaner, CleanStats, remove_stale_rewrites
 from jobq.cmdlog.cursor import Cursor, recover_newest_segment
 from jobq.cmdlog.errors import CmdlogError, LogDirectoryError
 from jobq.cmdlog.lock import DirectoryLock
+from jobq.cmdlog.policies import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_SYNC_INTERVAL_MS,
+    AppendFunction,
+    SyncPolicy,
+)
 from jobq.cmdlog.record import HEADER_LEN, READ_VERSIONS, VERSION_2, Record, encode_header
 from jobq.cmdlog.segment import (
     FIRST_SEQUENCE,

@@ -181,8 +181,7 @@ def encode_records(payloads: Sequence[bytes], time_ns: int) -> bytes:
 
 
 #: batches up to this many records are encoded record by record: the C loops' set-up costs
-#: more than they save for a few records (a server batch under light load: 1-4 records;
-#: measured: 1 record 1.9 against 2.5 us, 9 mixed sizes 6.1 against 10.0 us)
+#: more than they save for a few records (a server batch under light load: 1-4 records)
 _SMALL_BATCH = 8
 
 
@@ -243,8 +242,7 @@ def _crcs_after(head_crcs: int | Iterable[int], payloads: Iterable[bytes]) -> It
     tuple, cheaper than ``map`` (google_crc32c's functions take a tuple)."""
     if isinstance(head_crcs, int):
         head_crcs = repeat(head_crcs)
-    # not map(crc32c_extend, ...): that builds a new argument tuple per call (measured
-    # ~50 ns a record slower)
+    # not map(crc32c_extend, ...): that builds a new argument tuple per call
     return starmap(crc32c_extend, zip(head_crcs, payloads, strict=False))
 
 
@@ -268,16 +266,16 @@ def end_of_record_reaching(data: bytes, pos: int, need: int) -> int:
 
 # ---------------------------------------------------------------------------------- reader
 #
-# Both readers below run the same loop (kept apart so neither pays for the other's item):
-# a payload below 128 bytes is one unpack of the whole record (TIME, SIZE, PAYLOAD, CRC);
-# TIME is decoded, and the CRC of TIME+SIZE computed, only when they differ from the
-# previous record's (records of one write() batch share them), so a record costs one
-# unpack and one CRC over its payload. Anything else goes through _decode_general.
+# One loop (_decode) reads for both decoders, Record objects or (time_ns, payload) pairs for
+# replay. A payload below 128 bytes is one unpack of the whole record (TIME, SIZE, PAYLOAD,
+# CRC); TIME is decoded, and the CRC of TIME+SIZE computed, only when they differ from the
+# previous record's (records of one write() batch share them), so a record costs one unpack
+# and one CRC over its payload. Anything else goes through _decode_general.
 #
 # After such a record, when the next one starts with the same TIME+SIZE (the rest of a
 # write() batch), _same_head_run checks a whole run of them at once with C loops (strided
 # slices for the heads, one unpack for the payloads, one CRC block compared by stride), and
-# the readers yield the run without Python code per record. A run stops before the first
+# the loop yields the run without Python code per record. A run stops before the first
 # record whose head differs or whose CRC does not match; the per-record loop then decodes
 # that record and raises or goes on exactly as it would have without the run.
 
@@ -386,6 +384,22 @@ def decode_records(
     Raises :class:`IncompleteRecordError` for a record cut short by the end of ``data``
     and :class:`CorruptRecordError` for a bad one, each naming ``path`` and the offset.
     """
+    return cast(Iterator[Record], _decode(data, path, start, (segment, version)))
+
+
+def decode_payloads(data: bytes, path: str, start: int = HEADER_LEN) -> Iterator[tuple[int, bytes]]:
+    """Like :func:`decode_records`, with the same checks and errors, but yield only
+    ``(time_ns, payload)`` of each record: the fast path for replay."""
+    return cast(Iterator[tuple[int, bytes]], _decode(data, path, start, None))
+
+
+def _decode(
+    data: bytes, path: str, start: int, segment_and_version: tuple[str, int] | None
+) -> Iterator[Record | tuple[int, bytes]]:
+    """The reader: :func:`decode_records` with ``(segment, version)``, else
+    :func:`decode_payloads`."""
+    records = segment_and_version is not None
+    segment, version = segment_and_version or ("", 0)
     end = len(data)
     pos = start
     small = _SMALL_RECORDS
@@ -420,67 +434,29 @@ def decode_records(
                 last_size = size
             if crc32c_extend(head_crc, payload) != stored_crc:
                 raise _crc_mismatch(path, pos)
-            yield new(cls, (segment, pos, version, time_ns, payload))
+            if records:
+                yield new(cls, (segment, pos, version, time_ns, payload))
+            else:
+                yield (time_ns, payload)
             if data.startswith(head, q):
                 record_len = q - pos
                 run = _same_head_run(data, q, run_limit, record_len, head, head_crc)
                 if run:
                     pos = q
                     q += len(run) * record_len
-                    offsets = range(pos, q, record_len)
-                    fields = zip(repeat(segment), offsets, repeat(version), repeat(time_ns), run)
-                    yield from map(new, repeat(cls), fields)
+                    if records:
+                        offsets = range(pos, q, record_len)
+                        fields = zip(
+                            repeat(segment), offsets, repeat(version), repeat(time_ns), run
+                        )
+                        yield from map(new, repeat(cls), fields)
+                    else:
+                        yield from zip(repeat(time_ns), run)
                 run_limit = min(2 * run_limit, _RUN_MAX) if len(run) == run_limit else _RUN_MIN
         else:
             record_time_ns, payload, q = _decode_general(data, pos, end, path)
-            yield new(cls, (segment, pos, version, record_time_ns, payload))
-        pos = q
-
-
-def decode_payloads(data: bytes, path: str, start: int = HEADER_LEN) -> Iterator[tuple[int, bytes]]:
-    """Like :func:`decode_records`, with the same checks and errors, but yield only
-    ``(time_ns, payload)`` of each record: the fast path for replay."""
-    end = len(data)
-    pos = start
-    small = _SMALL_RECORDS
-    last_time: bytes | None = None
-    last_size = -1
-    head = b""
-    head_crc = 0
-    time_ns = 0
-    run_limit = _RUN_MIN
-    while pos < end:
-        if pos + TIME_LEN >= end:
-            raise _ends_inside_time(path, pos, end)
-        size = data[pos + TIME_LEN]
-        if size < 0x80:
-            layout = small[size]
-            q = pos + layout.size
-            if q > end:
-                raise _runs_past_end(path, pos, q, end)
-            time_bytes, _, payload, stored_crc = layout.unpack_from(data, pos)
-            if time_bytes != last_time or size != last_size:
-                head = data[pos : pos + TIME_LEN + 1]
-                head_crc = crc32c_value(head)
-                decoded = _decode_time(time_bytes)
-                if decoded is None:
-                    if crc32c_extend(head_crc, payload) != stored_crc:
-                        raise _crc_mismatch(path, pos)
-                    raise _bad_time(path, pos)
-                time_ns = decoded
-                last_time = time_bytes
-                last_size = size
-            if crc32c_extend(head_crc, payload) != stored_crc:
-                raise _crc_mismatch(path, pos)
-            yield (time_ns, payload)
-            if data.startswith(head, q):
-                record_len = q - pos
-                run = _same_head_run(data, q, run_limit, record_len, head, head_crc)
-                if run:
-                    q += len(run) * record_len
-                    yield from zip(repeat(time_ns), run)
-                run_limit = min(2 * run_limit, _RUN_MAX) if len(run) == run_limit else _RUN_MIN
-        else:
-            record_time_ns, payload, q = _decode_general(data, pos, end, path)
-            yield (record_time_ns, payload)
+            if records:
+                yield new(cls, (segment, pos, version, record_time_ns, payload))
+            else:
+                yield (record_time_ns, payload)
         pos = q

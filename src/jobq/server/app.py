@@ -249,7 +249,7 @@ async def serve(
         on_listening(host, port)
     switch_interval_s = sys.getswitchinterval()
     if config.sync == "always" and log is not None:
-        # fsyncs slower than a millisecond run in a thread (Core.fsync_placement); when one
+        # fsyncs slower than a millisecond run in a thread (server/commit.py); when one
         # ends, that thread needs the GIL back to release the batch's replies, and a busy
         # event loop gives it up only every switch interval (5 ms by default), which would
         # add up to 5 ms to every group commit

@@ -7,8 +7,8 @@ Every request a connection parses runs at once, in the event-loop thread, inside
 open transaction (unless the connection already holds too many unsent reply bytes: ``tcp.py``);
 its reply waits in the connection's ordered reply slots. Once per loop
 iteration :meth:`Core.flush` writes every command of the batch with one write. On success
-the transaction commits and, under ``sync=always``, one fsync in a worker thread covers the
-whole batch (group commit: requests arriving meanwhile form the next batch). Only then are
+the transaction commits and, under ``sync=always``, one fsync covers the whole batch (the
+group commit, ``commit.py``, which also decides when a batch is written). Only then are
 the batch's replies and wakeups released. If the write fails, the engine rolls the batch
 back and every reply that depended on it becomes ``-SERVER-ERROR``; the next batch tries
 again, so service resumes by itself once the disk accepts writes.
@@ -31,14 +31,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from jobq.cmdlog.aio import FsyncPlacement
 from jobq.engine.commands import encode_command
 from jobq.engine.machine import Command, Engine
 from jobq.engine.waiters import Wakeup
 from jobq.server import protocol as p
+from jobq.server.commit import GroupCommit
 from jobq.server.dispatch import Dispatcher
 from jobq.server.extensions import Deferred
 from jobq.server.memory import empty_free_lists, release_free_memory
@@ -52,9 +51,6 @@ logger = logging.getLogger("jobq.server")
 _NS_PER_S = 1_000_000_000
 #: how often the engine is compacted (:meth:`Core.housekeeping`)
 COMPACT_INTERVAL_S = 5.0
-#: the longest a batch is held back under sync=always to gather a wave of clients
-#: (:meth:`Core._hold_for_wave`); the wait is at most the last fsync's duration
-GATHER_MAX_S = 0.002
 #: jobs removed (from the highest count seen) before freed memory goes back to the OS
 TRIM_AFTER_REMOVED_JOBS = 10_000
 #: at most this many jobs left for :meth:`Core.housekeeping` to run a full collection, which
@@ -115,7 +111,8 @@ class Batch:
 
 
 def _acknowledged(batch: Batch) -> int:
-    """How many clients the batch acknowledges a change to: replies and woken waits."""
+    """How many clients the batch acknowledges a change to: replies and woken waits (the
+    size of a wave, for the group commit)."""
     return batch.changes + len(batch.wakeups)
 
 
@@ -143,18 +140,17 @@ class Core:
         self.dispatcher = Dispatcher(engine, self._server_info, history)
         self._batch = Batch()
         self._flush_scheduled = False
-        self._syncing = False
-        # gathering a wave under sync=always (_hold_for_wave)
-        self._wave = 0
-        self._gather: asyncio.TimerHandle | None = None
-        self._draining = False
-        #: where each batch's fsync runs under sync=always (``_sync``)
-        self.fsync_placement = FsyncPlacement(fsync_on_loop)
-        self._fsync_clock_ns = fsync_clock_ns
-        #: how long the last fsync took (seconds, by ``fsync_clock_ns``)
-        self.last_sync_s = 0.0
-        #: batches fsynced under sync=always (for tests)
-        self.syncs = 0
+        #: when batches are written and fsynced under sync=always (None: no fsync waited for)
+        self.group_commit: GroupCommit[Batch] | None = None
+        if self.sync_always:
+            assert log is not None
+            self.group_commit = GroupCommit(
+                log,
+                self._synced,
+                self._schedule_flush,
+                fsync_on_loop=fsync_on_loop,
+                fsync_clock_ns=fsync_clock_ns,
+            )
         self._timer: asyncio.TimerHandle | None = None
         self._timer_ns: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -324,7 +320,8 @@ class Core:
         """Write the batch; release its replies once the log holds it; arm the loop timer
         for the engine's earliest deadline."""
         self._flush_scheduled = False
-        if self._syncing:
+        group_commit = self.group_commit
+        if group_commit is not None and group_commit.syncing:
             self._arm_timer()
             return  # the fsync in flight calls flush again when it ends
         batch = self._batch
@@ -332,7 +329,7 @@ class Core:
         if not commands and not batch.replies and not batch.wakeups:
             self._arm_timer()
             return
-        if commands and self.sync_always and self._hold_for_wave(batch):
+        if commands and group_commit is not None and group_commit.holds(_acknowledged(batch)):
             self._arm_timer()
             return
         self._batch = Batch()
@@ -351,10 +348,10 @@ class Core:
         if commands:
             for observe in self.command_observers:
                 observe(commands)
-        if self.sync_always and commands:
-            self._syncing = True
-            assert self.log is not None
-            self._sync(batch)
+        if group_commit is not None and commands:
+            group_commit.sync(batch, _acknowledged(batch))
+            if group_commit.syncing:  # in a thread: deadlines go on meanwhile
+                self._arm_timer()
             return
         self._release(batch)
 
@@ -363,73 +360,9 @@ class Core:
         written, and the log is writable."""
         return not self._batch.commands and self.log_error is None
 
-    def _sync(self, batch: Batch) -> None:
-        """fsync the log for ``batch``, then :meth:`_synced`: on the loop while fsyncs are
-        quick (no thread hand-offs, no GIL traffic), else in the loop's executor, so that a
-        slow disk does not stop the loop (``FsyncPlacement``)."""
-        if self.fsync_placement.on_loop:
-            try:
-                took_ns = self._timed_sync()
-            except Exception as exc:
-                self._synced(batch, 0, exc)
-                return
-            self._synced(batch, took_ns, None)
-            return
-        # the loop's executor, not a dedicated thread (jobq.cmdlog.aio.SyncThread): in
-        # scenario B the executor did better, 1.70-2.54x beanstalkd against 1.50-2.22x
-        # over four alternated pairs
-        future = self.loop.run_in_executor(None, self._timed_sync)
-        future.add_done_callback(partial(self._synced_in_thread, batch))
-        self._arm_timer()
-
-    def _synced_in_thread(self, batch: Batch, future: asyncio.Future[int]) -> None:
-        exc = future.exception()
-        self._synced(batch, 0 if exc is not None else future.result(), exc)
-
-    def _timed_sync(self) -> int:
-        """fsync the log; return how long it took (ns, by ``fsync_clock_ns``)."""
-        assert self.log is not None
-        started_ns = self._fsync_clock_ns()
-        self.log.sync()
-        return self._fsync_clock_ns() - started_ns
-
-    def _hold_for_wave(self, batch: Batch) -> bool:
-        """Whether to hold ``batch`` back from the log a moment longer (under ``always``).
-
-        When an fsync ends, its batch's acknowledgements go out together, and the clients
-        that got them mostly send their next change at once. Without a wait, the first of
-        those to arrive would take the next fsync nearly alone and the rest would wait for
-        it and take the one after: two fsyncs a wave. So once the last batch acknowledged
-        more than one change, the next is held until it holds as many changes as that one
-        did (replies and woken waits: :func:`_acknowledged`), or for at most as long as the
-        last fsync took (capped at ``GATHER_MAX_S``), whichever comes first; then the wave
-        shares one fsync. Nothing is acknowledged earlier than without the wait.
-        """
-        if self._draining or _acknowledged(batch) >= self._wave:
-            if self._gather is not None:
-                self._gather.cancel()
-                self._gather = None
-            return False
-        if self._gather is None:
-            self._gather = self.loop.call_later(
-                min(self.last_sync_s, GATHER_MAX_S), self._end_gather
-            )
-        return True
-
-    def _end_gather(self) -> None:
-        self._gather = None
-        self._wave = 0  # the wave is as complete as it gets: the next flush goes
-        self._schedule_flush()
-
-    def _synced(self, batch: Batch, took_ns: int, exc: BaseException | None) -> None:
-        """The fsync for ``batch`` ended: it took ``took_ns``, or failed with ``exc``."""
-        self._syncing = False
-        self.syncs += 1
-        self._wave = _acknowledged(batch)
-        if exc is None:
-            self.last_sync_s = took_ns / _NS_PER_S
-            self.fsync_placement.timed(took_ns)
-        else:
+    def _synced(self, batch: Batch, exc: BaseException | None) -> None:
+        """The group commit's fsync for ``batch`` ended, or failed with ``exc``."""
+        if exc is not None:
             # the kernel may have dropped what it could not write: nothing in this batch can
             # be acknowledged, and the log's state on disk is unknown, so stop (replay decides)
             logger.critical("fsync of the command log failed: %s; stopping", exc)
@@ -504,11 +437,14 @@ class Core:
     async def drain_pending(self) -> bool:
         """Wait until every logged batch is released (for shutdown), for at most about a
         second; whether that happened (else a batch is still unwritten or unsynced)."""
-        self._draining = True  # no batch is held back for a wave any more
+        group_commit = self.group_commit
+        if group_commit is not None:
+            group_commit.drain()  # no batch is held back for a wave any more
         for _ in range(1000):
-            if not self._syncing and not self._batch.commands and not self._flush_scheduled:
+            syncing = group_commit is not None and group_commit.syncing
+            if not syncing and not self._batch.commands and not self._flush_scheduled:
                 return True
-            if not self._flush_scheduled and not self._syncing:
+            if not self._flush_scheduled and not syncing:
                 self.flush()
             await asyncio.sleep(0.001)
         return False
@@ -521,6 +457,5 @@ class Core:
         if self._housekeeping_timer is not None:
             self._housekeeping_timer.cancel()
             self._housekeeping_timer = None
-        if self._gather is not None:
-            self._gather.cancel()
-            self._gather = None
+        if self.group_commit is not None:
+            self.group_commit.close()
