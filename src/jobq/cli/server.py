@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from jobq.cli.common import AUTH_TOKEN_ENV, F
-from jobq.cmdlog.appender import SYNC_POLICIES
+from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import (
     DEFAULT_CLEAN_INTERVAL_MS,
     DEFAULT_LISTEN,

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from jobq.cli.common import AUTH_TOKEN_ENV
-from jobq.cmdlog.appender import SYNC_POLICIES
+from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import DEFAULT_LISTEN, ConfigError, ServerConfig, default_data_dir, parse_listen
 
 DEFAULT_HTTP = "127.0.0.1:8080"
