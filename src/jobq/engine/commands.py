@@ -424,3 +424,6 @@ from jobq.engine.extensions import (  # noqa: E402  (extensions do not import th
     decode_extension,
     encode_extension,
 )
+
+#: any command: workq's or jobq's own
+Command: TypeAlias = WorkqCommand | ExtensionCommand

@@ -15,13 +15,14 @@ import datetime as dt
 import enum
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol, TypeAlias
 
 import msgspec
 
 from jobq.engine import limits
 from jobq.engine.errors import ErrorKind, InvalidArgument, quoted
+from jobq.engine.extensions import FireSchedule
 
 
 def _croniter() -> Any:
@@ -676,6 +677,17 @@ class Schedule:
 #: seq) for one that did not (it has the seq of the firing before it), ("end", job id) for a
 #: run's end
 RecordKey: TypeAlias = tuple[str, int | bytes]
+
+
+def kept_run_jobs_of(schedules: Iterable[Schedule]) -> dict[bytes, int]:
+    """Job id -> schedule id of every run whose records the cleaner keeps
+    (:meth:`Schedule.kept_run_jobs`)."""
+    return {job_id: s.id for s in schedules for job_id in s.kept_run_jobs()}
+
+
+def fire_key(command: FireSchedule) -> RecordKey:
+    """The :data:`RecordKey` of a firing."""
+    return ("fire" if command.job is not None else "skip", command.seq)
 
 
 class ScheduleRow(msgspec.Struct, array_like=True):
