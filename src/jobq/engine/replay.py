@@ -26,6 +26,7 @@ from jobq.engine.commands import (
 )
 from jobq.engine.deadlines import DeadlineKind
 from jobq.engine.deadlines import Entry as DeadlineEntry
+from jobq.engine.executors import executor_for
 from jobq.engine.extensions import (
     CancelJob,
     CreateSchedule,
@@ -44,7 +45,6 @@ from jobq.engine.job import CREATION_ORDER, Event, Job, JobRow, Status, statuses
 from jobq.engine.journal import touch
 from jobq.engine.liveness import SCHEDULE_COMMAND_TYPES
 from jobq.engine.queues import IN_RUN
-from jobq.engine.scheduler import executor_for
 from jobq.engine.schedules import ScheduleRow, kept_run_jobs_of, run_job_id
 
 if TYPE_CHECKING:

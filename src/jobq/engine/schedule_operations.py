@@ -7,25 +7,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jobq.engine.errors import InvalidStatus
+from jobq.engine.errors import DuplicateSchedule, InvalidStatus, ScheduleError, ScheduleNotFound
+from jobq.engine.executors import decode_args, make_executor
 from jobq.engine.extensions import AlterSchedule, CreateSchedule, DropSchedule
 from jobq.engine.job import Job
-from jobq.engine.scheduler import decode_args, error_policy, fire, wait_policy
+from jobq.engine.scheduler import fire
 from jobq.engine.schedules import (
     DEFAULT_CATCHUP_MS,
-    DuplicateSchedule,
     ErrorPolicy,
     Schedule,
-    ScheduleError,
-    ScheduleNotFound,
-    Spec,
     WaitPolicy,
-    check_duration_ms,
-    check_time,
-    make_executor,
-    next_after,
-    validate_spec,
+    error_policy,
+    wait_policy,
 )
+from jobq.engine.specs import Spec, check_duration_ms, check_time, next_after, validate_spec
 from jobq.engine.waits import offer_ready_jobs
 
 if TYPE_CHECKING:

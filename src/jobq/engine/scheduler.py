@@ -21,12 +21,13 @@ error policy decided (:data:`ERROR_POLICIES`: :func:`retry_sched`, :func:`retry_
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import msgspec
 
 from jobq.engine.deadlines import DeadlineKind
-from jobq.engine.errors import quoted
+from jobq.engine.errors import ScheduleError
+from jobq.engine.executors import RunInfo, check_work, executor_failure, executor_for
 from jobq.engine.extensions import (
     AlterSchedule,
     CreateSchedule,
@@ -41,24 +42,17 @@ from jobq.engine.job import Job
 from jobq.engine.journal import touch_schedule
 from jobq.engine.schedules import (
     ErrorPolicy,
-    MissingExecutor,
     RecordKey,
-    RunInfo,
     Schedule,
-    ScheduledJobExecutor,
-    ScheduleError,
-    Spec,
     WaitPolicy,
-    check_work,
-    executor_failure,
+    error_policy,
     fire_key,
     jitter_ns,
-    make_executor,
-    next_after,
     retry_soon_delay_ms,
     run_job_id,
-    runs_between,
+    wait_policy,
 )
+from jobq.engine.specs import Spec, next_after, runs_between
 
 if TYPE_CHECKING:
     from jobq.engine.machine import Engine
@@ -555,46 +549,6 @@ def _change(schedule: Schedule, at_ns: int, reason: str) -> None:
     schedule.changes.append((at_ns, reason))
     if len(schedule.changes) > MAX_SCHEDULE_CHANGES:
         del schedule.changes[: len(schedule.changes) - MAX_SCHEDULE_CHANGES]
-
-
-# ---------------------------------------------------------------------- logged texts
-
-
-def executor_for(executor_type: str, args: bytes) -> ScheduledJobExecutor:
-    """The executor of a logged (or snapshotted) schedule; a missing one if its type is
-    unknown here or its arguments do not fit."""
-    try:
-        return make_executor(executor_type, decode_args(args))
-    except ScheduleError as exc:
-        return MissingExecutor(executor_type, exc.text)
-
-
-def decode_args(args: bytes) -> dict[str, Any]:
-    try:
-        value = msgspec.json.decode(args)
-    except msgspec.DecodeError as exc:
-        raise ScheduleError("Invalid executor arguments: not JSON") from exc
-    if not isinstance(value, dict):
-        raise ScheduleError("Invalid executor arguments: not a JSON object")
-    return value
-
-
-def wait_policy(text: str) -> WaitPolicy:
-    try:
-        return WaitPolicy(text)
-    except ValueError:
-        raise ScheduleError(
-            f"Invalid wait policy {quoted(text)} (wait, no_wait, skip, buffer_one)"
-        ) from None
-
-
-def error_policy(text: str) -> ErrorPolicy:
-    try:
-        return ErrorPolicy(text)
-    except ValueError:
-        raise ScheduleError(
-            f"Invalid error policy {quoted(text)} (retry_sched, retry_soon, pause_sched)"
-        ) from None
 
 
 def _uuid_text(job_id: bytes) -> str:
