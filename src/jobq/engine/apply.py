@@ -70,25 +70,19 @@ def create(engine: Engine, command: AddJob | ScheduleJob | SubmitJob, at_ns: int
 
 
 def new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
-    """The job a creating command describes (pending, not attempted yet)."""
-    if type(command) is AddJob:  # replay's commonest record: positional, no branches
+    """The job a creating command describes (pending, not attempted yet), as ``Job.new``
+    makes it."""
+    if type(command) is AddJob:  # the commonest: no branches
         return Job(
             command.id, command.name, command.payload, command.priority, command.ttr_ms,
             command.ttl_ms, command.max_attempts, command.max_fails, None, command.created_ns,
             modified_ns=command.created_ns,
         )
-    time_ns = command.time_ns if isinstance(command, SubmitJob | ScheduleJob) else None
-    job = Job.new(
-        id=command.id,
-        name=command.name,
-        payload=command.payload,
-        priority=command.priority,
-        ttr_ms=command.ttr_ms,
-        ttl_ms=command.ttl_ms,
-        max_attempts=command.max_attempts,
-        max_fails=command.max_fails,
-        time_ns=time_ns,
-        created_ns=command.created_ns,
+    time_ns = command.time_ns
+    job = Job(
+        command.id, command.name, command.payload, command.priority, command.ttr_ms,
+        command.ttl_ms, command.max_attempts, command.max_fails, time_ns, command.created_ns,
+        modified_ns=command.created_ns, waiting_for_time=time_ns is not None,
     )
     if isinstance(command, SubmitJob):
         created_by = (
@@ -246,13 +240,8 @@ def _stopped(engine: Engine, job: Job, at_ns: int) -> bool:
 
 
 def pause(engine: Engine, command: PauseJob, at_ns: int) -> None:
-    touch(engine, command.id)
-    job = engine.jobs[command.id]
-    meta = meta_of(job)
-    meta.reason = command.reason
-    job.modified_ns = at_ns
-    if TRANSITIONS[job.status][Event.PAUSE] is Request.PAUSE:
-        meta.pause_requested = True
+    job = _ask(engine, command, Event.PAUSE, at_ns)
+    if job is None:
         return
     unindex(engine, job)
     if job.waiting_for_time and job.time_ns is not None and job.time_ns <= at_ns:
@@ -263,32 +252,45 @@ def pause(engine: Engine, command: PauseJob, at_ns: int) -> None:
 
 
 def resume(engine: Engine, command: ResumeJob, at_ns: int) -> None:
-    touch(engine, command.id)
-    job = engine.jobs[command.id]
-    meta = meta_of(job)
-    meta.reason = command.reason
-    job.modified_ns = at_ns
-    if TRANSITIONS[job.status][Event.RESUME] is Request.WITHDRAW_PAUSE:
-        meta.pause_requested = False
+    job = _ask(engine, command, Event.RESUME, at_ns)
+    if job is None:
         return
     transition(engine, job, Event.RESUME)
     index(engine, job)
 
 
 def cancel(engine: Engine, command: CancelJob, at_ns: int) -> None:
-    touch(engine, command.id)
-    job = engine.jobs[command.id]
-    meta = meta_of(job)
-    meta.reason = command.reason
-    job.modified_ns = at_ns
-    if TRANSITIONS[job.status][Event.CANCEL] is Request.CANCEL:
-        meta.cancel_requested = True
+    job = _ask(engine, command, Event.CANCEL, at_ns)
+    if job is None:
         return
     unindex(engine, job)
     transition(engine, job, Event.CANCEL)
     finish(engine, job, b"", at_ns)
     if not engine._replaying:
         drop_queue_if_empty(engine, job.name)
+
+
+def _ask(
+    engine: Engine, command: PauseJob | ResumeJob | CancelJob, event: Event, at_ns: int
+) -> Job | None:
+    """What pause, resume and cancel share: the reason is noted, and a running job gets the
+    request the table gives (a flag; None is returned). Any other job is returned, for the
+    caller to move it to the status the table gives."""
+    touch(engine, command.id)
+    job = engine.jobs[command.id]
+    meta = meta_of(job)
+    meta.reason = command.reason
+    job.modified_ns = at_ns
+    outcome = TRANSITIONS[job.status][event]
+    if outcome is Request.PAUSE:
+        meta.pause_requested = True
+    elif outcome is Request.WITHDRAW_PAUSE:
+        meta.pause_requested = False
+    elif outcome is Request.CANCEL:
+        meta.cancel_requested = True
+    else:
+        return job
+    return None
 
 
 # ---------------------------------------------------------------------- removal
@@ -350,6 +352,23 @@ APPLY: Final[dict[type, Callable[[Engine, Any, int], None]]] = {
     DropSchedule: scheduler.apply_drop,
     FireSchedule: fire_schedule,
     ScheduleRunEnded: scheduler.apply_run_ended,
+}
+
+
+#: command type -> the event it is, for the commands that apply to an existing job only in
+#: the statuses the table allows that event from (replay skips the others: duplicates). A
+#: fail may always be a final one; a timeout, like a retry, needs a running job.
+EVENTS: Final[dict[type, Event]] = {
+    StartAttempt: Event.LEASE,
+    LeaseBy: Event.LEASE,
+    Heartbeat: Event.HEARTBEAT,
+    CompleteJob: Event.COMPLETE,
+    FailJob: Event.FAIL_FINAL,
+    TimeoutAttempt: Event.TIMEOUT_RETRY,
+    ReleaseJob: Event.RELEASE,
+    PauseJob: Event.PAUSE,
+    ResumeJob: Event.RESUME,
+    CancelJob: Event.CANCEL,
 }
 
 

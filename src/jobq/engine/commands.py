@@ -14,7 +14,7 @@ ignore keys they do not know.
 
 Commands are treated as immutable values. They are msgspec structs, whose classes and
 instances are made in C: replay builds one per record and the server one per request. They
-are not frozen, and so not hashable; nothing changes them after they are made.
+are not frozen, and so not hashable; nothing changes them once they are emitted.
 """
 
 from __future__ import annotations

@@ -280,12 +280,8 @@ class Engine:
         if fraction_completed is not None and not 0.0 <= fraction_completed <= 1.0:
             raise InvalidArgument("Invalid fraction_completed")
         command = Heartbeat(
-            id=id,
-            at_ns=now_ns,
-            worker=worker,
-            fraction_completed=fraction_completed,
-            running_status=running_status,
-            checkpoint=checkpoint,
+            id=id, at_ns=now_ns, worker=worker, fraction_completed=fraction_completed,
+            running_status=running_status, checkpoint=checkpoint,
         )
         # what _emit does, for a job known to exist and to be held (no run ends here)
         journal.touch(self, id)
@@ -393,6 +389,8 @@ class Engine:
     replay = replaying.replay
     replay_new_job = replaying.replay_new_job
     end_replay = replaying.end_replay
+    # snapshots: written from export(), read back by adopt_schedules() then adopt_jobs()
+    # (nothing logged after it) or begin_replay_from() (the records after it replayed next)
     export = replaying.export
     adopt_schedules = replaying.adopt_schedules
     adopt_jobs = replaying.adopt_jobs
@@ -407,14 +405,16 @@ class Engine:
 
     # ------------------------------------------------------------------ schedules
 
-    create_schedule = schedule_operations.create_schedule
     get_schedule = schedule_operations.get_schedule
     list_schedules = schedule_operations.list_schedules
     schedules_paused = property(schedule_operations.schedules_paused)
+    # changes, each logged: the scheduler (scheduler.py) applies them
+    create_schedule = schedule_operations.create_schedule
     pause_schedule = schedule_operations.pause_schedule
     resume_schedule = schedule_operations.resume_schedule
     alter_schedule = schedule_operations.alter_schedule
     drop_schedule = schedule_operations.drop_schedule
+    # runs now, besides the scheduled ones
     trigger_schedule = schedule_operations.trigger_schedule
     backfill_schedule = schedule_operations.backfill_schedule
 

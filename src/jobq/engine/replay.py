@@ -15,33 +15,20 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from jobq.engine.apply import APPLY, new_job
-from jobq.engine.commands import (
-    AddJob,
-    CompleteJob,
-    FailJob,
-    ScheduleJob,
-    StartAttempt,
-    TimeoutAttempt,
-)
+from jobq.engine.apply import APPLY, EVENTS, new_job
+from jobq.engine.commands import AddJob, ScheduleJob
 from jobq.engine.deadlines import DeadlineKind
 from jobq.engine.deadlines import Entry as DeadlineEntry
 from jobq.engine.executors import executor_for
 from jobq.engine.extensions import (
-    CancelJob,
     CreateSchedule,
     DropSchedule,
     FireSchedule,
-    Heartbeat,
-    LeaseBy,
-    PauseJob,
-    ReleaseJob,
-    ResumeJob,
     ScheduleCommand,
     SubmitJob,
 )
 from jobq.engine.indexes import push_schedule, queue_for, register
-from jobq.engine.job import CREATION_ORDER, Event, Job, JobRow, Status, statuses_allowing
+from jobq.engine.job import CREATION_ORDER, Job, JobRow, Status, statuses_allowing
 from jobq.engine.journal import touch
 from jobq.engine.liveness import SCHEDULE_COMMAND_TYPES
 from jobq.engine.queues import IN_RUN
@@ -53,19 +40,10 @@ if TYPE_CHECKING:
 _NS_PER_MS = 1_000_000
 #: a tuple, not a union: ``isinstance`` is cheaper so (replay runs it once per record)
 _NEW_JOB_COMMAND_TYPES = (AddJob, ScheduleJob, SubmitJob)
-#: the statuses in which replay applies a command (those the table allows its event from);
-#: others are skipped as duplicates
+#: the statuses in which replay applies a command: those the table allows its event from
+#: (``apply.EVENTS``); others are skipped as duplicates
 _REPLAY_STATUSES: dict[type, frozenset[Status]] = {
-    StartAttempt: statuses_allowing(Event.LEASE),
-    LeaseBy: statuses_allowing(Event.LEASE),
-    TimeoutAttempt: statuses_allowing(Event.TIMEOUT_RETRY),
-    Heartbeat: statuses_allowing(Event.HEARTBEAT),
-    ReleaseJob: statuses_allowing(Event.RELEASE),
-    CompleteJob: statuses_allowing(Event.COMPLETE),
-    FailJob: statuses_allowing(Event.FAIL_FINAL),
-    PauseJob: statuses_allowing(Event.PAUSE),
-    ResumeJob: statuses_allowing(Event.RESUME),
-    CancelJob: statuses_allowing(Event.CANCEL),
+    kind: statuses_allowing(event) for kind, event in EVENTS.items()
 }
 
 
@@ -385,7 +363,7 @@ def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: in
             own.running[job_id] = job
             deadline((job.lease_expires_ns, ttr, job))  # type: ignore[arg-type]
         else:
-            # hashing an Enum member is a Python-level call: only for the rarer statuses
+            # the rarer statuses: a dict lookup each (pending and running have theirs at hand)
             by_status[status].append(job)
         if ttl_ms:
             if time_ns is not None:

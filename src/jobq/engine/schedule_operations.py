@@ -12,14 +12,7 @@ from jobq.engine.executors import decode_args, make_executor
 from jobq.engine.extensions import AlterSchedule, CreateSchedule, DropSchedule
 from jobq.engine.job import Job
 from jobq.engine.scheduler import fire
-from jobq.engine.schedules import (
-    DEFAULT_CATCHUP_MS,
-    ErrorPolicy,
-    Schedule,
-    WaitPolicy,
-    error_policy,
-    wait_policy,
-)
+from jobq.engine.schedules import DEFAULT_CATCHUP_MS, ErrorPolicy, Schedule, WaitPolicy, policy
 from jobq.engine.specs import Spec, check_duration_ms, check_time, next_after, validate_spec
 from jobq.engine.waits import offer_ready_jobs
 
@@ -61,8 +54,8 @@ def create_schedule(
     if name in engine.schedule_names:
         raise DuplicateSchedule(f"Duplicate schedule name {name!r}")
     spec = validate_spec(Spec(cron=cron, tz=tz, every_ms=every_ms, at_ns=at_ns))
-    wait_policy(wait)
-    error_policy(on_error)
+    policy(WaitPolicy, wait)
+    policy(ErrorPolicy, on_error)
     check_duration_ms(catchup_ms, "catch-up window")
     make_executor(executor, decode_args(args))
     if spec.every_ms and spec.at_ns is None:
@@ -81,19 +74,9 @@ def create_schedule(
     else:
         next_run = next_after(spec, now_ns)
     command = CreateSchedule(
-        schedule=engine.next_schedule_id,
-        name=name,
-        owner=owner,
-        created_ns=now_ns,
-        cron=spec.cron,
-        tz=spec.tz,
-        every_ms=spec.every_ms,
-        at_ns=spec.at_ns,
-        executor=executor,
-        args=args,
-        wait=wait,
-        on_error=on_error,
-        catchup_ms=catchup_ms,
+        schedule=engine.next_schedule_id, name=name, owner=owner, created_ns=now_ns,
+        cron=spec.cron, tz=spec.tz, every_ms=spec.every_ms, at_ns=spec.at_ns,
+        executor=executor, args=args, wait=wait, on_error=on_error, catchup_ms=catchup_ms,
         next_run_ns=None if paused else next_run,
         reason=reason or ("created paused" if paused else "created"),
     )
@@ -182,9 +165,9 @@ def alter_schedule(
     """Change a schedule's policies."""
     schedule = get_schedule(engine, ref)
     if wait is not None:
-        wait_policy(wait)
+        policy(WaitPolicy, wait)
     if on_error is not None:
-        error_policy(on_error)
+        policy(ErrorPolicy, on_error)
     if catchup_ms is not None:
         check_duration_ms(catchup_ms, "catch-up window")
     engine._emit(

@@ -20,14 +20,15 @@ error policy decided (:data:`ERROR_POLICIES`: :func:`retry_sched`, :func:`retry_
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar
 
 import msgspec
 
 from jobq.engine.deadlines import DeadlineKind
 from jobq.engine.errors import ScheduleError
-from jobq.engine.executors import RunInfo, check_work, executor_failure, executor_for
+from jobq.engine.executors import RunInfo, Work, check_work, executor_failure, executor_for
 from jobq.engine.extensions import (
     AlterSchedule,
     CreateSchedule,
@@ -45,12 +46,11 @@ from jobq.engine.schedules import (
     RecordKey,
     Schedule,
     WaitPolicy,
-    error_policy,
     fire_key,
     jitter_ns,
+    policy,
     retry_soon_delay_ms,
     run_job_id,
-    wait_policy,
 )
 from jobq.engine.specs import Spec, next_after, runs_between
 
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from jobq.engine.machine import Engine
 
 _NS_PER_MS = 1_000_000
+_C = TypeVar("_C", FireSchedule, ScheduleRunEnded, AlterSchedule)
 #: most change-history entries a schedule keeps (the oldest go first)
 MAX_SCHEDULE_CHANGES = 100
 
@@ -238,20 +239,11 @@ def fire(
     job_id = run_job_id(schedule.id, schedule.created_ns, seq)
     if job_id in engine.jobs:
         raise ScheduleError("Run id in use")  # not seen in practice: 128-bit hashes
+    fields = {name: getattr(work, name) for name in Work.__struct_fields__}  # a job's own
+    fields["description"] = work.description or f"schedule {schedule.name} run {seq}"
     job = SubmitJob(
-        id=job_id,
-        name=work.name,
-        payload=work.payload,
-        priority=work.priority,
-        ttr_ms=work.ttr_ms,
-        ttl_ms=work.ttl_ms,
-        max_attempts=work.max_attempts,
-        max_fails=work.max_fails,
-        created_ns=now_ns,
-        description=work.description or f"schedule {schedule.name} run {seq}",
-        creator=schedule.owner,
-        created_by_type="schedule",
-        created_by_id=str(schedule.id),
+        id=job_id, created_ns=now_ns, creator=schedule.owner, created_by_type="schedule",
+        created_by_id=str(schedule.id), **fields,
     )
     try:  # the server encodes it again to log it; a failure there would refuse its batch
         encode_extension(job)
@@ -401,8 +393,8 @@ def apply_create(engine: Engine, command: CreateSchedule, at_ns: int) -> None:
         executor_type=command.executor,
         args=command.args,
         executor=executor_for(command.executor, command.args),
-        wait=wait_policy(command.wait),
-        on_error=error_policy(command.on_error),
+        wait=policy(WaitPolicy, command.wait),
+        on_error=policy(ErrorPolicy, command.on_error),
         catchup_ms=command.catchup_ms,
         next_run_ns=command.next_run_ns,
     )
@@ -426,13 +418,35 @@ def apply_drop(engine: Engine, command: DropSchedule, at_ns: int) -> None:
         engine._kept_run_jobs.pop(job_id, None)
 
 
-def apply_fire(engine: Engine, command: FireSchedule, at_ns: int) -> None:
+def _changes_schedule(
+    change: Callable[[Engine, Schedule, _C], None],
+) -> Callable[[Engine, _C, int], None]:
+    """``change`` as an apply function: it changes the schedule the command names, if that
+    still exists, saved in the journal first; after it, the runs whose records the cleaner
+    keeps follow the schedule, and its next look goes into the deadline heap."""
+
+    @functools.wraps(change)
+    def apply(engine: Engine, command: _C, at_ns: int) -> None:
+        schedule = engine.schedules.get(command.schedule)
+        if schedule is None:
+            return
+        touch_schedule(engine, schedule.id)
+        kept_before = schedule.kept_run_jobs()
+        change(engine, schedule, command)
+        kept_after = schedule.kept_run_jobs()
+        if kept_after != kept_before:
+            for job_id in kept_before - kept_after:
+                engine._kept_run_jobs.pop(job_id, None)
+            for job_id in kept_after:
+                engine._kept_run_jobs[job_id] = schedule.id
+        push_schedule(engine, schedule)
+
+    return apply
+
+
+@_changes_schedule
+def apply_fire(engine: Engine, schedule: Schedule, command: FireSchedule) -> None:
     """The schedule's part of a firing (``apply.fire_schedule`` creates its job first)."""
-    schedule = engine.schedules.get(command.schedule)
-    if schedule is None:
-        return
-    touch_schedule(engine, schedule.id)
-    kept_before = schedule.kept_run_jobs()
     key = fire_key(command)
     schedule.fire_seq = command.seq
     if command.advance:
@@ -468,15 +482,10 @@ def apply_fire(engine: Engine, command: FireSchedule, at_ns: int) -> None:
         engine.schedule_jobs_started += 1
     if command.jobs_started_total is not None:
         schedule.jobs_started = command.jobs_started_total
-    _changed(engine, schedule, kept_before)
 
 
-def apply_run_ended(engine: Engine, command: ScheduleRunEnded, at_ns: int) -> None:
-    schedule = engine.schedules.get(command.schedule)
-    if schedule is None:
-        return
-    touch_schedule(engine, schedule.id)
-    kept_before = schedule.kept_run_jobs()
+@_changes_schedule
+def apply_run_ended(engine: Engine, schedule: Schedule, command: ScheduleRunEnded) -> None:
     end_key: RecordKey = ("end", command.id)
     if schedule.last_job_id == command.id:
         schedule.last_outcome = command.outcome
@@ -494,15 +503,10 @@ def apply_run_ended(engine: Engine, command: ScheduleRunEnded, at_ns: int) -> No
         schedule.next_run_ns = None
         schedule.recheck_ns = None
         _change(schedule, command.at_ns, command.reason)
-    _changed(engine, schedule, kept_before)
 
 
-def apply_alter(engine: Engine, command: AlterSchedule, at_ns: int) -> None:
-    schedule = engine.schedules.get(command.schedule)
-    if schedule is None:
-        return
-    touch_schedule(engine, schedule.id)
-    kept_before = schedule.kept_run_jobs()
+@_changes_schedule
+def apply_alter(engine: Engine, schedule: Schedule, command: AlterSchedule) -> None:
     who = f" by {command.actor}" if command.actor else ""
     why = f": {command.reason}" if command.reason else ""
     if command.action == "pause":
@@ -521,28 +525,15 @@ def apply_alter(engine: Engine, command: AlterSchedule, at_ns: int) -> None:
     else:
         changed = []
         if command.wait:
-            schedule.wait = wait_policy(command.wait)
+            schedule.wait = policy(WaitPolicy, command.wait)
             changed.append(f"wait={command.wait}")
         if command.on_error:
-            schedule.on_error = error_policy(command.on_error)
+            schedule.on_error = policy(ErrorPolicy, command.on_error)
             changed.append(f"on_error={command.on_error}")
         if command.catchup_ms is not None:
             schedule.catchup_ms = command.catchup_ms
             changed.append(f"catchup={command.catchup_ms}ms")
         _change(schedule, command.at_ns, f"altered {' '.join(changed)}{who}{why}")
-    _changed(engine, schedule, kept_before)
-
-
-def _changed(engine: Engine, schedule: Schedule, kept_before: set[bytes]) -> None:
-    """After a change of ``schedule``: the runs whose records the cleaner keeps follow,
-    and its next look goes into the deadline heap."""
-    kept_after = schedule.kept_run_jobs()
-    if kept_after != kept_before:
-        for job_id in kept_before - kept_after:
-            engine._kept_run_jobs.pop(job_id, None)
-        for job_id in kept_after:
-            engine._kept_run_jobs[job_id] = schedule.id
-    push_schedule(engine, schedule)
 
 
 def _change(schedule: Schedule, at_ns: int, reason: str) -> None:

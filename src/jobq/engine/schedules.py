@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Iterable
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, TypeVar
 
 import msgspec
 
@@ -70,24 +70,18 @@ def retry_soon_delay_ms(failures: int) -> int:
     return int(min(RETRY_SOON_MAX_MS, RETRY_SOON_BASE_MS * 2 ** max(0, min(failures - 1, 20))))
 
 
-def wait_policy(text: str) -> WaitPolicy:
-    """The wait policy of that name; :class:`ScheduleError` if there is none."""
-    try:
-        return WaitPolicy(text)
-    except ValueError:
-        raise ScheduleError(
-            f"Invalid wait policy {quoted(text)} (wait, no_wait, skip, buffer_one)"
-        ) from None
+_Policy = TypeVar("_Policy", WaitPolicy, ErrorPolicy)
+_POLICY_KINDS: Final = {WaitPolicy: "wait policy", ErrorPolicy: "error policy"}
 
 
-def error_policy(text: str) -> ErrorPolicy:
-    """The error policy of that name; :class:`ScheduleError` if there is none."""
+def policy(kind: type[_Policy], text: str) -> _Policy:
+    """The policy of that name (``policy(WaitPolicy, "skip")``); :class:`ScheduleError`,
+    listing the names, if there is none."""
     try:
-        return ErrorPolicy(text)
+        return kind(text)
     except ValueError:
-        raise ScheduleError(
-            f"Invalid error policy {quoted(text)} (retry_sched, retry_soon, pause_sched)"
-        ) from None
+        names = ", ".join(member.value for member in kind)
+        raise ScheduleError(f"Invalid {_POLICY_KINDS[kind]} {quoted(text)} ({names})") from None
 
 
 class Schedule:
