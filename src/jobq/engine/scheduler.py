@@ -9,8 +9,8 @@ schedule's next run and
 1. skips them all, as missed, if the latest is older than the catch-up window;
 2. else, if a run is still unfinished, asks the wait policy (:data:`WAIT_POLICIES`:
    :func:`wait`, :func:`no_wait`, :func:`skip`, :func:`buffer_one`) whether to start now;
-3. else :func:`fire`\\ s: one ``FireSchedule`` command holds the job the executor made and the
-   schedule's advance (:func:`apply_fire` applies the schedule's part).
+3. else fires it (:func:`fire`): one ``FireSchedule`` command holds the job the executor made
+   and the schedule's advance (:func:`apply_fire` applies the schedule's part).
 
 When a run's job ends, :func:`run_ended` notes it; after the operation,
 :func:`notify_ended_runs` tells the executor and logs a ``ScheduleRunEnded`` with what the

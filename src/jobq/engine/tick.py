@@ -74,7 +74,7 @@ def tick(engine: Engine, now_ns: int) -> None:
 
 
 def time_came(engine: Engine, job: Job) -> None:
-    """A ``schedule``\\ d job's time came: it becomes leasable."""
+    """A scheduled job's time came: it becomes leasable."""
     if job.status is Status.PENDING and job.waiting_for_time:
         touch(engine, job.id)
         unindex(engine, job)
