@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from jobq.engine.compaction import MIN_TABLE_BYTES, CompactStats
 from jobq.engine.deadlines import Deadlines
+from jobq.engine.indexes import compact_deadlines
 from jobq.engine.job import Job
 from jobq.engine.machine import Engine
 
@@ -83,7 +84,7 @@ def test_compaction_changes_nothing_but_memory(ops: list[tuple[str, int, int]]) 
             else:
                 outcomes.append(output)
         assert outcomes[0] == outcomes[1] == outcomes[2]
-        compacting._deadlines.compact(compacting._deadline_may_apply)
+        compact_deadlines(compacting)
         periodic.compact()
         assert snapshot(compacting) == snapshot(periodic) == snapshot(keeping)
         for engine in (compacting, periodic):

@@ -40,7 +40,7 @@ def test_ready_jobs_lease_in_lease_order(operations: list[Any]) -> None:
     clock_ms = 0
 
     def leave(job: Job) -> None:
-        # what Engine._unindex does for a ready job
+        # what indexes.unindex does for a ready job
         job.queued = None
         queue.ready_len -= 1
         ready.discard(id(job))

@@ -14,7 +14,7 @@ ignore keys they do not know.
 
 Commands are treated as immutable values. They are msgspec structs, whose classes and
 instances are made in C: replay builds one per record and the server one per request. They
-are not frozen, and so not hashable; nothing changes them after they are made.
+are not frozen, and so not hashable; nothing changes them once they are emitted.
 """
 
 from __future__ import annotations
@@ -424,3 +424,6 @@ from jobq.engine.extensions import (  # noqa: E402  (extensions do not import th
     decode_extension,
     encode_extension,
 )
+
+#: any command: workq's or jobq's own
+Command: TypeAlias = WorkqCommand | ExtensionCommand

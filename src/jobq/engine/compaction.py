@@ -1,11 +1,12 @@
-"""What :meth:`Engine.compact` reports, and when a hash table is worth rebuilding.
+"""What ``Engine.compact`` (``indexes.compact``) reports, and when a hash table is worth
+rebuilding.
 
 The engine drops garbage lazily (deadline and ready-heap entries of removed jobs, lease
 requests that timed out or whose caller left), and Python's dicts never shrink when entries
-are deleted: a job table that once held a million jobs keeps its ~40 MiB after they are
-gone. Compaction gives that memory back without changing any state; every part of it runs
-only once at least half of what it scans is garbage (or a table is several times larger
-than its entries need), so its cost is O(1) amortised per removal.
+are deleted: a job table that once held a million jobs keeps the room for them after they
+are gone. Compaction gives that memory back without changing any state; every part of it
+runs only once at least half of what it scans is garbage (or a table is several times
+larger than its entries need), so its cost is O(1) amortised per removal.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ TTL deadlines come in runs. Jobs added with one TTL (and no scheduled time) expi
 order they were created, so each TTL has a run: the jobs in deadline order, of which only the
 first has an entry in the heap; when that entry is popped, the next job's entry takes its
 place. A job appended to a run costs one slot in a deque instead of a heap entry (a tuple and
-an int, ~130 bytes with the system allocator) and a push that compares nothing; a job that
-would not come last in its run (a clock that stepped back) gets a heap entry as before. The
-order entries come out in is the heap's, ``(deadline_ns, kind, subject)``, either way.
+an int) and a push that compares nothing; a job that would not come last in its run (a clock
+that stepped back) gets a heap entry. The order entries come out in is the heap's,
+``(deadline_ns, kind, subject)``, either way.
 """
 
 from __future__ import annotations

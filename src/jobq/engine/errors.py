@@ -86,6 +86,24 @@ class AmbiguousId(EngineError):
     text = "Ambiguous id"
 
 
+class ScheduleError(InvalidArgument):
+    """A schedule that cannot be created or changed as asked; nothing changed."""
+
+
+class ScheduleNotFound(InvalidArgument):
+    """No schedule of that name or id."""
+
+    text = "Schedule not found"
+    kind = ErrorKind.NOT_FOUND
+
+
+class DuplicateSchedule(ScheduleError):
+    """A schedule of that name exists already."""
+
+    kind = ErrorKind.CONFLICT
+
+
+
 #: longest piece of client input an error text quotes, in characters
 MAX_QUOTED_CHARS = 80
 

@@ -2,9 +2,9 @@
 
 A restart appends every entry unordered and orders the heap once. Its jobs come in creation
 order (a snapshot's rows, the log's records), so the entries, keyed on times that follow
-creation, are often sorted already: checking that is one pass of comparisons in C, about
-half of what ``heapq.heapify`` costs on sorted input (it sifts every inner entry down to a
-leaf and back), and a sorted list is a heap.
+creation, are often sorted already: checking that is one pass of comparisons in C, cheaper
+than ``heapq.heapify`` on sorted input (it sifts every inner entry down to a leaf and back),
+and a sorted list is a heap.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The job record and its statuses, with workq's ``inspect job`` state codes.
+"""The job record, its statuses and the table of what may follow what.
 
-Status transitions live in :data:`TRANSITIONS`; the state machine (``machine.py``) checks every
-change against it, so the table is the one place that says what may follow what.
+Rule: every change of a job's status is an event in :data:`TRANSITIONS`, consulted both by
+the operations that refuse what a status does not allow (``machine.py``) and by the code that
+applies each command (``apply.py``). The few irregular cases are code right beside it.
 """
 
 from __future__ import annotations
@@ -36,30 +37,105 @@ class Status(enum.Enum):
 
 _FINISHED: Final = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
 
-#: event -> {from status: to status}; an event absent for a status is refused
-TRANSITIONS: Final[dict[str, dict[Status, Status]]] = {
-    "lease": {Status.PENDING: Status.RUNNING},
-    "complete": {
-        Status.PENDING: Status.SUCCEEDED,
-        Status.RUNNING: Status.SUCCEEDED,
-        Status.PAUSED: Status.SUCCEEDED,
+class Event(enum.Enum):
+    """What happens to a job: a command, or the end of an attempt as its state decides."""
+
+    LEASE = "lease"
+    HEARTBEAT = "heartbeat"
+    COMPLETE = "complete"
+    #: a failed attempt, retried (fails and attempts left)
+    FAIL_RETRY = "fail_retry"
+    #: a failed attempt that fails the job (none left; or a paused job, never retried)
+    FAIL_FINAL = "fail_final"
+    #: an attempt's TTR passed: retried, or failed once its attempts are used up
+    TIMEOUT_RETRY = "timeout_retry"
+    TIMEOUT_FINAL = "timeout_final"
+    #: the worker gave the lease back (shutting down)
+    RELEASE = "release"
+    #: a running job asked to pause or cancel stops, at its release or its lease's end
+    STOP_PAUSED = "stop_paused"
+    STOP_CANCELED = "stop_canceled"
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+
+    __hash__ = object.__hash__  # as Status's: looked up on every change of a job
+
+
+class Request(enum.Enum):
+    """What pause, resume and cancel do to a running job: no status change, but a flag in its
+    metadata that the worker learns of at its next heartbeat; the job stops (``STOP_PAUSED``,
+    ``STOP_CANCELED``) when the worker releases it or its lease ends."""
+
+    #: sets ``pause_requested``
+    PAUSE = "pause"
+    #: clears ``pause_requested`` (a resume before the job stopped)
+    WITHDRAW_PAUSE = "withdraw_pause"
+    #: sets ``cancel_requested``
+    CANCEL = "cancel"
+
+
+#: status -> {event: the status it leads to, or the request a running job gets}; an event
+#: absent for a status is refused. A job may be deleted, or expire, in any status: removal
+#: is not a transition. Completing or failing needs no lease (as in workq).
+TRANSITIONS: Final[dict[Status, dict[Event, Status | Request]]] = {
+    Status.PENDING: {
+        Event.LEASE: Status.RUNNING,
+        Event.COMPLETE: Status.SUCCEEDED,
+        Event.FAIL_RETRY: Status.PENDING,
+        Event.FAIL_FINAL: Status.FAILED,
+        Event.PAUSE: Status.PAUSED,
+        Event.CANCEL: Status.CANCELED,
     },
-    "fail_retry": {Status.PENDING: Status.PENDING, Status.RUNNING: Status.PENDING},
-    "fail_final": {
-        Status.PENDING: Status.FAILED,
-        Status.RUNNING: Status.FAILED,
-        Status.PAUSED: Status.FAILED,
+    Status.RUNNING: {
+        Event.HEARTBEAT: Status.RUNNING,
+        Event.COMPLETE: Status.SUCCEEDED,
+        Event.FAIL_RETRY: Status.PENDING,
+        Event.FAIL_FINAL: Status.FAILED,
+        Event.TIMEOUT_RETRY: Status.PENDING,
+        Event.TIMEOUT_FINAL: Status.FAILED,
+        Event.RELEASE: Status.PENDING,
+        Event.STOP_PAUSED: Status.PAUSED,
+        Event.STOP_CANCELED: Status.CANCELED,
+        Event.PAUSE: Request.PAUSE,
+        Event.RESUME: Request.WITHDRAW_PAUSE,
+        Event.CANCEL: Request.CANCEL,
     },
-    "timeout_retry": {Status.RUNNING: Status.PENDING},
-    "timeout_final": {Status.RUNNING: Status.FAILED},
-    # a running job asked to pause or cancel stops at its release or its lease's end
-    "stop_paused": {Status.RUNNING: Status.PAUSED},
-    "stop_canceled": {Status.RUNNING: Status.CANCELED},
-    "release": {Status.RUNNING: Status.PENDING},
-    "pause": {Status.PENDING: Status.PAUSED},
-    "resume": {Status.PAUSED: Status.PENDING},
-    "cancel": {Status.PENDING: Status.CANCELED, Status.PAUSED: Status.CANCELED},
+    Status.PAUSED: {
+        Event.COMPLETE: Status.SUCCEEDED,
+        Event.FAIL_FINAL: Status.FAILED,
+        Event.RESUME: Status.PENDING,
+        Event.CANCEL: Status.CANCELED,
+    },
+    Status.SUCCEEDED: {},
+    Status.FAILED: {},
+    Status.CANCELED: {},
 }
+
+
+def allowed(job: Job, event: Event) -> Status | Request | None:
+    """What ``event`` leads to for ``job`` now (:data:`TRANSITIONS`), or None if refused.
+
+    The irregular cases: a request stands until the job stops, so a running job is asked to
+    pause only once and not after it was asked to cancel, asked to cancel only once, and a
+    resume withdraws a pause request only if there is one."""
+    found = TRANSITIONS[job.status].get(event)
+    if found is None or found.__class__ is Status:
+        return found
+    meta = job.meta
+    pause_requested = meta is not None and meta.pause_requested
+    cancel_requested = meta is not None and meta.cancel_requested
+    if found is Request.PAUSE:
+        return None if pause_requested or cancel_requested else found
+    if found is Request.WITHDRAW_PAUSE:
+        return found if pause_requested else None
+    return None if cancel_requested else found
+
+
+def statuses_allowing(event: Event) -> frozenset[Status]:
+    """The statuses :data:`TRANSITIONS` allows ``event`` from."""
+    return frozenset(status for status, events in TRANSITIONS.items() if event in events)
+
 
 #: the job list's "status" order: what needs attention first
 STATUS_ORDER: Final = (

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 import msgspec
 from sortedcontainers import SortedList
 
-from jobq.engine.errors import InvalidArgument
+from jobq.engine.errors import AmbiguousId, InvalidArgument, JobNotFound
 from jobq.engine.job import CREATION_ORDER, STATUS_ORDER, Job, JobBound, Status
 
 #: most jobs one page may hold
@@ -207,3 +207,29 @@ def _by_status(
             continue
         resume = start if start is not None and rank[status] == start.rank else None
         yield from index.newest_first(status, after, before, resume)
+
+
+def resolve_id(jobs: dict[bytes, Job], text: str) -> bytes:
+    """The id of a job of ``jobs`` (not a ``run`` job) from its canonical form or a unique
+    prefix of at least 4 hex digits."""
+    hex_digits = text.replace("-", "").lower()
+    if len(hex_digits) == 32:
+        try:
+            job_id = bytes.fromhex(hex_digits)
+        except ValueError as exc:
+            raise InvalidArgument("Invalid ID") from exc
+        if job_id not in jobs or jobs[job_id].run:
+            raise JobNotFound()
+        return job_id
+    if not 4 <= len(hex_digits) <= 32 or not all(c in "0123456789abcdef" for c in hex_digits):
+        raise InvalidArgument("Invalid ID")
+    matches = [
+        job_id
+        for job_id, job in jobs.items()
+        if not job.run and job_id.hex().startswith(hex_digits)
+    ]
+    if not matches:
+        raise JobNotFound()
+    if len(matches) > 1:
+        raise AmbiguousId()
+    return matches[0]

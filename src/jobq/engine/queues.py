@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import deque
+from collections.abc import Iterable
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Final
 
@@ -201,3 +202,21 @@ class Queue:
             ready_entry, islice((job for job in self.run if self._live_in_run(job)), limit)
         )
         return [entry[3] for entry in heapq.nsmallest(limit, chain(live, in_run))]
+
+
+def best_ready(queues: dict[str, Queue], names: Iterable[str]) -> Job | None:
+    """The ready job a lease on ``names`` gets: the best head (lease order) among their
+    queues. It stays at its queue's head: leasing it unindexes it, which makes its entry
+    lapse."""
+    best: ReadyEntry | None = None
+    # names may repeat; comparing each queue's head finds the global best
+    for name in names:
+        queue = queues.get(name)
+        if queue is None or queue.ready_len == 0:
+            continue
+        entry = queue.head()
+        if entry is None:
+            continue
+        if best is None or (entry[0], entry[1], entry[2]) < (best[0], best[1], best[2]):
+            best = entry
+    return None if best is None else best[3]

@@ -1,4 +1,5 @@
-"""Requests that wait: a lease for a job, a caller for a job's result, a ``run`` for its job.
+"""Requests that wait, as data: a lease for a job, a caller for a job's result, a ``run`` for
+its job (``waits.py`` holds what the engine does with them).
 
 A waiter is data, not a task: the engine wakes it with a :class:`Wakeup` that the front end
 turns into a reply once the commands that led to it are in the log.
@@ -10,7 +11,7 @@ import enum
 
 import msgspec
 
-from jobq.engine.job import Job
+from jobq.engine.job import Job, Status
 
 
 class WaitKind(enum.Enum):
@@ -53,6 +54,10 @@ class JobResult(msgspec.Struct, frozen=True):
     id: bytes
     success: bool
     result: bytes
+
+    @classmethod
+    def of(cls, job: Job) -> JobResult:
+        return cls(job.id, job.status is Status.SUCCEEDED, job.result or b"")
 
 
 class Outcome(enum.Enum):

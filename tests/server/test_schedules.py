@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from jobq.cli import main
 from jobq.client import Client, ClientError
 from jobq.engine.schedules import Work, register_executor
+from tests.engine.schedule_world import forget_test_executors  # noqa: F401  (autouse)
 from tests.server.conftest import RunningServer, start_server, wait_until
 
 

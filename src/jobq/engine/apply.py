@@ -1,0 +1,418 @@
+"""Where a command changes the engine's state: :data:`APPLY` maps each command type to the
+function that applies it, for live operation (``Engine._emit``) and replay alike, so the
+state after replaying the log is the state the acknowledged commands produced.
+
+Each function saves what it changes in the undo journal first (``journal.touch``), moves
+the job's status only as ``job.TRANSITIONS`` allows (:func:`transition`), and keeps the
+indexes in step (``indexes.py``). A job that leaves its queue for good (finished or
+paused) lets the queue go if nothing else is in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from jobq.engine import scheduler
+from jobq.engine.commands import (
+    AddJob,
+    CompleteJob,
+    DeleteJob,
+    ExpireJob,
+    FailJob,
+    ScheduleJob,
+    StartAttempt,
+    TimeoutAttempt,
+)
+from jobq.engine.deadlines import DeadlineKind
+from jobq.engine.extensions import (
+    AlterSchedule,
+    CancelJob,
+    CreateSchedule,
+    DropSchedule,
+    FireSchedule,
+    Heartbeat,
+    LeaseBy,
+    PauseJob,
+    ReleaseJob,
+    ResumeJob,
+    ScheduleRunEnded,
+    SubmitJob,
+)
+from jobq.engine.indexes import (
+    deregister,
+    drop_queue_if_empty,
+    index,
+    push_expiry,
+    register,
+    unindex,
+)
+from jobq.engine.job import TRANSITIONS, Event, Job, JobMeta, Request, Status
+from jobq.engine.journal import touch
+from jobq.engine.scheduler import run_ended
+from jobq.engine.waiters import JobResult, Outcome
+from jobq.engine.waits import finish_run, wake_result_waiters
+
+if TYPE_CHECKING:
+    from jobq.engine.machine import Engine
+
+_NS_PER_MS = 1_000_000
+
+
+# ---------------------------------------------------------------------- new jobs
+
+
+def create(engine: Engine, command: AddJob | ScheduleJob | SubmitJob, at_ns: int) -> None:
+    """add, schedule, submit: a new pending job."""
+    job = new_job(command)
+    touch(engine, job.id)
+    register(engine, job)
+
+
+def new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
+    """The job a creating command describes (pending, not attempted yet), as ``Job.new``
+    makes it."""
+    if type(command) is AddJob:  # the commonest: no branches
+        return Job(
+            command.id, command.name, command.payload, command.priority, command.ttr_ms,
+            command.ttl_ms, command.max_attempts, command.max_fails, None, command.created_ns,
+            modified_ns=command.created_ns,
+        )
+    time_ns = command.time_ns
+    job = Job(
+        command.id, command.name, command.payload, command.priority, command.ttr_ms,
+        command.ttl_ms, command.max_attempts, command.max_fails, time_ns, command.created_ns,
+        modified_ns=command.created_ns, waiting_for_time=time_ns is not None,
+    )
+    if isinstance(command, SubmitJob):
+        created_by = (
+            (command.created_by_type, command.created_by_id) if command.created_by_type else None
+        )
+        job.meta = JobMeta(
+            description=command.description, creator=command.creator, created_by=created_by
+        )
+    return job
+
+
+# ---------------------------------------------------------------------- attempts
+
+
+def start_attempt(engine: Engine, command: StartAttempt | LeaseBy, at_ns: int) -> None:
+    """lease: the job runs until its TTR passes, held by a worker for an extended lease."""
+    touch(engine, command.id)
+    job = engine.jobs[command.id]
+    unindex(engine, job)
+    transition(engine, job, Event.LEASE)
+    job.waiting_for_time = False
+    job.attempts += 1
+    job.lease_expires_ns = at_ns + job.ttr_ms * _NS_PER_MS
+    if job.started_ns is None:
+        job.started_ns = at_ns
+    job.modified_ns = at_ns
+    if isinstance(command, LeaseBy):
+        meta_of(job).worker = command.worker
+    elif job.meta is not None:
+        job.meta.worker = None
+    index(engine, job)
+
+
+def heartbeat(engine: Engine, command: Heartbeat, at_ns: int) -> None:
+    touch(engine, command.id)
+    apply_heartbeat(engine, engine.jobs[command.id], command)
+
+
+def apply_heartbeat(engine: Engine, job: Job, command: Heartbeat) -> None:
+    """A heartbeat's change: progress, and the lease extended by the job's TTR (called
+    directly by ``Engine.heartbeat``, the hot path of long-running jobs)."""
+    meta = meta_of(job)
+    at_ns = command.at_ns
+    job.lease_expires_ns = expires_ns = at_ns + job.ttr_ms * _NS_PER_MS
+    job.modified_ns = at_ns
+    if command.fraction_completed is not None:
+        meta.fraction_completed = command.fraction_completed
+    if command.running_status is not None:
+        meta.running_status = command.running_status
+    meta.last_heartbeat_ns = at_ns
+    if command.checkpoint is not None:
+        meta.checkpoint = command.checkpoint
+        meta.last_checkpoint_ns = at_ns
+    engine._deadlines.push(expires_ns, DeadlineKind.TTR, job)
+
+
+def complete(engine: Engine, command: CompleteJob, at_ns: int) -> None:
+    touch(engine, command.id)
+    job = engine.jobs[command.id]
+    unindex(engine, job)
+    transition(engine, job, Event.COMPLETE)
+    if job.meta is not None:
+        job.meta.fraction_completed = 1.0
+    finish(engine, job, command.result, at_ns)
+    if not engine._replaying:
+        drop_queue_if_empty(engine, job.name)
+
+
+def fail(engine: Engine, command: FailJob, at_ns: int) -> None:
+    """A failed attempt: retried while fails and attempts are left and the table allows a
+    retry from the job's status (a paused job fails for good), else the job failed."""
+    touch(engine, command.id)
+    job = engine.jobs[command.id]
+    unindex(engine, job)
+    job.fails += 1
+    job.result = command.result
+    if job.meta is not None:
+        job.meta.worker = None
+    attempts_left = job.max_attempts == 0 or job.attempts < job.max_attempts
+    if (
+        job.fails < job.max_fails
+        and attempts_left
+        and not job.run
+        and Event.FAIL_RETRY in TRANSITIONS[job.status]
+    ):
+        transition(engine, job, Event.FAIL_RETRY)
+        job.lease_expires_ns = None
+        job.modified_ns = at_ns
+        index(engine, job)
+    else:
+        transition(engine, job, Event.FAIL_FINAL)
+        finish(engine, job, command.result, at_ns)
+        if not engine._replaying:
+            drop_queue_if_empty(engine, job.name)
+
+
+def time_out(engine: Engine, command: TimeoutAttempt, at_ns: int) -> None:
+    """An attempt's TTR passed (``tick``): retried while attempts are left."""
+    touch(engine, command.id)
+    job = engine.jobs[command.id]
+    _end_lease(engine, job, at_ns)
+    if _stopped(engine, job, at_ns):
+        return
+    if job.max_attempts > 0 and job.attempts >= job.max_attempts:
+        transition(engine, job, Event.TIMEOUT_FINAL)
+        finish(engine, job, b"", at_ns)
+        if not engine._replaying:
+            drop_queue_if_empty(engine, job.name)
+    else:
+        transition(engine, job, Event.TIMEOUT_RETRY)
+        index(engine, job)
+
+
+def release(engine: Engine, command: ReleaseJob, at_ns: int) -> None:
+    """The worker gives the lease back, maybe with a checkpoint."""
+    touch(engine, command.id)
+    job = engine.jobs[command.id]
+    _end_lease(engine, job, at_ns)
+    if job.meta is not None and command.checkpoint is not None:
+        job.meta.checkpoint = command.checkpoint
+    if _stopped(engine, job, at_ns):
+        return
+    transition(engine, job, Event.RELEASE)
+    index(engine, job)
+
+
+def _end_lease(engine: Engine, job: Job, at_ns: int) -> None:
+    unindex(engine, job)
+    job.lease_expires_ns = None
+    job.modified_ns = at_ns
+    if job.meta is not None:
+        job.meta.worker = None
+
+
+def _stopped(engine: Engine, job: Job, at_ns: int) -> bool:
+    """A job whose lease ended stops now if it was asked to (a :class:`Request`): canceled,
+    or paused. Returns whether it did."""
+    meta = job.meta
+    if meta is None:
+        return False
+    if meta.cancel_requested:
+        transition(engine, job, Event.STOP_CANCELED)
+        finish(engine, job, b"", at_ns)
+    elif meta.pause_requested:
+        meta.pause_requested = False
+        transition(engine, job, Event.STOP_PAUSED)
+    else:
+        return False
+    if not engine._replaying:
+        drop_queue_if_empty(engine, job.name)
+    return True
+
+
+# ---------------------------------------------------------------------- pause, resume, cancel
+
+
+def pause(engine: Engine, command: PauseJob, at_ns: int) -> None:
+    job = _ask(engine, command, Event.PAUSE, at_ns)
+    if job is None:
+        return
+    unindex(engine, job)
+    if job.waiting_for_time and job.time_ns is not None and job.time_ns <= at_ns:
+        job.waiting_for_time = False  # its time came (replay: before its tick)
+    transition(engine, job, Event.PAUSE)
+    if not engine._replaying:
+        drop_queue_if_empty(engine, job.name)
+
+
+def resume(engine: Engine, command: ResumeJob, at_ns: int) -> None:
+    job = _ask(engine, command, Event.RESUME, at_ns)
+    if job is None:
+        return
+    transition(engine, job, Event.RESUME)
+    index(engine, job)
+
+
+def cancel(engine: Engine, command: CancelJob, at_ns: int) -> None:
+    job = _ask(engine, command, Event.CANCEL, at_ns)
+    if job is None:
+        return
+    unindex(engine, job)
+    transition(engine, job, Event.CANCEL)
+    finish(engine, job, b"", at_ns)
+    if not engine._replaying:
+        drop_queue_if_empty(engine, job.name)
+
+
+def _ask(
+    engine: Engine, command: PauseJob | ResumeJob | CancelJob, event: Event, at_ns: int
+) -> Job | None:
+    """What pause, resume and cancel share: the reason is noted, and a running job gets the
+    request the table gives (a flag; None is returned). Any other job is returned, for the
+    caller to move it to the status the table gives."""
+    touch(engine, command.id)
+    job = engine.jobs[command.id]
+    meta = meta_of(job)
+    meta.reason = command.reason
+    job.modified_ns = at_ns
+    outcome = TRANSITIONS[job.status][event]
+    if outcome is Request.PAUSE:
+        meta.pause_requested = True
+    elif outcome is Request.WITHDRAW_PAUSE:
+        meta.pause_requested = False
+    elif outcome is Request.CANCEL:
+        meta.cancel_requested = True
+    else:
+        return job
+    return None
+
+
+# ---------------------------------------------------------------------- removal
+
+
+def delete(engine: Engine, command: DeleteJob, at_ns: int) -> None:
+    """Removed whatever its status (not a transition); a result waiter learns it is gone."""
+    touch(engine, command.id)
+    job = engine.jobs[command.id]
+    if not job.status.finished:
+        run_ended(engine, job, "deleted")
+    deregister(engine, job)
+    wake_result_waiters(engine, job.id, Outcome.NOT_FOUND)
+
+
+def expire(engine: Engine, command: ExpireJob, at_ns: int) -> None:
+    """Its TTL, or its retention once finished, passed (``tick``); counted as evicted if it
+    had not finished."""
+    touch(engine, command.id)
+    job = engine.jobs[command.id]
+    if not job.status.finished:
+        engine.evicted_jobs += 1
+        run_ended(engine, job, "deleted")
+    deregister(engine, job)
+    wake_result_waiters(engine, job.id, Outcome.NOT_FOUND)
+
+
+# ---------------------------------------------------------------------- schedules
+
+
+def fire_schedule(engine: Engine, command: FireSchedule, at_ns: int) -> None:
+    """A schedule's run: its job is created like any new job, then the schedule advances
+    (``scheduler.apply_fire``)."""
+    if command.job is not None:
+        touch(engine, command.job.id)
+        register(engine, new_job(command.job))
+    scheduler.apply_fire(engine, command, at_ns)
+
+
+#: command type -> the function that applies it (command, time it applies at)
+APPLY: Final[dict[type, Callable[[Engine, Any, int], None]]] = {
+    AddJob: create,
+    ScheduleJob: create,
+    SubmitJob: create,
+    StartAttempt: start_attempt,
+    LeaseBy: start_attempt,
+    Heartbeat: heartbeat,
+    CompleteJob: complete,
+    FailJob: fail,
+    TimeoutAttempt: time_out,
+    ReleaseJob: release,
+    PauseJob: pause,
+    ResumeJob: resume,
+    CancelJob: cancel,
+    DeleteJob: delete,
+    ExpireJob: expire,
+    CreateSchedule: scheduler.apply_create,
+    AlterSchedule: scheduler.apply_alter,
+    DropSchedule: scheduler.apply_drop,
+    FireSchedule: fire_schedule,
+    ScheduleRunEnded: scheduler.apply_run_ended,
+}
+
+
+#: command type -> the event it is, for the commands that apply to an existing job only in
+#: the statuses the table allows that event from (replay skips the others: duplicates). A
+#: fail may always be a final one; a timeout, like a retry, needs a running job.
+EVENTS: Final[dict[type, Event]] = {
+    StartAttempt: Event.LEASE,
+    LeaseBy: Event.LEASE,
+    Heartbeat: Event.HEARTBEAT,
+    CompleteJob: Event.COMPLETE,
+    FailJob: Event.FAIL_FINAL,
+    TimeoutAttempt: Event.TIMEOUT_RETRY,
+    ReleaseJob: Event.RELEASE,
+    PauseJob: Event.PAUSE,
+    ResumeJob: Event.RESUME,
+    CancelJob: Event.CANCEL,
+}
+
+
+# ---------------------------------------------------------------------- shared steps
+
+
+def transition(engine: Engine, job: Job, event: Event) -> None:
+    """Move the job to the status ``event`` leads to (an event the table does not allow
+    from its status is a bug: AssertionError), keeping the job list in step."""
+    old_status = job.status
+    new_status = TRANSITIONS[old_status].get(event)
+    if type(new_status) is not Status:
+        raise AssertionError(f"{event.value} is not allowed from {old_status.value}")
+    if new_status is not old_status and not job.run and not engine._replaying:
+        engine.by_status.discard(job, old_status)
+        job.status = new_status
+        engine.by_status.add(job)
+    else:
+        job.status = new_status
+
+
+def finish(engine: Engine, job: Job, result: bytes, at_ns: int) -> None:
+    """The job reached a final status: it keeps ``result``, its schedule and waiters
+    learn of it, and it is kept for the server's retention if it has no TTL."""
+    job.result = result
+    job.waiting_for_time = False
+    job.lease_expires_ns = None
+    job.finished_ns = at_ns
+    job.modified_ns = at_ns
+    if job.meta is not None:
+        job.meta.worker = None
+    if job.ttl_ms == 0:
+        push_expiry(engine, job)
+    if job.meta is not None and job.meta.created_by is not None:
+        run_ended(engine, job, job.status.value)
+    if job.run:
+        finish_run(engine, job, JobResult.of(job))
+    elif job.id in engine._result_waiters:  # the result is built only for a waiter
+        wake_result_waiters(engine, job.id, JobResult.of(job))
+
+
+def meta_of(job: Job) -> JobMeta:
+    """The job's metadata, made if it has none."""
+    meta = job.meta
+    if meta is None:
+        meta = job.meta = JobMeta()
+    return meta

@@ -1,0 +1,396 @@
+"""Start-up: replaying the command log into an engine, adopting an engine snapshot, and the
+bulk rebuild of the indexes that both end with.
+
+Replay applies each logged command with the same functions as live operation
+(``apply.APPLY``), but changes only the jobs and the job table: :func:`end_replay` then
+indexes every job once, from its final state (:func:`rebuild_indexes`). A snapshot's jobs go
+through the same rebuild (:func:`adopt_jobs`), or are the start that the records logged
+after the snapshot are replayed onto (:func:`begin_replay_from`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from jobq.engine.apply import APPLY, EVENTS, new_job
+from jobq.engine.commands import AddJob, ScheduleJob
+from jobq.engine.deadlines import DeadlineKind
+from jobq.engine.deadlines import Entry as DeadlineEntry
+from jobq.engine.executors import executor_for
+from jobq.engine.extensions import (
+    CreateSchedule,
+    DropSchedule,
+    FireSchedule,
+    ScheduleCommand,
+    SubmitJob,
+)
+from jobq.engine.indexes import push_schedule, queue_for, register
+from jobq.engine.job import CREATION_ORDER, Job, JobRow, Status, statuses_allowing
+from jobq.engine.journal import touch
+from jobq.engine.liveness import SCHEDULE_COMMAND_TYPES
+from jobq.engine.queues import IN_RUN
+from jobq.engine.schedules import ScheduleRow, kept_run_jobs_of, run_job_id
+
+if TYPE_CHECKING:
+    from jobq.engine.machine import Command, Engine
+
+_NS_PER_MS = 1_000_000
+#: a tuple, not a union: ``isinstance`` is cheaper so (replay runs it once per record)
+_NEW_JOB_COMMAND_TYPES = (AddJob, ScheduleJob, SubmitJob)
+#: the statuses in which replay applies a command: those the table allows its event from
+#: (``apply.EVENTS``); others are skipped as duplicates
+_REPLAY_STATUSES: dict[type, frozenset[Status]] = {
+    kind: statuses_allowing(event) for kind, event in EVENTS.items()
+}
+
+
+class EngineRows(msgspec.Struct, array_like=True):
+    """The engine's state as plain values, for an engine snapshot (:func:`export`): what
+    replaying the log would rebuild. Waits, ``run`` jobs and the indexes are not in it
+    (none of them is logged)."""
+
+    jobs: list[JobRow]
+    schedules: list[ScheduleRow]
+    next_schedule_id: int
+    #: jobs started, runs skipped, runs missed (the schedule counters)
+    schedule_counters: tuple[int, int, int]
+    #: (job id, schedule id) of each schedule's newest run
+    last_fire_jobs: list[tuple[bytes, int]]
+
+
+# ---------------------------------------------------------------------- replay
+
+
+def begin_replay(engine: Engine) -> None:
+    """Start replaying: until :func:`end_replay`, commands change only the jobs (and
+    ``jobs``); the indexes are built once, from the final states, at the end."""
+    engine._replaying = True
+    engine._deadlines.bulk = True
+
+
+def replay(engine: Engine, command: Command, *, logged_ns: int, now_ns: int) -> None:
+    """Apply a logged command during start-up (between :func:`begin_replay` and
+    :func:`end_replay`, or alone).
+
+    Like workq, a job whose TTL has passed by ``now_ns`` is skipped; commands for jobs
+    that do not exist are ignored (their job was skipped, or its records were cleaned),
+    and so are commands that do not fit the job's state (a duplicate record).
+    """
+    if isinstance(command, _NEW_JOB_COMMAND_TYPES):
+        if command.id in engine.jobs:
+            return
+        if command.ttl_ms:
+            base = command.created_ns if type(command) is AddJob else command.time_ns
+            if base is None:
+                base = command.created_ns
+            if base + command.ttl_ms * _NS_PER_MS <= now_ns:
+                return
+    elif isinstance(command, SCHEDULE_COMMAND_TYPES):
+        _replay_schedule(engine, command, logged_ns, now_ns)
+        engine._commands.clear()
+        engine._wakeups.clear()
+        engine._ended_runs.clear()
+        return
+    else:
+        job = engine.jobs.get(command.id)
+        if job is None:
+            return
+        allowed = _REPLAY_STATUSES.get(type(command))
+        if allowed is not None and job.status not in allowed:
+            return
+    APPLY[type(command)](engine, command, logged_ns)
+    if engine._commands:
+        engine._commands.clear()
+    if engine._wakeups:
+        engine._wakeups.clear()
+
+
+def replay_new_job(engine: Engine, job: Job, *, now_ns: int) -> None:
+    """:func:`replay` of an ``add`` record already made into the job it creates
+    (``commands.decode_add_as_job``): the same checks, and the same steps as
+    ``apply.create``."""
+    if job.id in engine.jobs:
+        return
+    ttl_ms = job.ttl_ms
+    if ttl_ms and job.created_ns + ttl_ms * _NS_PER_MS <= now_ns:
+        return
+    touch(engine, job.id)
+    register(engine, job)
+
+
+def _replay_schedule(
+    engine: Engine, command: ScheduleCommand, logged_ns: int, now_ns: int
+) -> None:
+    """Replay a schedule command once; duplicates and commands for schedules that are
+    gone are skipped (a firing's job is still created)."""
+    if isinstance(command, CreateSchedule):
+        if command.schedule in engine.schedules:
+            return
+        APPLY[CreateSchedule](engine, command, logged_ns)
+        return
+    schedule = engine.schedules.get(command.schedule)
+    if isinstance(command, FireSchedule):
+        job = command.job
+        if job is not None and (
+            job.id in engine.jobs
+            or (job.ttl_ms and job.created_ns + job.ttl_ms * _NS_PER_MS <= now_ns)
+        ):
+            command = msgspec.structs.replace(command, job=None)
+        if schedule is None or command.seq < schedule.fire_seq or (
+            command.seq == schedule.fire_seq and command.job is not None
+        ):
+            if command.job is not None:
+                register(engine, new_job(command.job))
+            return
+    if schedule is None:
+        if isinstance(command, DropSchedule):
+            # the drop of the newest schedule, kept so that its number is not used again
+            engine.next_schedule_id = max(engine.next_schedule_id, command.schedule + 1)
+        return
+    APPLY[type(command)](engine, command, logged_ns)
+
+
+def end_replay(engine: Engine, *, indexed: bool = False) -> None:
+    """Build the indexes from the replayed jobs (unless ``indexed``: already built); the
+    engine is then ready for live operation."""
+    engine._replaying = False
+    if not indexed:
+        rebuild_indexes(engine)
+    for schedule in engine.schedules.values():
+        # a run whose end was not logged (its records were cleaned) is not running
+        schedule.running = {
+            job_id
+            for job_id in schedule.running
+            if (job := engine.jobs.get(job_id)) is not None and not job.status.finished
+        }
+        if (
+            schedule.pending_buffered
+            and not schedule.running
+            and schedule.fire_seq
+            and not schedule.paused
+            and schedule.next_run_ns is not None
+        ):
+            # buffer_one owes a run, but the run it waits for is gone with no end logged
+            # (its TTL passed while the server was down, so replay did not create it):
+            # the first pass logs that end, and the owed run starts then, as live
+            job_id = schedule.last_job_id or run_job_id(
+                schedule.id, schedule.created_ns, schedule.fire_seq
+            )
+            engine._ended_runs.append((schedule.id, job_id, "deleted", b""))
+        schedule.heap_ns = None
+        push_schedule(engine, schedule)
+    engine._deadlines.end_bulk()
+    engine._offer_names.clear()
+
+
+# ---------------------------------------------------------------------- snapshots
+
+
+def export(engine: Engine) -> EngineRows:
+    """The engine's state as plain values, for a snapshot (:class:`EngineRows`); every
+    job as a row (:meth:`Job.row`)."""
+    return EngineRows(
+        [job.row() for job in engine.jobs.values() if not job.run],
+        [ScheduleRow.of(schedule) for schedule in engine.schedules.values()],
+        engine.next_schedule_id,
+        (
+            engine.schedule_jobs_started,
+            engine.schedule_runs_skipped,
+            engine.schedule_runs_missed,
+        ),
+        list(engine._kept_run_jobs.items()),
+    )
+
+
+def adopt_schedules(
+    engine: Engine,
+    schedules: list[ScheduleRow],
+    next_schedule_id: int,
+    schedule_counters: tuple[int, int, int],
+    last_fire_jobs: list[tuple[bytes, int]],
+) -> None:
+    """Start from the schedules an engine snapshot holds (:func:`export`), before its
+    jobs (:func:`adopt_jobs` or :func:`begin_replay_from`). The engine must be new."""
+    if engine.jobs or engine.schedules:
+        raise ValueError("adopt_schedules needs a new engine")
+    for row in schedules:
+        schedule = row.schedule(executor_for(row.executor_type, row.args))
+        engine.schedules[schedule.id] = schedule
+        engine.schedule_names[schedule.name] = schedule.id
+    engine.next_schedule_id = next_schedule_id
+    (
+        engine.schedule_jobs_started,
+        engine.schedule_runs_skipped,
+        engine.schedule_runs_missed,
+    ) = schedule_counters
+    # ``last_fire_jobs`` as written (a snapshot before the firings kept for the next run
+    # or a one-off's run were counted held the newest runs only): made again instead
+    engine._kept_run_jobs = kept_run_jobs_of(engine.schedules.values())
+
+
+def adopt_jobs(engine: Engine, jobs: list[Job], now_ns: int) -> None:
+    """Start from the jobs an engine snapshot holds (:meth:`Job.row`, decoded), instead
+    of replaying the log they describe; as replay does, a job whose TTL has passed by
+    ``now_ns`` is left out. The jobs must be queued nowhere (``queued`` None) and not
+    ``run`` jobs. The engine must hold no jobs (its schedules may be adopted already:
+    :func:`adopt_schedules`); it is then ready for live operation."""
+    if engine.jobs:
+        raise ValueError("adopt_jobs needs a new engine")
+    begin_replay(engine)
+    rebuild_indexes(engine, adopted=jobs, now_ns=now_ns)
+    end_replay(engine, indexed=True)
+
+
+def begin_replay_from(engine: Engine, jobs: list[Job], now_ns: int) -> None:
+    """:func:`begin_replay` on a new engine that holds a snapshot's jobs (as
+    :func:`adopt_jobs` takes them; those whose TTL has passed by ``now_ns`` left out):
+    the records logged after the snapshot are replayed next, then :func:`end_replay`
+    indexes every job, as after a whole replay."""
+    if engine.jobs:
+        raise ValueError("begin_replay_from needs an engine without jobs")
+    begin_replay(engine)
+    kept = engine.jobs
+    names: dict[str, str] = {}
+    same_name = names.setdefault
+    ns_per_ms = _NS_PER_MS
+    for job in jobs:
+        ttl_ms = job.ttl_ms
+        if ttl_ms:
+            time_ns = job.time_ns
+            base_ns = job.created_ns if time_ns is None else time_ns
+            if base_ns + ttl_ms * ns_per_ms <= now_ns:
+                continue
+        job.name = same_name(job.name, job.name)
+        kept[job.id] = job
+
+
+# ---------------------------------------------------------------------- the bulk rebuild
+
+
+def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: int = 0) -> None:
+    """Index every job as its state says, in bulk: what ``indexes.register`` and
+    ``indexes.index`` do one job at a time, for all jobs (replay defers them to here).
+
+    With ``adopted`` (a snapshot's jobs, :func:`adopt_jobs`), those jobs become the
+    engine's, less those whose TTL has passed by ``now_ns``, and jobs of one name share
+    one string for it (decoding makes one per job), in the same pass.
+
+    The job list's per-status lists are filled in the same pass (and sorted only if
+    the jobs did not come in creation order). Every ready job goes to its queue's run
+    (``queues.py``), sorted into lease order only if the jobs did not come in creation
+    order with one priority among them; jobs with one TTL go to that TTL's run of
+    deadlines (``deadlines.py``), and the few other deadlines to the heap, heapified
+    unless found sorted (``heaps.py``). Lease order and due order depend only on job
+    fields, so they equal live operation's. Deadlines pushed during replay are dropped:
+    each job's current ones are pushed here. A restart's cost is memory traffic (each
+    job's fields read from wherever the job lies), so every job is visited once rather
+    than once per index.
+    """
+    pending, running = Status.PENDING, Status.RUNNING
+    for queue in engine.queues.values():
+        queue.clear_ready()
+        queue.scheduled.clear()
+        queue.running.clear()
+    by_created_by = engine.by_created_by
+    by_created_by.clear()
+    queues = engine.queues
+    retention_ns = engine.retention_ms * _NS_PER_MS
+    ttl, retention = DeadlineKind.TTL, DeadlineKind.RETENTION
+    ready_kind, ttr = DeadlineKind.READY, DeadlineKind.TTR
+    by_status: dict[Status, list[Job]] = {status: [] for status in Status}
+    pending_jobs = by_status[pending].append
+    running_jobs = by_status[running].append
+    deadline_entries: list[DeadlineEntry] = []
+    deadline = deadline_entries.append
+    # jobs with a TTL and no scheduled time, by TTL: the deadlines' TTL runs (the last
+    # run appended to, at hand)
+    ttl_runs: dict[int, list[Job]] = {}
+    run_ttl_ms = 0  # no TTL: never looked up
+    no_run: list[Job] = []
+    add_to_run = no_run.append
+    if adopted is None:
+        jobs: Iterable[Job] = engine.jobs.values()
+    else:
+        jobs = adopted
+        engine.jobs = kept = {}
+        names: dict[str, str] = {}
+        same_name = names.setdefault
+    # whether the jobs come in creation order (strictly growing creation times)
+    last_created_ns = -1
+    in_order = True
+    # every ready job goes to its queue's run; the priorities of ready jobs: if there
+    # is one, and the jobs come in creation order, every run is in lease order already
+    in_run = IN_RUN
+    ready_priorities: set[int] = set()
+    priorities = ready_priorities.add
+    ns_per_ms = _NS_PER_MS
+    for job in jobs:
+        created_ns = job.created_ns
+        time_ns = job.time_ns
+        ttl_ms = job.ttl_ms
+        if ttl_ms:
+            expires_ns = (created_ns if time_ns is None else time_ns) + ttl_ms * ns_per_ms
+        name = job.name
+        job_id = job.id
+        if adopted is not None:
+            if ttl_ms and expires_ns <= now_ns:
+                continue
+            job.name = name = same_name(name, name)
+            kept[job_id] = job
+        elif job.run:
+            continue
+        if created_ns <= last_created_ns:
+            in_order = False
+        last_created_ns = created_ns
+        status = job.status
+        # only jobs waiting or running have a queue (as live operation makes them)
+        if status is pending:
+            pending_jobs(job)
+            own = queues.get(name) or queue_for(engine, name)
+            if job.waiting_for_time:
+                own.scheduled[job_id] = job
+                deadline((time_ns, ready_kind, job))  # type: ignore[arg-type]
+            else:
+                priorities(job.priority)
+                job.queued = in_run
+                own.run.append(job)
+        elif status is running:
+            running_jobs(job)
+            own = queues.get(name) or queue_for(engine, name)
+            own.running[job_id] = job
+            deadline((job.lease_expires_ns, ttr, job))  # type: ignore[arg-type]
+        else:
+            # the rarer statuses: a dict lookup each (pending and running have theirs at hand)
+            by_status[status].append(job)
+        if ttl_ms:
+            if time_ns is not None:
+                deadline((expires_ns, ttl, job))
+            elif ttl_ms == run_ttl_ms:
+                add_to_run(job)
+            else:
+                run = ttl_runs.get(ttl_ms)
+                if run is None:
+                    run = ttl_runs[ttl_ms] = []
+                run_ttl_ms, add_to_run = ttl_ms, run.append
+                add_to_run(job)
+        elif job.finished_ns is not None and status.finished:
+            deadline((job.finished_ns + retention_ns, retention, job))
+        meta = job.meta
+        if meta is not None and meta.created_by is not None:
+            by_created_by.setdefault(meta.created_by, set()).add(job_id)
+    in_lease_order = in_order and len(ready_priorities) <= 1
+    emptied = []
+    for queue in queues.values():
+        queue.run_built(in_lease_order=in_lease_order)
+        if queue.empty():
+            emptied.append(queue.name)
+    for name in emptied:
+        del queues[name]  # it held jobs before the rebuild, and none now
+    engine.by_status.rebuild(by_status, in_creation_order=in_order)
+    if not in_order:
+        for run in ttl_runs.values():
+            run.sort(key=CREATION_ORDER)
+    engine._deadlines.replace_jobs(deadline_entries, ttl_runs)

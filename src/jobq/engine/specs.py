@@ -1,0 +1,264 @@
+"""When a schedule runs: its spec (a cron spec and its time zone, an interval, or a one-off
+time), checked when the schedule is created, and its next runs.
+
+Everything here is pure: a next run is a function of the spec and a time, computed with
+croniter on naive local wall-clock times and :mod:`zoneinfo` for the zone, so replay and tests
+get the same answers as the live server.
+
+Time zones: a cron spec's times are local wall-clock times of its zone (UTC by default). A
+local time that does not exist (skipped by a daylight-saving change) fires nothing; a local
+time that occurs twice fires once, at its first occurrence.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any, Final
+
+import msgspec
+
+from jobq.engine import limits
+from jobq.engine.errors import ScheduleError, quoted
+
+
+def _croniter() -> Any:
+    """croniter, imported on first use: a server without cron schedules starts without it
+    (and dateutil)."""
+    from croniter import croniter  # type: ignore[import-untyped,unused-ignore]
+
+    return croniter
+
+
+_NS_PER_S: Final = 1_000_000_000
+_NS_PER_MS: Final = 1_000_000
+_UTC: Final = dt.UTC
+_EPOCH: Final = dt.datetime(1970, 1, 1)
+#: most cron times looked at for one answer (a per-second cron across a week of downtime)
+MAX_CRON_STEPS: Final = 100_000
+#: longest interval and catch-up window, in milliseconds (36500 days, about 100 years):
+#: with a time the log can hold, a time this much later still fits in it
+MAX_DURATION_MS: Final = 36_500 * 86_400_000
+
+_NICKNAMES: Final = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+class Spec(msgspec.Struct, frozen=True):
+    """When a schedule runs: exactly one of ``cron``, ``every_ms`` or ``at_ns``."""
+
+    cron: str = ""
+    tz: str = ""
+    every_ms: int = 0
+    #: first time of an interval spec (its anchor), or the time of a one-off
+    at_ns: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return "cron" if self.cron else "every" if self.every_ms else "at"
+
+    def text(self) -> str:
+        if self.cron:
+            return self.cron + (f" ({self.tz})" if self.tz and self.tz != "UTC" else "")
+        if self.every_ms:
+            return "every " + format_duration_ms(self.every_ms)
+        return "at " + _iso(self.at_ns or 0)
+
+
+def format_duration_ms(ms: int) -> str:
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size:
+            parts.append(f"{ms // size}{unit}")
+            ms %= size
+    if ms or not parts:
+        parts.append(f"{ms}ms")
+    return "".join(parts)
+
+
+def _iso(ns: int) -> str:
+    return (_EPOCH + dt.timedelta(microseconds=ns // 1000)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _zone(name: str) -> dt.tzinfo:
+    if not name or name == "UTC":
+        return _UTC
+    # imported on first use: a server without zoned schedules never needs it (start-up)
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise ScheduleError(f"Unknown time zone {quoted(name)}") from exc
+
+
+_zones: dict[str, dt.tzinfo] = {}
+
+
+def zone(name: str) -> dt.tzinfo:
+    found = _zones.get(name)
+    if found is None:
+        found = _zones[name] = _zone(name)
+    return found
+
+
+def _normalize_cron(expr: str) -> str:
+    text = " ".join(expr.split())
+    return _NICKNAMES.get(text.lower(), text)
+
+
+def check_time(ns: int, what: str = "time") -> int:
+    """``ns`` if the command log can hold it (Unix ns in a signed 64-bit integer, 1677-09-21
+    to 2262-04-11); :class:`ScheduleError` if not."""
+    if not limits.MIN_TIME_NS <= ns <= limits.MAX_TIME_NS:
+        raise ScheduleError(
+            f"Invalid {what}: outside {_iso(limits.MIN_TIME_NS)} to {_iso(limits.MAX_TIME_NS)}"
+        )
+    return ns
+
+
+def check_duration_ms(ms: int, what: str) -> int:
+    """``ms`` if it is 0 to :data:`MAX_DURATION_MS`; :class:`ScheduleError` if not."""
+    if ms < 0:
+        raise ScheduleError(f"Invalid {what}: negative")
+    if ms > MAX_DURATION_MS:
+        raise ScheduleError(f"Invalid {what}: longer than {format_duration_ms(MAX_DURATION_MS)}")
+    return ms
+
+
+#: croniter's random (``R``) and hashed (``H``) fields: a random field takes a new value at
+#: each computation, so next runs would not be a function of the spec (replay, the live
+#: server and a restart would disagree); a hashed one needs a hash id. No month or weekday
+#: name starts with either letter.
+_RANDOM_FIELD: Final = re.compile(r"(?:^|,)[RrHh]")
+
+
+def validate_spec(spec: Spec) -> Spec:
+    """``spec`` with its cron text normalized; :class:`ScheduleError` if it is not valid."""
+    if spec.every_ms < 0:
+        raise ScheduleError("Invalid interval: must be positive")
+    check_duration_ms(spec.every_ms, "interval")
+    if spec.at_ns is not None:
+        check_time(spec.at_ns)
+    if (spec.cron and (spec.every_ms or spec.at_ns is not None)) or not (
+        spec.cron or spec.every_ms or spec.at_ns is not None
+    ):
+        raise ScheduleError("Give exactly one of cron, every or at")
+    zone(spec.tz)
+    if spec.tz and not spec.cron:
+        raise ScheduleError("A time zone goes with a cron spec only")
+    if not spec.cron:
+        return spec
+    expr = _normalize_cron(spec.cron)
+    fields = expr.split(" ")
+    if expr.startswith("@") or len(fields) not in (5, 6):
+        raise ScheduleError(
+            f"Invalid cron spec {quoted(spec.cron)}: use 5 fields, 6 with seconds first, or "
+            "@hourly, @daily, @weekly, @monthly, @yearly"
+        )
+    if any(_RANDOM_FIELD.search(field) for field in fields):
+        raise ScheduleError(
+            f"Invalid cron spec {quoted(spec.cron)}: random (R) and hashed (H) fields are not "
+            "supported"
+        )
+    try:
+        _croniter()(expr, _EPOCH, second_at_beginning=len(fields) == 6)
+    except Exception as exc:  # croniter's errors share no useful base class
+        raise ScheduleError(f"Invalid cron spec {quoted(spec.cron)}: {exc}") from exc
+    if _cron_next(expr, zone(spec.tz), 0) is None:
+        raise ScheduleError(f"Invalid cron spec {quoted(spec.cron)}: it never fires")
+    return Spec(cron=expr, tz="" if spec.tz == "UTC" else spec.tz)
+
+
+def _local(ns: int, tz: dt.tzinfo) -> dt.datetime:
+    """The naive local wall-clock time of Unix time ``ns`` (whole microseconds)."""
+    moment = (_EPOCH + dt.timedelta(microseconds=ns // 1000)).replace(tzinfo=_UTC)
+    return moment.astimezone(tz).replace(tzinfo=None)
+
+
+def _unix_ns(local: dt.datetime, tz: dt.tzinfo) -> int | None:
+    """Unix ns of a naive local time at its first occurrence; None if it does not exist."""
+    aware = local.replace(tzinfo=tz, fold=0)
+    utc = aware.astimezone(_UTC)
+    if tz is not _UTC and utc.astimezone(tz).replace(tzinfo=None) != local:
+        return None  # skipped by a daylight-saving change
+    delta = utc.replace(tzinfo=None) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * _NS_PER_S + delta.microseconds * 1000
+
+
+#: (expr, zone) -> (after, next) of the last answer: it holds for any time from ``after``
+#: up to ``next``, and many schedules share a spec and fire at the same times
+_memo: dict[tuple[str, int], tuple[int, int]] = {}
+_MEMO_MAX: Final = 4096
+
+
+def _cron_next(expr: str, tz: dt.tzinfo, after_ns: int) -> int | None:
+    key = (expr, id(tz))
+    known = _memo.get(key)
+    if known is not None and known[0] <= after_ns < known[1]:
+        return known[1]
+    seconds = len(expr.split(" ")) == 6
+    # local times map to Unix times in order (a repeated local time at its first
+    # occurrence), so the answer is the first candidate from ``after``'s wall-clock time on
+    # that lies after it; candidates in the second pass of a repeated hour are passed over
+    start = _local(after_ns, tz)
+    iterator = _croniter()(expr, start, second_at_beginning=seconds)
+    found: int | None = None
+    for _ in range(MAX_CRON_STEPS):
+        try:
+            candidate: dt.datetime = iterator.get_next(dt.datetime)
+        except Exception:  # croniter gives up on specs with no match for years
+            break
+        ns = _unix_ns(candidate, tz)
+        if ns is not None and ns > after_ns:
+            found = ns
+            break
+    if found is not None:
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        _memo[key] = (after_ns, found)
+    return found
+
+
+def next_after(spec: Spec, after_ns: int) -> int | None:
+    """The first run strictly after ``after_ns``; None if there is none (a one-off's, or
+    one past the last time the command log can hold: :data:`limits.MAX_TIME_NS`)."""
+    if spec.cron:
+        found = _cron_next(spec.cron, zone(spec.tz), after_ns)
+        return found if found is None or found <= limits.MAX_TIME_NS else None
+    if spec.every_ms:
+        anchor = spec.at_ns or 0
+        if after_ns < anchor:
+            return anchor
+        step = spec.every_ms * _NS_PER_MS
+        following = anchor + ((after_ns - anchor) // step + 1) * step
+        return following if following <= limits.MAX_TIME_NS else None
+    if spec.at_ns is not None and spec.at_ns > after_ns:
+        return spec.at_ns
+    return None
+
+
+def runs_between(spec: Spec, first_ns: int, last_ns: int) -> tuple[int, int]:
+    """How many runs fall in [first_ns, last_ns] given that ``first_ns`` is one, and the
+    latest of them (counting stops after :data:`MAX_CRON_STEPS`)."""
+    if last_ns < first_ns:
+        return 0, first_ns
+    if spec.every_ms and not spec.cron:
+        step = spec.every_ms * _NS_PER_MS
+        n = (last_ns - first_ns) // step
+        return n + 1, first_ns + n * step
+    count, latest = 1, first_ns
+    for _ in range(MAX_CRON_STEPS):
+        following = next_after(spec, latest)
+        if following is None or following > last_ns:
+            break
+        count, latest = count + 1, following
+    return count, latest
+
