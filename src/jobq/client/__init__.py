@@ -50,19 +50,16 @@ Modules
 -------
 :mod:`~jobq.client.operations` describes every operation once (its request, how its reply
 converts); :mod:`~jobq.client.sync` (``Client``) and :mod:`~jobq.client.aio`
-(``AsyncClient``) run them. :mod:`~jobq.client.calls` holds what a call is,
-:mod:`~jobq.client.arguments` the checking of arguments, :mod:`~jobq.client.models` the
-result types and :mod:`~jobq.client.errors` the exceptions. Import from ``jobq.client``.
+(``AsyncClient``) run them, on what :mod:`~jobq.client.base` gives both.
+:mod:`~jobq.client.calls` holds what a call is, :mod:`~jobq.client.arguments` the checking
+of arguments, :mod:`~jobq.client.models` the result types and :mod:`~jobq.client.errors`
+the exceptions. Import from ``jobq.client``.
 """
 
 from jobq.client.aio import AsyncClient
 from jobq.client.arguments import (
     DEFAULT_HOST,
-    DEFAULT_LEASE_WAIT_MS,
     DEFAULT_PORT,
-    DEFAULT_TIMEOUT_S,
-    DEFAULT_TTL_MS,
-    DEFAULT_TTR_MS,
     CreatedBy,
     Data,
     ExtTime,
@@ -72,6 +69,7 @@ from jobq.client.arguments import (
     parse_address,
     rfc3339,
 )
+from jobq.client.base import DEFAULT_TIMEOUT_S
 from jobq.client.errors import (
     LEASE_NOT_HELD,
     ClientError,
@@ -95,6 +93,7 @@ from jobq.client.models import (
     ServerInfo,
     WorkerLease,
 )
+from jobq.client.operations import DEFAULT_LEASE_WAIT_MS, DEFAULT_TTL_MS, DEFAULT_TTR_MS
 from jobq.client.sync import Client
 
 #: jobq.worker.registry checks handler names with it

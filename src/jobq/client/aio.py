@@ -14,22 +14,20 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from jobq.client.arguments import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_TIMEOUT_S, parse_address
-from jobq.client.calls import (
-    Call,
-    T,
+from jobq.client.base import (
+    RECV_BYTES,
+    ClientBase,
     expect_replies,
-    out_of_step,
     outcomes,
     readable_now,
     request_bytes,
+    take_replies,
 )
-from jobq.client.errors import ConnectionLost, JobqError, ReplyTimeout
+from jobq.client.calls import Call, T
+from jobq.client.errors import JobqError
 from jobq.client.models import Heartbeat, HeartbeatReply
-from jobq.client.operations import Operations, heartbeat_calls
+from jobq.client.operations import heartbeat_calls
 from jobq.server import protocol as p
-
-_RECV_BYTES = 65_536
 
 
 class _AsyncConn:
@@ -65,33 +63,15 @@ def _coroutine_method(build: Callable[..., Call[Any]]) -> Callable[..., Any]:
     return method
 
 
-class AsyncClient(Operations, make_method=_coroutine_method):
+class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], make_method=_coroutine_method):
     """The asyncio twin of :class:`Client`: the same methods, as coroutines.
 
     Requests of concurrent tasks sharing a client run one at a time. A request cancelled
     while waiting for its reply closes the connection (the next request reconnects).
     """
 
-    def __init__(
-        self,
-        host: str = DEFAULT_HOST,
-        port: int = DEFAULT_PORT,
-        *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> None:
-        if timeout_s <= 0:
-            raise ValueError("timeout_s must be positive")
-        self.host = host
-        self.port = port
-        self.timeout_s = timeout_s
-        self._lock = asyncio.Lock()
-        self._conn: _AsyncConn | None = None
-
-    @classmethod
-    def from_address(cls, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> AsyncClient:
-        """A client for ``"host:port"`` (also ``"[::1]:9922"``, ``":9922"``, ``"host"``)."""
-        host, port = parse_address(address)
-        return cls(host, port, timeout_s=timeout_s)
+    def _new_lock(self) -> asyncio.Lock:
+        return asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"AsyncClient({self.host!r}, {self.port}, timeout_s={self.timeout_s})"
@@ -117,10 +97,6 @@ class AsyncClient(Operations, make_method=_coroutine_method):
             with contextlib.suppress(Exception):
                 await conn.writer.wait_closed()
 
-    @property
-    def connected(self) -> bool:
-        return self._conn is not None
-
     # -- what the operations cannot say alone
 
     async def heartbeats(self, beats: Sequence[Heartbeat]) -> list[HeartbeatReply | JobqError]:
@@ -138,8 +114,8 @@ class AsyncClient(Operations, make_method=_coroutine_method):
         try:
             async with asyncio.timeout(self.timeout_s):
                 reader, writer = await asyncio.open_connection(self.host, self.port)
-        except (OSError, TimeoutError) as exc:
-            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        except OSError as exc:  # TimeoutError too
+            raise self._cannot_connect(exc) from exc
         conn = _AsyncConn(reader, writer)
         self._conn = conn
         return conn
@@ -165,53 +141,29 @@ class AsyncClient(Operations, make_method=_coroutine_method):
             conn = await self._usable_conn()
             try:
                 results = outcomes(calls, await self._exchange_many(conn, calls))
-            except ConnectionLost:
-                self._drop(conn)
+            except BaseException as exc:
+                self._abandon(conn, exc)
                 raise
-            except p.MalformedReplyError as exc:
-                self._drop(conn)
-                raise ConnectionLost(f"malformed reply: {exc}") from exc
-            except BaseException:
-                # cancelled or interrupted mid-request: the connection is out of step
-                self._drop(conn)
-                raise
-            if out_of_step(results):
-                self._drop(conn)
-            return results
+            return self._in_step(conn, results)
 
     async def _exchange_many(self, conn: _AsyncConn, calls: Sequence[Call[Any]]) -> list[p.Reply]:
         parser = conn.parser
         loop = asyncio.get_running_loop()
-        where = f"{self.host}:{self.port}"
         data = request_bytes(calls)
         try:
             conn.writer.write(data)
             async with asyncio.timeout(self.timeout_s):
                 await conn.writer.drain()
-        except TimeoutError as exc:
-            raise ReplyTimeout(f"sending to {where} timed out") from exc
-        except OSError as exc:
-            raise ConnectionLost(f"connection to {where} lost: {exc}") from exc
+        except OSError as exc:  # TimeoutError too
+            raise self._send_failed(exc) from exc
         extra_s = expect_replies(parser, calls)
         deadline = loop.time() + self.timeout_s + extra_s
         replies: list[p.Reply] = []
-        while len(replies) < len(calls):
-            reply = parser.next_reply()
-            if reply is not None:
-                replies.append(reply)
-                continue
+        while not take_replies(parser, replies, len(calls)):
             try:
                 async with asyncio.timeout_at(deadline):
-                    chunk = await conn.reader.read(_RECV_BYTES)
-            except TimeoutError as exc:
-                raise ReplyTimeout(f"no reply from {where} in time") from exc
-            except OSError as exc:
-                raise ConnectionLost(f"connection to {where} lost: {exc}") from exc
-            if not chunk:
-                raise ConnectionLost(f"{where} closed the connection")
-            parser.feed(chunk)
-        try:
-            parser.next_reply()  # raises RuntimeError if bytes follow the last reply
-        except RuntimeError:
-            self._drop(conn)
+                    chunk = await conn.reader.read(RECV_BYTES)
+            except OSError as exc:  # TimeoutError too
+                raise self._read_failed(exc) from exc
+            self._feed(parser, chunk)
         return replies

@@ -2,7 +2,7 @@
 
 Names, ids, payloads and times are checked here, before anything is sent: a value that
 cannot be sent raises ``ValueError``/``TypeError``. Values the server judges (TTR, TTL,
-priority ranges...) are left to it. Also the defaults of the commands and addresses.
+priority ranges...) are left to it. Also the server's address and its defaults.
 """
 
 from __future__ import annotations
@@ -18,12 +18,6 @@ from jobq.server import protocol as p
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9922
-#: ``add``/``schedule`` defaults: one minute to run, one day to live
-DEFAULT_TTR_MS = 60_000
-DEFAULT_TTL_MS = 86_400_000
-#: ``lease`` waits this long for a job unless told otherwise
-DEFAULT_LEASE_WAIT_MS = 60_000
-DEFAULT_TIMEOUT_S = 10.0
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NS_PER_S = 1_000_000_000

@@ -2,36 +2,21 @@
 
 :class:`Operation` makes one description of a call (a function from a method's arguments to
 its :class:`Call`) serve as the method of both clients: a ``Client`` method returning the
-result, an ``AsyncClient`` coroutine method. Also the steps of the request cycle that both
-clients share: what the reply parser expects, and sorting replies into values and errors.
+result, an ``AsyncClient`` coroutine method. Also the conversions of replies that carry no
+result type of their own (``+OK``, fields of an extension command's JSON body).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import inspect
-import select
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, get_args, overload
 
 import msgspec
 
-from jobq.client.errors import ConnectionLost, JobqError, error_from_reply, malformed
-from jobq.client.models import (
-    HeartbeatReply,
-    JobInfo,
-    JobPage,
-    JobResult,
-    LeasedJob,
-    QueueInfo,
-    ServerInfo,
-    WorkerLease,
-    job_info,
-    queue_info,
-    server_info,
-)
+from jobq.client.errors import ConnectionLost, malformed
+from jobq.client.models import Body
 from jobq.server import protocol as p
 
 if TYPE_CHECKING:
@@ -56,7 +41,7 @@ def ms(value: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------
-# Replies of the workq commands
+# Conversions
 # ---------------------------------------------------------------------------------------
 
 
@@ -71,59 +56,8 @@ def ok(value: T) -> Callable[[p.Reply], T]:
     return convert
 
 
-def to_job(reply: p.Reply) -> LeasedJob:
-    if not isinstance(reply, p.JobReply):
-        raise malformed(reply)
-    return LeasedJob(p.format_id(reply.id), reply.name, reply.ttr_ms, reply.payload)
-
-
-def to_result(reply: p.Reply) -> JobResult:
-    if not isinstance(reply, p.ResultReply):
-        raise malformed(reply)
-    return JobResult(p.format_id(reply.id), reply.success, reply.result)
-
-
-def _records(reply: p.Reply) -> tuple[p.Record, ...]:
-    if not isinstance(reply, p.RecordsReply):
-        raise malformed(reply)
-    return reply.records
-
-
-def _one(reply: p.Reply) -> p.Record:
-    records = _records(reply)
-    if len(records) != 1:
-        raise ConnectionLost(f"expected one record, got {len(records)}")
-    return records[0]
-
-
-def to_server(reply: p.Reply) -> ServerInfo:
-    return server_info(p.ServerInfo.from_record(_one(reply)))
-
-
-def to_queue(reply: p.Reply) -> QueueInfo:
-    return queue_info(p.QueueInfo.from_record(_one(reply)))
-
-
-def to_queues(reply: p.Reply) -> list[QueueInfo]:
-    return [queue_info(p.QueueInfo.from_record(r)) for r in _records(reply)]
-
-
-def to_job_info(reply: p.Reply) -> JobInfo:
-    return job_info(p.JobInfo.from_record(_one(reply)))
-
-
-def to_job_infos(reply: p.Reply) -> list[JobInfo]:
-    return [job_info(p.JobInfo.from_record(r)) for r in _records(reply)]
-
-
-# ---------------------------------------------------------------------------------------
-# Replies of the extension commands: a JSON object
-# ---------------------------------------------------------------------------------------
-
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
-
-Body = dict[str, Any]
 
 
 def _body(reply: p.Reply) -> Body:
@@ -149,60 +83,6 @@ def ext(
         return convert(_body(reply))
 
     return Call(request, wait_s, finish)
-
-
-def unb64(value: object, what: str) -> bytes:
-    """A base64 field of a reply (ConnectionLost if it is not one)."""
-    if not isinstance(value, str):
-        raise ConnectionLost(f"malformed reply: {what} is not a base64 string")
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ConnectionLost(f"malformed reply: {what} is not base64") from exc
-
-
-def to_worker_lease(body: Body) -> WorkerLease:
-    try:
-        checkpoint = body.get("checkpoint")
-        return WorkerLease(
-            id=str(body["id"]),
-            name=str(body["name"]),
-            ttr_ms=int(body["ttr_ms"]),
-            payload=unb64(body.get("payload") or "", "payload"),
-            attempt=int(body.get("attempt") or 0),
-            checkpoint=None if checkpoint is None else unb64(checkpoint, "checkpoint"),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConnectionLost(f"malformed xlease reply: {exc!r}") from exc
-
-
-def to_heartbeat(body: Body) -> HeartbeatReply:
-    action = body.get("action")
-    if not isinstance(action, str):
-        raise ConnectionLost("malformed heartbeat reply: no action")
-    return HeartbeatReply(action, str(body.get("reason") or ""))
-
-
-def to_count(body: Body) -> int:
-    count = body.get("count")
-    if not isinstance(count, int):
-        raise ConnectionLost("malformed reply: no count")
-    return count
-
-
-def to_page(body: Body) -> JobPage:
-    jobs = body.get("jobs")
-    if not isinstance(jobs, list):
-        raise ConnectionLost("malformed jobs reply: no job list")
-    cursor = body.get("next_cursor")
-    return JobPage(jobs, None if cursor is None else str(cursor))
-
-
-def to_events(body: Body) -> list[Body]:
-    events = body.get("events")
-    if not isinstance(events, list):
-        raise ConnectionLost("malformed history reply: no event list")
-    return events
 
 
 def key(name: str) -> Callable[[Body], str]:
@@ -308,62 +188,3 @@ def _result_annotation(annotation: Any) -> Any:
     if isinstance(annotation, str):
         return annotation.removeprefix("Call[").removesuffix("]")
     return get_args(annotation)[0]
-
-
-# ---------------------------------------------------------------------------------------
-# The request cycle's shared steps
-# ---------------------------------------------------------------------------------------
-
-
-def request_bytes(calls: Sequence[Call[Any]]) -> bytes:
-    """The requests of ``calls``, for one write."""
-    if len(calls) == 1:
-        return calls[0].request.to_bytes()
-    return b"".join(call.request.to_bytes() for call in calls)
-
-
-def expect_replies(parser: p.ReplyParser, calls: Sequence[Call[Any]]) -> float:
-    """Tell ``parser`` what the replies of ``calls`` look like; returns the longest extra
-    wait (seconds) any of them may take."""
-    for call in calls:
-        # extension requests carry their command word per instance: their shape is given
-        parser.expect(p.ReplyShape.DATA if isinstance(call.request, p.Extension) else call.request)
-    return max(call.wait_s for call in calls)
-
-
-def _finish(call: Call[T], reply: p.Reply) -> T:
-    """The call's value, or the error reply raised as its exception."""
-    if isinstance(reply, p.Error):
-        raise error_from_reply(reply)
-    return call.convert(reply)
-
-
-def outcomes(calls: Sequence[Call[Any]], replies: Sequence[p.Reply]) -> list[Any]:
-    """Each call's value, or the error its reply carries as an exception object (for
-    pipelined calls, where one error must not hide the other replies)."""
-    results: list[Any] = []
-    for call, reply in zip(calls, replies, strict=True):
-        try:
-            results.append(_finish(call, reply))
-        except JobqError as exc:
-            results.append(exc)
-    return results
-
-
-def out_of_step(outcomes: list[Any]) -> bool:
-    """Whether a reply was not of the shape its request expects (its conversion raised
-    ConnectionLost): the connection can then carry no further request."""
-    return any(isinstance(outcome, ConnectionLost) for outcome in outcomes)
-
-
-def readable_now(fileno: int) -> bool:
-    """True if the socket has bytes or an EOF/error waiting (never blocks)."""
-    try:
-        if hasattr(select, "poll"):  # any fd number, unlike select()
-            poller = select.poll()
-            poller.register(fileno, select.POLLIN | select.POLLPRI)
-            return bool(poller.poll(0))  # POLLHUP and POLLERR are always reported
-        readable, _, errored = select.select([fileno], [], [fileno], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable or errored)

@@ -8,13 +8,11 @@ a coroutine). Arguments are checked here, when the method runs, before anything 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Concatenate
 
 from jobq.client.arguments import (
-    DEFAULT_LEASE_WAIT_MS,
-    DEFAULT_TTL_MS,
-    DEFAULT_TTR_MS,
     CreatedBy,
     Data,
     ExtTime,
@@ -32,10 +30,10 @@ from jobq.client.arguments import (
     time_ns,
 )
 from jobq.client.calls import (
-    Body,
     Call,
     MethodMaker,
     Operation,
+    P,
     T,
     ext,
     items,
@@ -45,6 +43,18 @@ from jobq.client.calls import (
     ok,
     operation,
     same,
+)
+from jobq.client.models import (
+    Body,
+    Heartbeat,
+    HeartbeatReply,
+    JobInfo,
+    JobPage,
+    JobResult,
+    LeasedJob,
+    QueueInfo,
+    ServerInfo,
+    WorkerLease,
     to_count,
     to_events,
     to_heartbeat,
@@ -58,21 +68,59 @@ from jobq.client.calls import (
     to_server,
     to_worker_lease,
 )
-from jobq.client.models import (
-    Heartbeat,
-    HeartbeatReply,
-    JobInfo,
-    JobPage,
-    JobResult,
-    LeasedJob,
-    QueueInfo,
-    ServerInfo,
-    WorkerLease,
-)
 from jobq.server import protocol as p
+
+#: ``add``/``schedule`` defaults: one minute to run, one day to live
+DEFAULT_TTR_MS = 60_000
+DEFAULT_TTL_MS = 86_400_000
+#: ``lease`` waits this long for a job unless told otherwise
+DEFAULT_LEASE_WAIT_MS = 60_000
 
 #: ``jobs`` filters whose values need converting before they are sent
 _TIME_FILTERS = ("created_after", "created_before")
+
+
+def _select_jobs(
+    command: str,
+    id: JobId | None = None,
+    *,
+    created_by: CreatedBy | None = None,
+    reason: str = "",
+    actor: str | None = None,
+) -> Call[int]:
+    """``pause``, ``resume`` or ``cancel``: one job by id, or every job ``created_by`` made;
+    the reply counts the jobs changed."""
+    if (id is None) == (created_by is None):
+        raise ValueError(f"{command} takes either an id or created_by")
+    body: Body = {"reason": reason}
+    if id is not None:
+        body["id"] = ext_id(id)
+    else:
+        assert created_by is not None
+        body["created_by"] = created_by_body(created_by)
+    if actor is not None:
+        body["actor"] = actor
+    return ext(command, body, 0.0, to_count)
+
+
+def _command_of(
+    template: Callable[Concatenate[str, P], Call[T]], command: str, doc: str
+) -> Operation[P, T]:
+    """The operation ``command`` run by ``template`` (whose first parameter takes the
+    command's word), with its own docstring: for commands that differ only in their word."""
+
+    def build(*args: P.args, **kwargs: P.kwargs) -> Call[T]:
+        return template(command, *args, **kwargs)
+
+    signature = inspect.signature(template)
+    first, *rest = signature.parameters
+    build.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[signature.parameters[name] for name in rest]
+    )
+    build.__annotations__ = {k: v for k, v in template.__annotations__.items() if k != first}
+    build.__name__ = build.__qualname__ = command
+    build.__doc__ = doc
+    return Operation(build)
 
 
 class Operations:
@@ -337,39 +385,22 @@ class Operations:
             body["checkpoint"] = b64(checkpoint, "checkpoint")
         return ext("release", body, 0.0, key("status"))
 
-    @operation
-    def pause(
-        id: JobId | None = None,
-        *,
-        created_by: CreatedBy | None = None,
-        reason: str = "",
-        actor: str | None = None,
-    ) -> Call[int]:
+    pause = _command_of(
+        _select_jobs,
+        "pause",
         """Pause a job (by id or id prefix) or every job ``created_by`` made; returns the
-        number of jobs changed. A running job is asked to stop at its next heartbeat."""
-        return _operate("pause", id, created_by, reason, actor)
-
-    @operation
-    def resume(
-        id: JobId | None = None,
-        *,
-        created_by: CreatedBy | None = None,
-        reason: str = "",
-        actor: str | None = None,
-    ) -> Call[int]:
-        """Resume paused jobs (or withdraw a pause request); returns the number changed."""
-        return _operate("resume", id, created_by, reason, actor)
-
-    @operation
-    def cancel(
-        id: JobId | None = None,
-        *,
-        created_by: CreatedBy | None = None,
-        reason: str = "",
-        actor: str | None = None,
-    ) -> Call[int]:
-        """Cancel jobs (a running one is asked to stop); returns the number changed."""
-        return _operate("cancel", id, created_by, reason, actor)
+        number of jobs changed. A running job is asked to stop at its next heartbeat.""",
+    )
+    resume = _command_of(
+        _select_jobs,
+        "resume",
+        """Resume paused jobs (or withdraw a pause request); returns the number changed.""",
+    )
+    cancel = _command_of(
+        _select_jobs,
+        "cancel",
+        """Cancel jobs (a running one is asked to stop); returns the number changed.""",
+    )
 
     @operation
     def jobs(**filters: Any) -> Call[JobPage]:
@@ -529,27 +560,6 @@ def heartbeat_calls(beats: Sequence[Heartbeat]) -> list[Call[HeartbeatReply]]:
         )
         for beat in beats
     ]
-
-
-def _operate(
-    command: str,
-    job_id: JobId | None,
-    created_by: CreatedBy | None,
-    reason: str,
-    actor: str | None,
-) -> Call[int]:
-    """``pause``, ``resume`` or ``cancel``: one job by id, or every job ``created_by`` made."""
-    if (job_id is None) == (created_by is None):
-        raise ValueError(f"{command} takes either an id or created_by")
-    body: Body = {"reason": reason}
-    if job_id is not None:
-        body["id"] = ext_id(job_id)
-    else:
-        assert created_by is not None
-        body["created_by"] = created_by_body(created_by)
-    if actor is not None:
-        body["actor"] = actor
-    return ext(command, body, 0.0, to_count)
 
 
 def _schedule_word(

@@ -16,22 +16,20 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from jobq.client.arguments import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_TIMEOUT_S, parse_address
-from jobq.client.calls import (
-    Call,
-    T,
+from jobq.client.base import (
+    RECV_BYTES,
+    ClientBase,
     expect_replies,
-    out_of_step,
     outcomes,
     readable_now,
     request_bytes,
+    take_replies,
 )
-from jobq.client.errors import ConnectionLost, JobqError, ReplyTimeout
+from jobq.client.calls import Call, T
+from jobq.client.errors import JobqError
 from jobq.client.models import Heartbeat, HeartbeatReply
-from jobq.client.operations import Operations, heartbeat_calls
+from jobq.client.operations import heartbeat_calls
 from jobq.server import protocol as p
-
-_RECV_BYTES = 65_536
 
 
 class _SyncConn:
@@ -58,7 +56,7 @@ def _blocking_method(build: Callable[..., Call[Any]]) -> Callable[..., Any]:
     return method
 
 
-class Client(Operations, make_method=_blocking_method):
+class Client(ClientBase[_SyncConn, threading.Lock], make_method=_blocking_method):
     """A blocking jobq/workq client over one persistent TCP connection (see module doc).
 
     :param host: the server's host name or address
@@ -67,26 +65,8 @@ class Client(Operations, make_method=_blocking_method):
         commands add their own wait-timeout to it
     """
 
-    def __init__(
-        self,
-        host: str = DEFAULT_HOST,
-        port: int = DEFAULT_PORT,
-        *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-    ) -> None:
-        if timeout_s <= 0:
-            raise ValueError("timeout_s must be positive")
-        self.host = host
-        self.port = port
-        self.timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._conn: _SyncConn | None = None
-
-    @classmethod
-    def from_address(cls, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Client:
-        """A client for ``"host:port"`` (also ``"[::1]:9922"``, ``":9922"``, ``"host"``)."""
-        host, port = parse_address(address)
-        return cls(host, port, timeout_s=timeout_s)
+    def _new_lock(self) -> threading.Lock:
+        return threading.Lock()
 
     def __repr__(self) -> str:
         return f"Client({self.host!r}, {self.port}, timeout_s={self.timeout_s})"
@@ -110,11 +90,6 @@ class Client(Operations, make_method=_blocking_method):
         if conn is not None:
             _close_socket(conn.sock)
 
-    @property
-    def connected(self) -> bool:
-        """True while a connection is open (it may still have been closed by the server)."""
-        return self._conn is not None
-
     # -- what the operations cannot say alone
 
     def heartbeats(self, beats: Sequence[Heartbeat]) -> list[HeartbeatReply | JobqError]:
@@ -136,7 +111,7 @@ class Client(Operations, make_method=_blocking_method):
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
         except OSError as exc:
-            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+            raise self._cannot_connect(exc) from exc
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _SyncConn(sock)
@@ -168,20 +143,10 @@ class Client(Operations, make_method=_blocking_method):
             conn = self._usable_conn()
             try:
                 results = outcomes(calls, self._exchange_many(conn, calls))
-            except ConnectionLost:
-                self._drop(conn)
+            except BaseException as exc:
+                self._abandon(conn, exc)
                 raise
-            except p.MalformedReplyError as exc:
-                self._drop(conn)
-                raise ConnectionLost(f"malformed reply: {exc}") from exc
-            except BaseException:
-                # interrupted mid-request (KeyboardInterrupt, a bug): the stream's position
-                # is unknown, so the connection cannot carry another request
-                self._drop(conn)
-                raise
-            if out_of_step(results):
-                self._drop(conn)
-            return results
+            return self._in_step(conn, results)
 
     def _exchange_many(self, conn: _SyncConn, calls: Sequence[Call[Any]]) -> list[p.Reply]:
         sock, parser = conn.sock, conn.parser
@@ -189,34 +154,19 @@ class Client(Operations, make_method=_blocking_method):
         data = request_bytes(calls)
         try:
             sock.sendall(data)
-        except TimeoutError as exc:
-            raise ReplyTimeout(f"sending to {self.host}:{self.port} timed out") from exc
         except OSError as exc:
-            raise ConnectionLost(f"connection to {self.host}:{self.port} lost: {exc}") from exc
+            raise self._send_failed(exc) from exc
         extra_s = expect_replies(parser, calls)
         deadline = time.monotonic() + self.timeout_s + extra_s
         replies: list[p.Reply] = []
-        while len(replies) < len(calls):
-            reply = parser.next_reply()
-            if reply is not None:
-                replies.append(reply)
-                continue
+        while not take_replies(parser, replies, len(calls)):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ReplyTimeout(f"no reply from {self.host}:{self.port} in time")
+                raise self._no_reply()
             sock.settimeout(remaining)
             try:
-                chunk = sock.recv(_RECV_BYTES)
-            except TimeoutError as exc:
-                raise ReplyTimeout(f"no reply from {self.host}:{self.port} in time") from exc
+                chunk = sock.recv(RECV_BYTES)
             except OSError as exc:
-                raise ConnectionLost(f"connection to {self.host}:{self.port} lost: {exc}") from exc
-            if not chunk:
-                raise ConnectionLost(f"{self.host}:{self.port} closed the connection")
-            parser.feed(chunk)
-        try:
-            parser.next_reply()  # raises RuntimeError if bytes follow the last reply
-        except RuntimeError:
-            # more replies' worth of bytes than requests: keep these, not the connection
-            self._drop(conn)
+                raise self._read_failed(exc) from exc
+            self._feed(parser, chunk)
         return replies
