@@ -54,6 +54,15 @@ def test_a_subclass_keeps_the_methods() -> None:
     assert type(AsyncClient.from_address(":1")) is AsyncClient
 
 
+def test_a_wrong_call_fails_at_the_call_as_a_hand_written_method_would() -> None:
+    with pytest.raises(TypeError, match=r"^Client\.add\(\) missing 1 required positional"):
+        Client().add()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^Client\.add\(\) takes from 2 to 3 positional"):
+        Client().add("q", b"", 60_000)  # type: ignore[misc]
+    with pytest.raises(TypeError, match=r"^AsyncClient\.lease\(\) got an unexpected keyword"):
+        AsyncClient().lease("q", wait=1)  # type: ignore[call-arg]  # no coroutine is made
+
+
 def test_wrong_arguments_raise_before_anything_is_sent() -> None:
     client = Client("127.0.0.1", 1, timeout_s=1)  # nothing listens: a send would fail
     with pytest.raises(TypeError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -54,16 +54,7 @@ class _AsyncConn:
             transport.abort()
 
 
-def _coroutine_method(build: Callable[..., Call[Any]]) -> Callable[..., Any]:
-    """An operation as an ``AsyncClient`` method: build the call, await its result."""
-
-    async def method(self: AsyncClient, *args: Any, **kwargs: Any) -> Any:
-        return await self._call(build(*args, **kwargs))
-
-    return method
-
-
-class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], make_method=_coroutine_method):
+class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
     """The asyncio twin of :class:`Client`: the same methods, as coroutines.
 
     Requests of concurrent tasks sharing a client run one at a time. A request cancelled

@@ -118,16 +118,13 @@ def same(body: Body) -> Body:
 # Operations: one description, a method of each client
 # ---------------------------------------------------------------------------------------
 
-#: makes a client's method from an operation's ``build``: build the call, run it
-MethodMaker = Callable[[Callable[..., Call[Any]]], Callable[..., Any]]
-
 
 class Operation(Generic[P, T]):
     """One client operation: ``build`` checks the method's arguments and returns its call.
 
-    Written once in :class:`~jobq.client.operations.Operations`; each client class installs
-    its own plain function for it (see ``Operations.__init_subclass__``), so a method call
-    costs no more than a hand-written one. To the type checker the attribute reads as
+    Written once in :class:`~jobq.client.operations.Operations`; each client class gets a
+    plain method for it at its creation (see ``Operations.__init_subclass__``), so a method
+    call costs what a hand-written one does. To the type checker the attribute reads as
     ``Callable[P, T]`` on a :class:`Client` and as a coroutine method on an
     :class:`AsyncClient`; ``help()`` and ``inspect.signature`` show ``build``'s parameters
     and docstring.
@@ -136,8 +133,8 @@ class Operation(Generic[P, T]):
     def __init__(self, build: Callable[P, Call[T]]) -> None:
         self.build = build
         self.name = build.__name__
-        self.signature: inspect.Signature | None = None
         self.__doc__ = build.__doc__  # what inspect.getdoc finds when a method has none
+        self._signature: inspect.Signature | None = None
 
     @overload
     def __get__(self, obj: None, owner: type[Any]) -> Operation[P, T]: ...
@@ -153,29 +150,77 @@ class Operation(Generic[P, T]):
         # only a class that did not install its methods gets here
         raise TypeError(f"{type(obj).__name__} runs no operations")
 
-    def method(self, owner: type[Any], make_method: MethodMaker) -> Callable[..., Any]:
-        """``owner``'s method for this operation, made by ``make_method``, with the name,
-        signature (``self`` first) and docstring of ``build``."""
-        method = make_method(self.build)
-        method.__name__ = self.name
+    def method(self, owner: type[Any], coroutine: bool) -> Callable[..., Any]:
+        """``owner``'s method for this operation: it returns ``self._call(call)`` for the
+        call ``build`` makes of its arguments (awaited, in a coroutine method, when
+        ``coroutine``), with ``build``'s parameters (``self`` first) and docstring."""
+        built = inspect.signature(self.build)
+        method = _forwarder(self.name, built, self.build, coroutine)
         method.__qualname__ = f"{owner.__qualname__}.{self.name}"
         method.__module__ = owner.__module__
         method.__doc__ = self.build.__doc__
-        if self.signature is None:
-            built = inspect.signature(self.build)
+        if self._signature is None:
             this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-            self.signature = built.replace(
+            self._signature = built.replace(
                 parameters=[this, *built.parameters.values()],
                 return_annotation=_result_annotation(built.return_annotation),
             )
-        method.__signature__ = self.signature  # type: ignore[attr-defined]
+        method.__signature__ = self._signature  # type: ignore[attr-defined]
         # typing.get_type_hints resolves these names where build was written
         method.__annotations__ = {
             **self.build.__annotations__,
-            "return": self.signature.return_annotation,
+            "return": self._signature.return_annotation,
         }
         method.__wrapped__ = self.build  # type: ignore[attr-defined]
         return method
+
+
+def _forwarder(
+    name: str, signature: inspect.Signature, build: Callable[..., Any], coroutine: bool
+) -> Callable[..., Any]:
+    """``def name(self, <signature>): return self._call(build(<its arguments>))``, or the
+    ``async def`` awaiting ``self._call`` when ``coroutine``.
+
+    Made from source, as dataclasses makes ``__init__``: a real parameter list makes a wrong
+    call fail as a hand-written method's would (at the call, even for a coroutine, with the
+    same message) and passes the arguments on without packing them into ``*args``.
+    """
+    defaults: dict[str, Any] = {}
+    params, args = ["self"], []
+    keyword_only = False
+    for param in signature.parameters.values():
+        text = param.name
+        if param.kind is param.VAR_POSITIONAL:
+            text = f"*{param.name}"
+            args.append(text)
+            keyword_only = True
+        elif param.kind is param.VAR_KEYWORD:
+            text = f"**{param.name}"
+            args.append(text)
+        elif param.kind is param.KEYWORD_ONLY:
+            if not keyword_only:
+                params.append("*")
+                keyword_only = True
+            args.append(f"{param.name}={param.name}")
+        elif param.kind is param.POSITIONAL_OR_KEYWORD:
+            args.append(param.name)
+        else:
+            raise TypeError(f"{name}: positional-only parameters are not supported")
+        if param.default is not param.empty:
+            defaults[f"_default_{param.name}"] = param.default
+            text += f"=_default_{param.name}"
+        params.append(text)
+    run = "await self._call" if coroutine else "self._call"
+    source = (
+        f"def make({', '.join(['_build', *defaults])}):\n"
+        f"    {'async ' if coroutine else ''}def {name}({', '.join(params)}):\n"
+        f"        return {run}(_build({', '.join(args)}))\n"
+        f"    return {name}\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(source, {}, namespace)
+    method: Callable[..., Any] = namespace["make"](build, **defaults)
+    return method
 
 
 def operation(build: Callable[P, Call[T]]) -> Operation[P, T]:

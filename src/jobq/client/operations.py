@@ -31,7 +31,6 @@ from jobq.client.arguments import (
 )
 from jobq.client.calls import (
     Call,
-    MethodMaker,
     Operation,
     P,
     T,
@@ -124,16 +123,17 @@ def _command_of(
 
 
 class Operations:
-    """The operations both clients have. A client class says how it runs a call:
-    ``class Client(Operations, make_method=...)`` gets a method for each operation."""
+    """The operations both clients have. A client class says whether its methods are
+    coroutines (``class AsyncClient(..., coroutines=True)``) and gets a method for each
+    operation, returning ``self._call(call)`` (awaited in a coroutine)."""
 
-    def __init_subclass__(cls, *, make_method: MethodMaker | None = None, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, coroutines: bool | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if make_method is None:  # a subclass of a client keeps its parent's methods
+        if coroutines is None:  # a subclass of a client keeps its parent's methods
             return
         for name, value in vars(Operations).items():
             if isinstance(value, Operation) and name not in vars(cls):
-                setattr(cls, name, value.method(cls, make_method))
+                setattr(cls, name, value.method(cls, coroutines))
 
     # -- producer commands
 

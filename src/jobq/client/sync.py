@@ -12,7 +12,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -47,16 +47,7 @@ def _close_socket(sock: socket.socket) -> None:
         sock.close()
 
 
-def _blocking_method(build: Callable[..., Call[Any]]) -> Callable[..., Any]:
-    """An operation as a ``Client`` method: build the call, run it, return its result."""
-
-    def method(self: Client, *args: Any, **kwargs: Any) -> Any:
-        return self._call(build(*args, **kwargs))
-
-    return method
-
-
-class Client(ClientBase[_SyncConn, threading.Lock], make_method=_blocking_method):
+class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
     """A blocking jobq/workq client over one persistent TCP connection (see module doc).
 
     :param host: the server's host name or address
