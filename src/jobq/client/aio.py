@@ -1,0 +1,160 @@
+"""``AsyncClient``: the asyncio client, one persistent connection behind an ``asyncio.Lock``.
+
+Its operations come from :class:`~jobq.client.operations.Operations`, as coroutine methods;
+this module runs their calls over asyncio streams, with the same connection rules as
+:class:`~jobq.client.sync.Client`. A request cancelled while waiting for its reply closes
+the connection. The behaviour is described in :mod:`jobq.client`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from jobq.client.base import (
+    RECV_BYTES,
+    ClientBase,
+    expect_replies,
+    outcomes,
+    readable_now,
+    request_bytes,
+    take_replies,
+)
+from jobq.client.calls import Call, T
+from jobq.client.errors import JobqError
+from jobq.client.models import Heartbeat, HeartbeatReply
+from jobq.client.operations import heartbeat_calls
+from jobq.server import protocol as p
+
+
+class _AsyncConn:
+    __slots__ = ("parser", "reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.parser = p.ReplyParser()
+
+    def stale(self) -> bool:
+        """True if the server closed the idle connection (or sent bytes nobody asked for)."""
+        if self.writer.is_closing() or self.reader.at_eof() or self.reader.exception():
+            return True
+        sock = self.writer.get_extra_info("socket")
+        if sock is None:
+            return False
+        # bytes or an EOF the event loop has not read yet
+        return readable_now(sock.fileno())
+
+    def abort(self) -> None:
+        transport = self.writer.transport
+        with contextlib.suppress(Exception):
+            transport.abort()
+
+
+class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
+    """The asyncio twin of :class:`Client`: the same methods, as coroutines.
+
+    Requests of concurrent tasks sharing a client run one at a time. A request cancelled
+    while waiting for its reply closes the connection (the next request reconnects).
+    """
+
+    def _new_lock(self) -> asyncio.Lock:
+        return asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self.host!r}, {self.port}, timeout_s={self.timeout_s})"
+
+    # -- lifecycle
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection; a closed client reconnects if used again."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.writer.close()
+            with contextlib.suppress(Exception):
+                await conn.writer.wait_closed()
+
+    # -- what the operations cannot say alone
+
+    async def heartbeats(self, beats: Sequence[Heartbeat]) -> list[HeartbeatReply | JobqError]:
+        """As :meth:`Client.heartbeats`: many jobs' heartbeats in one round trip."""
+        return await self._call_many(heartbeat_calls(beats))
+
+    # -- the request cycle
+
+    def _drop(self, conn: _AsyncConn) -> None:
+        if self._conn is conn:
+            self._conn = None
+        conn.abort()
+
+    async def _connect(self) -> _AsyncConn:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+        except OSError as exc:  # TimeoutError too
+            raise self._cannot_connect(exc) from exc
+        conn = _AsyncConn(reader, writer)
+        self._conn = conn
+        return conn
+
+    async def _usable_conn(self) -> _AsyncConn:
+        conn = self._conn
+        if conn is not None and conn.stale():
+            self._drop(conn)
+            conn = None
+        return conn if conn is not None else await self._connect()
+
+    async def _call(self, call: Call[T]) -> T:
+        outcome = (await self._call_many((call,)))[0]
+        if isinstance(outcome, JobqError):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
+
+    async def _call_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """As :meth:`Client._call_many`: one write, replies in order, errors returned."""
+        if not calls:
+            return []
+        async with self._lock:
+            conn = await self._usable_conn()
+            try:
+                results = outcomes(calls, await self._exchange_many(conn, calls))
+            except BaseException as exc:
+                self._abandon(conn, exc)
+                raise
+            return self._in_step(conn, results)
+
+    async def _exchange_many(self, conn: _AsyncConn, calls: Sequence[Call[Any]]) -> list[p.Reply]:
+        parser = conn.parser
+        loop = asyncio.get_running_loop()
+        data = request_bytes(calls)
+        try:
+            conn.writer.write(data)
+            async with asyncio.timeout(self.timeout_s):
+                await conn.writer.drain()
+        except OSError as exc:  # TimeoutError too
+            raise self._send_failed(exc) from exc
+        extra_s = expect_replies(parser, calls)
+        deadline = loop.time() + self.timeout_s + extra_s
+        replies: list[p.Reply] = []
+        while not take_replies(parser, replies, len(calls)):
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await conn.reader.read(RECV_BYTES)
+            except OSError as exc:  # TimeoutError too
+                raise self._read_failed(exc) from exc
+            self._feed(parser, chunk)
+        return replies

@@ -1,0 +1,188 @@
+"""What Client and AsyncClient share besides their operations: where the server is, how
+long a reply may take, one connection behind a lock, and the steps of the request cycle that
+do no I/O (the bytes to send, what the parser expects, sorting replies into values and
+errors, telling that a connection is out of step).
+"""
+
+from __future__ import annotations
+
+import select
+from collections.abc import Sequence
+from typing import Any, Generic, Protocol, Self, TypeVar
+
+from jobq.client.arguments import DEFAULT_HOST, DEFAULT_PORT, parse_address
+from jobq.client.calls import Call, T
+from jobq.client.errors import ConnectionLost, JobqError, ReplyTimeout, error_from_reply
+from jobq.client.operations import Operations
+from jobq.server import protocol as p
+
+#: the longest wait to connect and for a reply, unless a client is told otherwise
+DEFAULT_TIMEOUT_S = 10.0
+#: the most bytes one read of a reply takes
+RECV_BYTES = 65_536
+
+
+class Connection(Protocol):
+    """What the shared steps need of a client's connection: its reply parser."""
+
+    parser: p.ReplyParser
+
+
+#: a client's connection
+C = TypeVar("C", bound=Connection)
+#: a client's lock: one request at a time
+L = TypeVar("L")
+
+
+class ClientBase(Operations, Generic[C, L]):
+    """A client's state: the server's address, the reply timeout, and the connection, opened
+    at the first request (``_conn``, None while there is none) behind ``_lock``."""
+
+    def __init__(
+        self,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.host = host
+        self.port = port
+        self.timeout_s = timeout_s
+        self._lock: L = self._new_lock()
+        self._conn: C | None = None
+
+    def _new_lock(self) -> L:
+        raise NotImplementedError
+
+    @classmethod
+    def from_address(cls, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Self:
+        """A client for ``"host:port"`` (also ``"[::1]:9922"``, ``":9922"``, ``"host"``)."""
+        host, port = parse_address(address)
+        return cls(host, port, timeout_s=timeout_s)
+
+    @property
+    def connected(self) -> bool:
+        """True while a connection is open (it may still have been closed by the server)."""
+        return self._conn is not None
+
+    def _drop(self, conn: C) -> None:
+        """Forget ``conn`` and close it at once."""
+        raise NotImplementedError
+
+    # -- keeping the connection in step
+
+    def _abandon(self, conn: C, exc: BaseException) -> None:
+        """Drop ``conn`` after ``exc`` broke an exchange on it (a lost connection, an
+        interrupt, a cancellation: the stream's position is unknown). A reply the parser
+        rejected raises ConnectionLost; the caller re-raises anything else."""
+        self._drop(conn)
+        if isinstance(exc, p.MalformedReplyError):
+            raise ConnectionLost(f"malformed reply: {exc}") from exc
+
+    def _in_step(self, conn: C, results: list[Any]) -> list[Any]:
+        """``results``, after dropping ``conn`` if it is out of step: a reply was not of the
+        shape its request expects, or bytes follow the last reply (more replies than
+        requests; the replies read are kept, not the connection)."""
+        if out_of_step(results) or trailing_bytes(conn.parser):
+            self._drop(conn)
+        return results
+
+    def _feed(self, parser: p.ReplyParser, chunk: bytes) -> None:
+        """Give the bytes of one read to ``parser``; none means the server closed."""
+        if not chunk:
+            raise ConnectionLost(f"{self.host}:{self.port} closed the connection")
+        parser.feed(chunk)
+
+    # -- what a failed connect, write or read raises
+
+    def _cannot_connect(self, exc: OSError) -> ConnectionLost:
+        return ConnectionLost(f"cannot connect to {self.host}:{self.port}: {exc}")
+
+    def _send_failed(self, exc: OSError) -> ConnectionLost:
+        if isinstance(exc, TimeoutError):
+            return ReplyTimeout(f"sending to {self.host}:{self.port} timed out")
+        return ConnectionLost(f"connection to {self.host}:{self.port} lost: {exc}")
+
+    def _read_failed(self, exc: OSError) -> ConnectionLost:
+        if isinstance(exc, TimeoutError):
+            return self._no_reply()
+        return ConnectionLost(f"connection to {self.host}:{self.port} lost: {exc}")
+
+    def _no_reply(self) -> ReplyTimeout:
+        return ReplyTimeout(f"no reply from {self.host}:{self.port} in time")
+
+
+def request_bytes(calls: Sequence[Call[Any]]) -> bytes:
+    """The requests of ``calls``, for one write."""
+    if len(calls) == 1:
+        return calls[0].request.to_bytes()
+    return b"".join(call.request.to_bytes() for call in calls)
+
+
+def expect_replies(parser: p.ReplyParser, calls: Sequence[Call[Any]]) -> float:
+    """Tell ``parser`` what the replies of ``calls`` look like; returns the longest extra
+    wait (seconds) any of them may take."""
+    for call in calls:
+        # extension requests carry their command word per instance: their shape is given
+        parser.expect(p.ReplyShape.DATA if isinstance(call.request, p.Extension) else call.request)
+    return max(call.wait_s for call in calls)
+
+
+def _finish(call: Call[T], reply: p.Reply) -> T:
+    """The call's value, or the error reply raised as its exception."""
+    if isinstance(reply, p.Error):
+        raise error_from_reply(reply)
+    return call.convert(reply)
+
+
+def outcomes(calls: Sequence[Call[Any]], replies: Sequence[p.Reply]) -> list[Any]:
+    """Each call's value, or the error its reply carries as an exception object (for
+    pipelined calls, where one error must not hide the other replies)."""
+    results: list[Any] = []
+    for call, reply in zip(calls, replies, strict=True):
+        try:
+            results.append(_finish(call, reply))
+        except JobqError as exc:
+            results.append(exc)
+    return results
+
+
+def out_of_step(outcomes: list[Any]) -> bool:
+    """Whether a reply was not of the shape its request expects (its conversion raised
+    ConnectionLost): the connection can then carry no further request."""
+    return any(isinstance(outcome, ConnectionLost) for outcome in outcomes)
+
+
+def readable_now(fileno: int) -> bool:
+    """True if the socket has bytes or an EOF/error waiting (never blocks)."""
+    try:
+        if hasattr(select, "poll"):  # any fd number, unlike select()
+            poller = select.poll()
+            poller.register(fileno, select.POLLIN | select.POLLPRI)
+            return bool(poller.poll(0))  # POLLHUP and POLLERR are always reported
+        readable, _, errored = select.select([fileno], [], [fileno], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable or errored)
+
+
+def take_replies(parser: p.ReplyParser, replies: list[p.Reply], count: int) -> bool:
+    """Move the parser's complete replies to ``replies``; True once it holds ``count``."""
+    while len(replies) < count:
+        reply = parser.next_reply()
+        if reply is None:
+            return False
+        replies.append(reply)
+    return True
+
+
+def trailing_bytes(parser: p.ReplyParser) -> bool:
+    """Whether bytes follow the last reply expected: the server sent more replies than
+    there were requests, so the connection is out of step."""
+    try:
+        parser.next_reply()  # raises RuntimeError if bytes follow the last reply
+    except RuntimeError:
+        return True
+    return False

@@ -1,0 +1,92 @@
+"""The exceptions the client raises, and the one for each error reply of the protocol.
+
+Every error of a request is a :class:`JobqError` carrying the reply's ``kind`` and ``text``;
+a connection that fails (or a reply that breaks the protocol) is a :class:`ConnectionLost`.
+"""
+
+from __future__ import annotations
+
+from jobq.server import protocol as p
+
+#: the error text of :class:`LeaseLost`
+LEASE_NOT_HELD = "Lease not held"
+
+
+class JobqError(Exception):
+    """Base of every error this module raises for a request.
+
+    :ivar kind: the error reply's kind (``CLIENT-ERROR``, ...), or "" for connection errors
+    :ivar text: the error text after the kind (may be empty)
+    """
+
+    kind: str = ""
+
+    def __init__(self, text: str = "", *, kind: str | None = None) -> None:
+        if kind is not None:
+            self.kind = kind
+        self.text = text
+        shown = f"{self.kind} {text}".strip() if self.kind else text
+        super().__init__(shown)
+
+
+class ClientError(JobqError):
+    """``-CLIENT-ERROR <text>``: the server rejected the command (``Duplicate job``, ...)."""
+
+    kind = p.CLIENT_ERROR
+
+
+class LeaseLost(ClientError):
+    """``-CLIENT-ERROR Lease not held``: this worker no longer holds the job's lease (it ran
+    out and another worker adopted the job, or the job finished or was released)."""
+
+
+class ServerError(JobqError):
+    """``-SERVER-ERROR <text>``: the server could not do it (e.g. its log is unwritable)."""
+
+    kind = p.SERVER_ERROR
+
+
+class JobTimeout(JobqError):
+    """``-TIMEOUT``: nothing happened within the request's wait-timeout (lease, run, result)."""
+
+    kind = p.TIMEOUT
+
+
+class NotFound(JobqError):
+    """``-NOT-FOUND``: no job with that id."""
+
+    kind = p.NOT_FOUND
+
+
+class ConnectionLost(JobqError):
+    """The connection failed: connect refused, dropped mid-request, or a malformed reply.
+
+    A request that raises this may or may not have run on the server.
+    """
+
+
+class ReplyTimeout(ConnectionLost):
+    """The reply did not arrive within the client's timeout; the connection was closed."""
+
+
+_ERRORS: dict[str, type[JobqError]] = {
+    p.CLIENT_ERROR: ClientError,
+    p.SERVER_ERROR: ServerError,
+    p.TIMEOUT: JobTimeout,
+    p.NOT_FOUND: NotFound,
+}
+
+
+def error_from_reply(reply: p.Error) -> JobqError:
+    """The exception an error reply stands for."""
+    if reply.kind == p.CLIENT_ERROR and reply.text == LEASE_NOT_HELD:
+        return LeaseLost(reply.text)
+    cls = _ERRORS.get(reply.kind)
+    if cls is None:  # a kind workq does not define: keep it on the base class
+        return JobqError(reply.text, kind=reply.kind)
+    return cls(reply.text)
+
+
+def malformed(reply: p.Reply) -> ConnectionLost:
+    """The error for a reply of another shape than its request expects."""
+    return ConnectionLost(f"unexpected reply {type(reply).__name__}")

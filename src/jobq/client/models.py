@@ -1,0 +1,278 @@
+"""The values the client returns: frozen dataclasses for leases, results and inspections,
+and how replies become them (ids as canonical text, times as aware UTC). A reply of the
+wrong shape, or an extension reply missing a field, raises ``ConnectionLost``."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import IntEnum
+from typing import Any
+
+from jobq.client.arguments import EPOCH, Data, JobId
+from jobq.client.errors import ConnectionLost, malformed
+from jobq.server import protocol as p
+
+#: an extension command's reply: a JSON object
+Body = dict[str, Any]
+
+
+class JobState(IntEnum):
+    """workq's ``inspect job`` state codes."""
+
+    NEW = 0
+    COMPLETED = 1
+    FAILED = 2
+    PENDING = 3
+    LEASED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedJob:
+    """A job leased by ``lease``: finish it with ``complete`` or ``fail`` within ``ttr_ms``."""
+
+    id: str
+    name: str
+    ttr_ms: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """A finished job's outcome (``run``, ``result``): ``success`` is False after ``fail``
+    or when the job failed for good (max attempts or fails reached, empty result)."""
+
+    id: str
+    success: bool
+    result: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """``inspect server``."""
+
+    active_clients: int
+    evicted_jobs: int
+    started: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """``inspect queue(s)``: jobs ready to lease and jobs waiting for their time."""
+
+    name: str
+    ready_len: int
+    scheduled_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """``inspect job(s)``. ``state`` is a :class:`JobState` (a plain int for codes this
+    client does not know); ``time`` is set for scheduled jobs. Times are aware UTC."""
+
+    id: str
+    name: str
+    ttr_ms: int
+    ttl_ms: int
+    payload: bytes
+    max_attempts: int
+    attempts: int
+    max_fails: int
+    fails: int
+    priority: int
+    state: int
+    created: datetime
+    time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLease:
+    """A job leased by ``xlease``: keep it with ``heartbeat`` (each one extends the lease by
+    ``ttr_ms``), finish it with ``xcomplete``/``xfail`` or give it back with ``release``.
+
+    ``attempt`` counts this lease (1 on the first); ``checkpoint`` is the last one saved by
+    an earlier attempt (None when there is none): resume from it.
+    """
+
+    id: str
+    name: str
+    ttr_ms: int
+    payload: bytes
+    attempt: int
+    checkpoint: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """One job's heartbeat, for :meth:`Client.heartbeats` (the fields of ``heartbeat``)."""
+
+    id: JobId
+    worker_id: str
+    fraction_completed: float | None = None
+    running_status: str | None = None
+    checkpoint: Data | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    """``heartbeat``: ``action`` is ``continue``, ``pause`` or ``cancel``; ``reason`` says why."""
+
+    action: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of ``jobs``: job summaries (the server's JSON objects) and the cursor of the
+    next page (None on the last page)."""
+
+    jobs: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def _datetime(time_ns: int) -> datetime:
+    return EPOCH + timedelta(microseconds=time_ns // 1000)
+
+
+def _state(code: int) -> int:
+    try:
+        return JobState(code)
+    except ValueError:
+        return code
+
+
+def _server_info(info: p.ServerInfo) -> ServerInfo:
+    return ServerInfo(info.active_clients, info.evicted_jobs, _datetime(info.started_ns))
+
+
+def _queue_info(info: p.QueueInfo) -> QueueInfo:
+    return QueueInfo(info.name, info.ready_len, info.scheduled_len)
+
+
+def _job_info(info: p.JobInfo) -> JobInfo:
+    return JobInfo(
+        id=p.format_id(info.id),
+        name=info.name,
+        ttr_ms=info.ttr_ms,
+        ttl_ms=info.ttl_ms,
+        payload=info.payload,
+        max_attempts=info.max_attempts,
+        attempts=info.attempts,
+        max_fails=info.max_fails,
+        fails=info.fails,
+        priority=info.priority,
+        state=_state(info.state),
+        created=_datetime(info.created_ns),
+        time=None if info.time_ns is None else _datetime(info.time_ns),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Replies of the workq commands
+# ---------------------------------------------------------------------------------------
+
+
+def to_job(reply: p.Reply) -> LeasedJob:
+    if not isinstance(reply, p.JobReply):
+        raise malformed(reply)
+    return LeasedJob(p.format_id(reply.id), reply.name, reply.ttr_ms, reply.payload)
+
+
+def to_result(reply: p.Reply) -> JobResult:
+    if not isinstance(reply, p.ResultReply):
+        raise malformed(reply)
+    return JobResult(p.format_id(reply.id), reply.success, reply.result)
+
+
+def _records(reply: p.Reply) -> tuple[p.Record, ...]:
+    if not isinstance(reply, p.RecordsReply):
+        raise malformed(reply)
+    return reply.records
+
+
+def _one(reply: p.Reply) -> p.Record:
+    records = _records(reply)
+    if len(records) != 1:
+        raise ConnectionLost(f"expected one record, got {len(records)}")
+    return records[0]
+
+
+def to_server(reply: p.Reply) -> ServerInfo:
+    return _server_info(p.ServerInfo.from_record(_one(reply)))
+
+
+def to_queue(reply: p.Reply) -> QueueInfo:
+    return _queue_info(p.QueueInfo.from_record(_one(reply)))
+
+
+def to_queues(reply: p.Reply) -> list[QueueInfo]:
+    return [_queue_info(p.QueueInfo.from_record(r)) for r in _records(reply)]
+
+
+def to_job_info(reply: p.Reply) -> JobInfo:
+    return _job_info(p.JobInfo.from_record(_one(reply)))
+
+
+def to_job_infos(reply: p.Reply) -> list[JobInfo]:
+    return [_job_info(p.JobInfo.from_record(r)) for r in _records(reply)]
+
+
+# ---------------------------------------------------------------------------------------
+# Replies of the extension commands
+# ---------------------------------------------------------------------------------------
+
+
+def _unb64(value: object, what: str) -> bytes:
+    """A base64 field of a reply (ConnectionLost if it is not one)."""
+    if not isinstance(value, str):
+        raise ConnectionLost(f"malformed reply: {what} is not a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ConnectionLost(f"malformed reply: {what} is not base64") from exc
+
+
+def to_worker_lease(body: Body) -> WorkerLease:
+    try:
+        checkpoint = body.get("checkpoint")
+        return WorkerLease(
+            id=str(body["id"]),
+            name=str(body["name"]),
+            ttr_ms=int(body["ttr_ms"]),
+            payload=_unb64(body.get("payload") or "", "payload"),
+            attempt=int(body.get("attempt") or 0),
+            checkpoint=None if checkpoint is None else _unb64(checkpoint, "checkpoint"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConnectionLost(f"malformed xlease reply: {exc!r}") from exc
+
+
+def to_heartbeat(body: Body) -> HeartbeatReply:
+    action = body.get("action")
+    if not isinstance(action, str):
+        raise ConnectionLost("malformed heartbeat reply: no action")
+    return HeartbeatReply(action, str(body.get("reason") or ""))
+
+
+def to_count(body: Body) -> int:
+    count = body.get("count")
+    if not isinstance(count, int):
+        raise ConnectionLost("malformed reply: no count")
+    return count
+
+
+def to_page(body: Body) -> JobPage:
+    jobs = body.get("jobs")
+    if not isinstance(jobs, list):
+        raise ConnectionLost("malformed jobs reply: no job list")
+    cursor = body.get("next_cursor")
+    return JobPage(jobs, None if cursor is None else str(cursor))
+
+
+def to_events(body: Body) -> list[Body]:
+    events = body.get("events")
+    if not isinstance(events, list):
+        raise ConnectionLost("malformed history reply: no event list")
+    return events

@@ -1,0 +1,163 @@
+"""``Client``: the blocking client, one persistent TCP connection behind a lock.
+
+Its operations come from :class:`~jobq.client.operations.Operations`; this module runs
+their calls over a socket: connecting, reconnecting an idle connection the server closed,
+pipelining a batch of requests in one write, timeouts, and dropping a connection that can
+no longer be trusted. The behaviour is described in :mod:`jobq.client`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from jobq.client.base import (
+    RECV_BYTES,
+    ClientBase,
+    expect_replies,
+    outcomes,
+    readable_now,
+    request_bytes,
+    take_replies,
+)
+from jobq.client.calls import Call, T
+from jobq.client.errors import JobqError
+from jobq.client.models import Heartbeat, HeartbeatReply
+from jobq.client.operations import heartbeat_calls
+from jobq.server import protocol as p
+
+
+class _SyncConn:
+    __slots__ = ("parser", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.parser = p.ReplyParser()
+
+
+def _close_socket(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
+    """A blocking jobq/workq client over one persistent TCP connection (see module doc).
+
+    :param host: the server's host name or address
+    :param port: the server's port (workq's default 9922)
+    :param timeout_s: the longest wait to connect and for each reply, in seconds; blocking
+        commands add their own wait-timeout to it
+    """
+
+    def _new_lock(self) -> threading.Lock:
+        return threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Client({self.host!r}, {self.port}, timeout_s={self.timeout_s})"
+
+    # -- lifecycle
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection. A request blocked in another thread raises ConnectionLost."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            _close_socket(conn.sock)
+
+    # -- what the operations cannot say alone
+
+    def heartbeats(self, beats: Sequence[Heartbeat]) -> list[HeartbeatReply | JobqError]:
+        """Heartbeat many jobs at once: the requests go out in one write and the replies
+        come back in order, one per heartbeat, each a :class:`HeartbeatReply` or the
+        error for that job (e.g. :class:`LeaseLost`), returned rather than raised. A lost
+        connection raises ConnectionLost for the whole batch. This is how a worker keeps
+        many leases at the cost of one round trip."""
+        return self._call_many(heartbeat_calls(beats))
+
+    # -- the request cycle
+
+    def _drop(self, conn: _SyncConn) -> None:
+        if self._conn is conn:
+            self._conn = None
+        _close_socket(conn.sock)
+
+    def _connect(self) -> _SyncConn:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+        except OSError as exc:
+            raise self._cannot_connect(exc) from exc
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _SyncConn(sock)
+        self._conn = conn
+        return conn
+
+    def _usable_conn(self) -> _SyncConn:
+        conn = self._conn
+        # No request is outstanding, so anything readable (EOF, reset, stray bytes) means
+        # the server has dropped the connection: nothing was sent on it, reconnect once.
+        if conn is not None and readable_now(conn.sock.fileno()):
+            self._drop(conn)
+            conn = None
+        return conn if conn is not None else self._connect()
+
+    def _call(self, call: Call[T]) -> T:
+        outcome = self._call_many((call,))[0]
+        if isinstance(outcome, JobqError):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
+
+    def _call_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """Send every request in one write, then read their replies in order: each reply's
+        value, or the error it carries as an exception object (not raised). A connection
+        failure raises, for the whole batch. Only for requests that do not block."""
+        if not calls:
+            return []
+        with self._lock:
+            conn = self._usable_conn()
+            try:
+                results = outcomes(calls, self._exchange_many(conn, calls))
+            except BaseException as exc:
+                self._abandon(conn, exc)
+                raise
+            return self._in_step(conn, results)
+
+    def _exchange_many(self, conn: _SyncConn, calls: Sequence[Call[Any]]) -> list[p.Reply]:
+        sock, parser = conn.sock, conn.parser
+        sock.settimeout(self.timeout_s)
+        data = request_bytes(calls)
+        try:
+            sock.sendall(data)
+        except OSError as exc:
+            raise self._send_failed(exc) from exc
+        extra_s = expect_replies(parser, calls)
+        deadline = time.monotonic() + self.timeout_s + extra_s
+        replies: list[p.Reply] = []
+        while not take_replies(parser, replies, len(calls)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._no_reply()
+            sock.settimeout(remaining)
+            try:
+                chunk = sock.recv(RECV_BYTES)
+            except OSError as exc:
+                raise self._read_failed(exc) from exc
+            self._feed(parser, chunk)
+        return replies
