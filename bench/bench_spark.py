@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.server.conftest import start_server
+from tests.harness import start_server
 
 from jobq.client import Client
 from jobq.spark.registry import UNIT_LOG_ENV, pipeline

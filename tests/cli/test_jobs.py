@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,25 +12,6 @@ from click.testing import CliRunner, Result
 from jobq.cli import main
 from jobq.client import Client
 from tests.ports import free_port
-from tests.server.conftest import RunningServer, start_server
-
-
-@pytest.fixture
-def jobq_server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def address(jobq_server: RunningServer) -> str:
-    return f"127.0.0.1:{jobq_server.port}"
-
-
-@pytest.fixture
-def client(address: str) -> Iterator[Client]:
-    with Client.from_address(address) as c:
-        yield c
 
 
 def run(address: str | None, *args: str) -> Result:

@@ -8,10 +8,10 @@ from click.testing import CliRunner
 
 from jobq.cli import main
 from jobq.client import Client
-from tests.http.live import TOKEN, LiveServer
+from tests.harness import TOKEN, RunningServer
 
 
-def test_status_plain_and_json(live: LiveServer) -> None:
+def test_status_plain_and_json(live: RunningServer) -> None:
     with Client.from_address(live.tcp_address) as client:
         job_id = client.submit("status.q", b"{}")
         client.xlease("status.q", worker_id="w-s", wait_timeout_ms=1000)
@@ -26,7 +26,7 @@ def test_status_plain_and_json(live: LiveServer) -> None:
     assert any(j["id"] == job_id for j in data["running"])
 
 
-def test_status_with_a_token_and_unreachable(live_auth: LiveServer) -> None:
+def test_status_with_a_token_and_unreachable(live_auth: RunningServer) -> None:
     runner = CliRunner()
     ok = runner.invoke(main, ["status", "--server", live_auth.tcp_address, "--json"],
                        env={"JOBQ_AUTH_TOKEN": TOKEN})

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from msgspec.structs import replace
 
 from jobq.client import (
     AsyncClient,
@@ -32,84 +31,8 @@ from jobq.client import (
     ServerInfo,
     parse_address,
 )
-from jobq.config import ServerConfig
 from jobq.server import protocol as p
-from jobq.server.app import serve
-
-# ---------------------------------------------------------------------------------------
-# A real server in a background thread
-# ---------------------------------------------------------------------------------------
-
-
-class RunningServer:
-    """``serve()`` on its own event loop in a daemon thread; ``stop()`` ends it."""
-
-    def __init__(self, port: int = 0, **overrides: object) -> None:
-        config = ServerConfig(host="127.0.0.1", port=port, in_memory=True)
-        self.config = replace(config, **overrides)
-        self.port = 0
-        self.error: BaseException | None = None
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("server did not start")
-        if self.error is not None:
-            raise self.error
-
-    def _run(self) -> None:
-        async def main() -> int:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-
-            def listening(host: str, port: int) -> None:
-                self.port = port
-                self._ready.set()
-
-            return await serve(self.config, on_listening=listening, stop=self._stop)
-
-        try:
-            asyncio.run(main())
-        except BaseException as exc:
-            self.error = exc
-            self._ready.set()
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            try:
-                self._loop.call_soon_threadsafe(self._stop.set)
-            except RuntimeError:
-                pass  # the loop closed between the check and the call
-        self._thread.join(10)
-
-    def client(self, **kwargs: float) -> Client:
-        return Client("127.0.0.1", self.port, **kwargs)
-
-    def async_client(self, **kwargs: float) -> AsyncClient:
-        return AsyncClient("127.0.0.1", self.port, **kwargs)
-
-
-@pytest.fixture
-def server() -> Iterator[RunningServer]:
-    running = RunningServer()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def client(server: RunningServer) -> Iterator[Client]:
-    with server.client() as c:
-        yield c
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.002)
+from tests.harness import RunningServer, wait_until
 
 
 def start_thread(target: Callable[[], None]) -> threading.Thread:

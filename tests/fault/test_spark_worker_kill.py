@@ -35,9 +35,8 @@ pytestmark = [
 
 # the Spark tests' fixtures: a server, a client, and a local[2] session for the checks
 spark_dir = spark_fixtures.spark_dir
-jobq_server = spark_fixtures.jobq_server
+server = spark_fixtures.server
 address = spark_fixtures.address
-client = spark_fixtures.client
 sessions = spark_fixtures.sessions
 spark = spark_fixtures.spark
 

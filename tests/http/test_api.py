@@ -12,11 +12,11 @@ import httpx
 import pytest
 
 from jobq.client import Client
-from tests.http.live import LiveServer
+from tests.harness import RunningServer
 
 
 @pytest.fixture(scope="module")
-def http(live: LiveServer) -> Iterator[httpx.Client]:
+def http(live: RunningServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=live.http_url, timeout=10) as client:
         yield client
 
@@ -41,7 +41,7 @@ def test_submit_show_and_list(http: httpx.Client) -> None:
     assert listed["next_cursor"] is None
 
 
-def test_list_order_and_filters(http: httpx.Client, live: LiveServer) -> None:
+def test_list_order_and_filters(http: httpx.Client, live: RunningServer) -> None:
     older = submit(http, name="api.order")
     newer = submit(http, name="api.order")
     paused = submit(http, name="api.order")
@@ -145,7 +145,7 @@ def test_errors_quoting_long_input_are_short(
 
 
 @pytest.mark.parametrize("field", ["payload_text", "description", "creator"])
-def test_a_lone_surrogate_is_a_422(http: httpx.Client, live: LiveServer, field: str) -> None:
+def test_a_lone_surrogate_is_a_422(http: httpx.Client, live: RunningServer, field: str) -> None:
     # valid JSON that is no Unicode text: payload_text.encode() raised, a 500 with a traceback
     assert live.core is not None
     before = len(live.core.engine.jobs)
@@ -179,7 +179,7 @@ def test_broken_json_and_oversize_bodies(http: httpx.Client) -> None:
     assert too_big_payload.json() == {"error": "Invalid Payload"}
 
 
-def test_server_info_and_metrics(http: httpx.Client, live: LiveServer) -> None:
+def test_server_info_and_metrics(http: httpx.Client, live: RunningServer) -> None:
     job_id = submit(http, name="api.metrics")
     with Client.from_address(live.tcp_address) as client:
         lease = client.xlease("api.metrics", worker_id="w-m", wait_timeout_ms=1000)
@@ -279,7 +279,7 @@ def test_schedule_inputs_the_log_cannot_hold_are_4xx_and_change_nothing(
 
 
 def test_acknowledged_submit_is_in_the_log(tmp_path: Path) -> None:
-    server = LiveServer(tmp_path)
+    server = RunningServer(tmp_path, with_http=True)
     try:
         with httpx.Client(base_url=server.http_url, timeout=10) as http:
             job_id = submit(http, name="api.durable", description="kept")
@@ -287,7 +287,7 @@ def test_acknowledged_submit_is_in_the_log(tmp_path: Path) -> None:
             assert [e["event"] for e in events] == ["submitted"]
     finally:
         server.stop()
-    again = LiveServer(tmp_path)  # replayed from the log
+    again = RunningServer(tmp_path, with_http=True)  # replayed from the log
     try:
         with httpx.Client(base_url=again.http_url, timeout=10) as http:
             deadline = time.monotonic() + 5
@@ -301,7 +301,7 @@ def test_acknowledged_submit_is_in_the_log(tmp_path: Path) -> None:
 
 
 def test_metrics_of_engine_snapshots(tmp_path) -> None:
-    server = LiveServer(tmp_path / "data")
+    server = RunningServer(tmp_path / "data", with_http=True)
     try:
         with Client.from_address(server.tcp_address) as client:
             for n in range(3):

@@ -13,7 +13,7 @@ from jobq.auth import authenticating_client_class, encode_token
 from jobq.client import Client
 from jobq.server import protocol as p
 from jobq.server.auth import register_auth_command
-from tests.http.live import TOKEN, LiveServer
+from tests.harness import TOKEN, RunningServer
 
 ID = "00000000-0000-4000-8000-000000000000"
 #: one well-formed line (with its data) per TCP command word
@@ -64,9 +64,9 @@ def words() -> list[str]:
     return known
 
 
-def test_every_tcp_command_needs_the_token(live_auth: LiveServer, words: list[str]) -> None:
+def test_every_tcp_command_needs_the_token(live_auth: RunningServer, words: list[str]) -> None:
     for word in words:
-        conn = Conn(live_auth.tcp_port)
+        conn = Conn(live_auth.port)
         try:
             assert conn.send(_line(word)) == "-CLIENT-ERROR Authentication required", word
             assert conn.send(b"auth wrong-token\r\n") == "-CLIENT-ERROR Invalid token"
@@ -78,8 +78,8 @@ def test_every_tcp_command_needs_the_token(live_auth: LiveServer, words: list[st
             conn.close()
 
 
-def test_a_wrong_token_after_a_good_one_signs_out(live_auth: LiveServer) -> None:
-    conn = Conn(live_auth.tcp_port)
+def test_a_wrong_token_after_a_good_one_signs_out(live_auth: RunningServer) -> None:
+    conn = Conn(live_auth.port)
     try:
         assert conn.send(b"auth " + TOKEN.encode() + b"\r\n") == "+OK"
         assert conn.send(f"delete {ID}\r\n".encode()) in ("+OK", "-NOT-FOUND")
@@ -89,18 +89,18 @@ def test_a_wrong_token_after_a_good_one_signs_out(live_auth: LiveServer) -> None
         conn.close()
 
 
-def test_clients_with_the_token_work(live_auth: LiveServer) -> None:
-    client = authenticating_client_class(TOKEN)("127.0.0.1", live_auth.tcp_port)
+def test_clients_with_the_token_work(live_auth: RunningServer) -> None:
+    client = authenticating_client_class(TOKEN)("127.0.0.1", live_auth.port)
     with client:
         job_id = client.submit("auth.q", b"{}")
         assert client.job(job_id)["name"] == "auth.q"
-    bad = authenticating_client_class("nope")("127.0.0.1", live_auth.tcp_port)
+    bad = authenticating_client_class("nope")("127.0.0.1", live_auth.port)
     with bad, pytest.raises(Exception, match="Invalid token"):
         bad.inspect_server()
 
 
 @pytest.fixture(scope="module")
-def routes(live_auth: LiveServer) -> list[tuple[str, str]]:
+def routes(live_auth: RunningServer) -> list[tuple[str, str]]:
     with httpx.Client(base_url=live_auth.http_url) as http:
         assert http.get("/openapi.json").status_code == 401
         schema = http.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()
@@ -119,7 +119,7 @@ def routes(live_auth: LiveServer) -> list[tuple[str, str]]:
     ids=["missing", "wrong", "not-bearer", "longer", "empty"],
 )
 def test_every_http_route_needs_the_token(
-    live_auth: LiveServer, routes: list[tuple[str, str]], headers: dict[str, str]
+    live_auth: RunningServer, routes: list[tuple[str, str]], headers: dict[str, str]
 ) -> None:
     with httpx.Client(base_url=live_auth.http_url) as http:
         for method, path in routes:
@@ -130,7 +130,7 @@ def test_every_http_route_needs_the_token(
 
 
 def test_the_right_token_opens_every_route(
-    live_auth: LiveServer, routes: list[tuple[str, str]]
+    live_auth: RunningServer, routes: list[tuple[str, str]]
 ) -> None:
     with httpx.Client(base_url=live_auth.http_url,
                       headers={"Authorization": f"Bearer {TOKEN}"}) as http:
@@ -141,7 +141,7 @@ def test_the_right_token_opens_every_route(
         assert http.get("/api/server").json()["auth"] is True
 
 
-def test_the_ui_login_shell_needs_no_token(live_auth: LiveServer) -> None:
+def test_the_ui_login_shell_needs_no_token(live_auth: RunningServer) -> None:
     with httpx.Client(base_url=live_auth.http_url) as http:
         for path in ("/", "/static/app.js", "/static/style.css"):
             assert http.get(path).status_code == 200, path
@@ -149,18 +149,18 @@ def test_the_ui_login_shell_needs_no_token(live_auth: LiveServer) -> None:
 
 
 @pytest.fixture()
-def live_open() -> Iterator[LiveServer]:
-    server = LiveServer()
+def live_open() -> Iterator[RunningServer]:
+    server = RunningServer(with_http=True)
     yield server
     server.stop()
 
 
-def test_without_a_token_workq_clients_work_unchanged(live_open: LiveServer) -> None:
+def test_without_a_token_workq_clients_work_unchanged(live_open: RunningServer) -> None:
     register_auth_command()
     with Client.from_address(live_open.tcp_address) as client:
         client.add("plain", b"x", id=ID, ttr_ms=1000, ttl_ms=60000)
         assert client.lease("plain", wait_timeout_ms=100).id == ID
-    conn = Conn(live_open.tcp_port)
+    conn = Conn(live_open.port)
     try:
         assert conn.send(b"auth anything\r\n") == "+OK"  # accepted and ignored
         assert conn.send(f"delete {ID}\r\n".encode()) in ("+OK", "-NOT-FOUND")

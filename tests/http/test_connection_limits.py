@@ -17,13 +17,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.http.live import LiveServer
+from tests.harness import RunningServer
 
 HEAD_TIMEOUT_S = 0.5
 GET = b"GET /api/server HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
-def _connect(server: LiveServer, source: str = "127.0.0.1") -> socket.socket:
+def _connect(server: RunningServer, source: str = "127.0.0.1") -> socket.socket:
     port = int(server.http_url.rsplit(":", 1)[1])
     sock = socket.socket()
     try:
@@ -66,7 +66,7 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
         return True
 
 
-def _get(server: LiveServer, source: str = "127.0.0.1") -> tuple[int, bytes]:
+def _get(server: RunningServer, source: str = "127.0.0.1") -> tuple[int, bytes]:
     with _connect(server, source) as sock:
         sock.sendall(GET)
         status, _, body = _response(sock)
@@ -74,8 +74,8 @@ def _get(server: LiveServer, source: str = "127.0.0.1") -> tuple[int, bytes]:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[LiveServer]:
-    live = LiveServer(
+def server() -> Iterator[RunningServer]:
+    live = RunningServer(
         http_options={
             "max_connections": 12,
             "max_connections_per_client": 4,
@@ -88,7 +88,7 @@ def server() -> Iterator[LiveServer]:
 
 @pytest.mark.parametrize("sent", [b"", b"GET /api/server HTTP/1.1\r\nHost: x\r\n"])
 def test_a_connection_without_a_whole_request_head_is_closed(
-    server: LiveServer, sent: bytes
+    server: RunningServer, sent: bytes
 ) -> None:
     with _connect(server) as sock:
         sock.sendall(sent)
@@ -97,7 +97,7 @@ def test_a_connection_without_a_whole_request_head_is_closed(
         assert HEAD_TIMEOUT_S * 0.8 <= time.monotonic() - started < 3
 
 
-def test_a_head_sent_a_byte_at_a_time_is_cut_off(server: LiveServer) -> None:
+def test_a_head_sent_a_byte_at_a_time_is_cut_off(server: RunningServer) -> None:
     with _connect(server) as sock:
         started = time.monotonic()
         with pytest.raises((BrokenPipeError, ConnectionResetError, EOFError)):
@@ -108,7 +108,7 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_off(server: LiveServer) -> None:
         assert time.monotonic() - started < HEAD_TIMEOUT_S * 4
 
 
-def test_requests_on_a_connection_are_not_cut_off(server: LiveServer) -> None:
+def test_requests_on_a_connection_are_not_cut_off(server: RunningServer) -> None:
     with _connect(server) as sock:
         # a body slower than the head timeout: the timer stops once the head is in
         body = b'{"name": "limits.q"}'
@@ -132,7 +132,7 @@ def test_requests_on_a_connection_are_not_cut_off(server: LiveServer) -> None:
         assert _closed_within(sock, 5)
 
 
-def test_one_address_cannot_hold_every_connection(server: LiveServer) -> None:
+def test_one_address_cannot_hold_every_connection(server: RunningServer) -> None:
     held = [_connect(server, "127.0.0.2") for _ in range(4)]
     try:
         time.sleep(0.1)
@@ -153,7 +153,7 @@ def test_one_address_cannot_hold_every_connection(server: LiveServer) -> None:
     assert _get(server, "127.0.0.2")[0] == 200  # and the address again once it let go
 
 
-def test_over_the_server_limit_is_a_json_503(server: LiveServer) -> None:
+def test_over_the_server_limit_is_a_json_503(server: RunningServer) -> None:
     held = [_connect(server, f"127.0.0.{3 + n // 4}") for n in range(12)]
     try:
         time.sleep(0.1)
@@ -173,7 +173,7 @@ def test_idle_connections_of_one_client_do_not_keep_others_at_503() -> None:
     # the review's case, scaled down: with the default per-address limit and head timeout,
     # a client opening as many connections as the server allows (and sending nothing) no
     # longer holds everyone else at 503
-    live = LiveServer(http_options={"max_connections": 200})
+    live = RunningServer(http_options={"max_connections": 200})
     try:
         held = [_connect(live, "127.0.0.2") for _ in range(200)]
         try:

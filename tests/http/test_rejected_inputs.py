@@ -21,7 +21,7 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from schemathesis.generation.modes import GenerationMode  # noqa: E402
 
-from tests.http.live import TOKEN, LiveServer  # noqa: E402
+from tests.harness import TOKEN, RunningServer  # noqa: E402
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 #: generated requests per operation and generation mode
@@ -29,8 +29,8 @@ MAX_EXAMPLES = 15
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[LiveServer]:
-    server = LiveServer(auth_token=TOKEN, scheduler=False)
+def server() -> Iterator[RunningServer]:
+    server = RunningServer(with_http=True, auth_token=TOKEN, scheduler=False)
     with httpx.Client(base_url=server.http_url, headers=HEADERS) as http:
         for n in range(3):
             assert http.post("/api/jobs", json={"name": f"fuzz.q{n}"}).status_code == 200
@@ -49,7 +49,7 @@ def _state(http: httpx.Client) -> list[Any]:
     return [jobs, schedules, changes]
 
 
-def test_rejected_requests_change_nothing(server: LiveServer) -> None:
+def test_rejected_requests_change_nothing(server: RunningServer) -> None:
     raw = httpx.get(f"{server.http_url}/openapi.json", headers=HEADERS).json()
     schema = schemathesis.openapi.from_dict(raw)
     operations = [

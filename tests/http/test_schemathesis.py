@@ -20,7 +20,7 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-from tests.http.live import TOKEN, LiveServer  # noqa: E402
+from tests.harness import TOKEN, RunningServer  # noqa: E402
 
 CHECKS = [
     not_a_server_error,
@@ -34,8 +34,8 @@ MAX_EXAMPLES = 20
 
 
 @pytest.fixture(scope="module")
-def fuzzed_server() -> Iterator[LiveServer]:
-    server = LiveServer(auth_token=TOKEN)
+def fuzzed_server() -> Iterator[RunningServer]:
+    server = RunningServer(with_http=True, auth_token=TOKEN)
     with httpx.Client(base_url=server.http_url, headers=HEADERS) as http:
         # some state for the fuzzer to find: jobs in several statuses and a schedule
         for n in range(3):
@@ -49,12 +49,12 @@ def fuzzed_server() -> Iterator[LiveServer]:
 
 
 @pytest.fixture(scope="module")
-def api_schema(fuzzed_server: LiveServer) -> Any:
+def api_schema(fuzzed_server: RunningServer) -> Any:
     raw = httpx.get(f"{fuzzed_server.http_url}/openapi.json", headers=HEADERS).json()
     return schemathesis.openapi.from_dict(raw)
 
 
-def test_api_conforms(api_schema: Any, fuzzed_server: LiveServer) -> None:
+def test_api_conforms(api_schema: Any, fuzzed_server: RunningServer) -> None:
     """Every operation, with bounded generated inputs (schemathesis' pytest plugin is not
     used: it does not run under this pytest; the checks are the same)."""
     operations = [result.ok() for result in api_schema.get_all_operations()]

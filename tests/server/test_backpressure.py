@@ -15,8 +15,7 @@ import pytest
 
 from jobq.server import protocol as p
 from jobq.server.tcp import WRITE_HIGH_WATER_BYTES, Connection
-
-from .conftest import RunningServer, start_server, wait_until
+from tests.harness import RunningServer, start_server, wait_until
 
 T = TypeVar("T")
 MiB = 1024 * 1024

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobq.server import protocol as p
+from tests.harness import RunningServer, start_server
 
-from .conftest import RunningServer, start_server
 from .test_server_fuzz import mutate
 
 B64 = base64.b64encode(b"payload").decode()

@@ -218,7 +218,7 @@ def test_without_a_wave_a_lone_client_is_never_held(tmp_path: Path) -> None:
 def test_a_failed_fsync_acknowledges_nothing_of_its_batch_and_stops_the_server(
     tmp_path: Path,
 ) -> None:
-    from .conftest import start_server
+    from tests.harness import start_server
 
     server = start_server(tmp_path, sync="always")
     conn = server.connect()

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobq.client import Client
-
-from .conftest import start_server
+from tests.harness import start_server
 
 
 def test_history_survives_restart_unchanged(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from jobq.cmdlog.log import CommandLog
 from jobq.engine.machine import Engine
 from jobq.server import protocol as p
 from jobq.server.replay import replay
-from tests.server.conftest import start_server
+from tests.harness import start_server
 
 A, B, C = (uuid.UUID(int=n) for n in (1, 2, 3))
 REFUSED = p.Error("SERVER-ERROR", "Internal error; nothing was changed")

@@ -11,9 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.harness import start_server
 from tests.ports import free_port
-
-from .conftest import start_server
 
 
 def test_connections_over_the_limit_are_refused_with_a_reply(tmp_path: Path) -> None:

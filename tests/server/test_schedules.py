@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,25 +15,7 @@ from jobq.cli import main
 from jobq.client import Client, ClientError
 from jobq.engine.schedules import Work, register_executor
 from tests.engine.schedule_world import forget_test_executors  # noqa: F401  (autouse)
-from tests.server.conftest import RunningServer, start_server, wait_until
-
-
-@pytest.fixture
-def jobq_server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def address(jobq_server: RunningServer) -> str:
-    return f"127.0.0.1:{jobq_server.port}"
-
-
-@pytest.fixture
-def client(address: str) -> Iterator[Client]:
-    with Client.from_address(address) as c:
-        yield c
+from tests.harness import RunningServer, start_server, wait_until
 
 
 def run(address: str, *args: str) -> Result:
@@ -179,7 +160,7 @@ def test_cli(address: str, client: Client) -> None:
     ],
 )
 def test_bad_schedule_is_a_one_line_client_error_and_the_log_stays_writable(
-    jobq_server: RunningServer, client: Client, kw: dict[str, Any], caplog: pytest.LogCaptureFixture
+    server: RunningServer, client: Client, kw: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.ERROR, logger="jobq.server")
     kw.setdefault("args", {"name": "q"})
@@ -188,11 +169,11 @@ def test_bad_schedule_is_a_one_line_client_error_and_the_log_stays_writable(
     assert refused.value.kind == "CLIENT-ERROR" and "\n" not in str(refused.value)
     assert client.schedules() == []
     client.submit("other")  # nothing else is refused
-    assert jobq_server.core.log_error is None and caplog.records == []
+    assert server.core.log_error is None and caplog.records == []
 
 
 def test_alter_backfill_and_submit_out_of_range_are_client_errors(
-    jobq_server: RunningServer, client: Client, caplog: pytest.LogCaptureFixture
+    server: RunningServer, client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.ERROR, logger="jobq.server")
     client.create_schedule("yearly", cron="@yearly", args={"name": "q"})
@@ -206,7 +187,7 @@ def test_alter_backfill_and_submit_out_of_range_are_client_errors(
     shown = client.get_schedule("yearly")
     assert shown["jobs_started"] == 0 and shown["catchup_ms"] == 86_400_000
     assert client.jobs().jobs == []
-    assert jobq_server.core.log_error is None and caplog.records == []
+    assert server.core.log_error is None and caplog.records == []
 
 
 class _OutOfLimits:

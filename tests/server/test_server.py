@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 
 from jobq.server import protocol as p
+from tests.harness import RunningServer, start_server, wait_until
 
-from .conftest import RunningServer, start_server, wait_until
 from .test_replay_vectors import VECTORS
 
 ID1 = "6ba7b810-9dad-41d1-80b4-00c04fd430c1"

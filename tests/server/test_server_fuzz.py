@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobq.server import protocol as p
-
-from .conftest import RunningServer, start_server
+from tests.harness import RunningServer, start_server
 
 IDS = [uuid.UUID(int=n).bytes for n in range(1, 4)]
 

@@ -19,7 +19,7 @@ from jobq.server.commit import FsyncPlacement
 from jobq.server.replay import replay, restore
 from jobq.server.snapshot import load_snapshot
 from tests.engine.test_replay_property import snapshot
-from tests.server.conftest import start_server, wait_until
+from tests.harness import start_server, wait_until
 
 A, B, C = (uuid.UUID(int=n) for n in (1, 2, 3))
 

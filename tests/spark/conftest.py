@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from jobq.client import Client
-from tests.server.conftest import RunningServer, start_server
+from tests.harness import RunningServer, start_server
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -42,21 +42,16 @@ def spark_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def jobq_server(spark_dir: Path) -> Iterator[RunningServer]:
+def server(spark_dir: Path) -> Iterator[RunningServer]:
+    """One server for a module's Spark tests (the root ``client`` uses it)."""
     running = start_server(spark_dir / "server")
     yield running
     running.stop()
 
 
 @pytest.fixture(scope="module")
-def address(jobq_server: RunningServer) -> str:
-    return f"127.0.0.1:{jobq_server.port}"
-
-
-@pytest.fixture
-def client(address: str) -> Iterator[Client]:
-    with Client.from_address(address, timeout_s=10) as c:
-        yield c
+def address(server: RunningServer) -> str:
+    return server.tcp_address
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.http.live import LiveServer
+from tests.harness import RunningServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = [
@@ -67,7 +67,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 @pytest.fixture()
-def live() -> Iterator[LiveServer]:
-    server = LiveServer()
+def live() -> Iterator[RunningServer]:
+    server = RunningServer(with_http=True)
     yield server
     server.stop()

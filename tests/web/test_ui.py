@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from jobq.client import Client
-from tests.http.live import TOKEN, LiveServer
+from tests.harness import TOKEN, RunningServer
 
 TIMEOUT_S = 15
 
@@ -23,7 +23,7 @@ def wait_for(predicate: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
-def submit(live: LiveServer, name: str, **body: Any) -> str:
+def submit(live: RunningServer, name: str, **body: Any) -> str:
     response = httpx.post(f"{live.http_url}/api/jobs", json={"name": name, **body})
     assert response.status_code == 200, response.text
     return str(response.json()["id"])
@@ -34,7 +34,7 @@ def row_ids(page: Any) -> list[str]:
         "#jobs-table tbody tr", "rows => rows.map(r => r.dataset.id)"))
 
 
-def test_jobs_page_lists_jobs_in_order(page: Any, live: LiveServer) -> None:
+def test_jobs_page_lists_jobs_in_order(page: Any, live: RunningServer) -> None:
     succeeded = submit(live, "ui.order", description="done")
     first = submit(live, "ui.order", description="oldest pending")
     second = submit(live, "ui.order", description="newer pending")
@@ -65,7 +65,7 @@ def test_jobs_page_lists_jobs_in_order(page: Any, live: LiveServer) -> None:
     assert row_ids(page) == [running]
 
 
-def test_progress_bar_moves_with_heartbeats(page: Any, live: LiveServer) -> None:
+def test_progress_bar_moves_with_heartbeats(page: Any, live: RunningServer) -> None:
     job_id = submit(live, "ui.progress", description="watch me")
     page.goto(f"{live.http_url}/")
     bar = f'#jobs-table tr[data-id="{job_id}"] [role=progressbar]'
@@ -85,7 +85,7 @@ def test_progress_bar_moves_with_heartbeats(page: Any, live: LiveServer) -> None
     assert seen == ["10%", "45%", "80%"]
 
 
-def test_pause_button_pauses_a_job(page: Any, live: LiveServer) -> None:
+def test_pause_button_pauses_a_job(page: Any, live: RunningServer) -> None:
     job_id = submit(live, "ui.pause", description="pause me")
     page.goto(f"{live.http_url}/")
     button = f'#jobs-table tr[data-id="{job_id}"] button[data-action=pause]'
@@ -100,7 +100,7 @@ def test_pause_button_pauses_a_job(page: Any, live: LiveServer) -> None:
     page.wait_for_selector(f'#jobs-table tr[data-id="{job_id}"] button[data-action=resume]')
 
 
-def test_markup_in_job_text_shows_as_text(page: Any, live: LiveServer) -> None:
+def test_markup_in_job_text_shows_as_text(page: Any, live: RunningServer) -> None:
     evil = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
     job_id = submit(live, "ui.evil", description=evil, payload_text=evil)
     with Client.from_address(live.tcp_address) as client:
@@ -120,7 +120,7 @@ def test_markup_in_job_text_shows_as_text(page: Any, live: LiveServer) -> None:
 
 
 def test_job_page_shows_fields_and_history(page: Any, tmp_path: Any, browser: Any) -> None:
-    server = LiveServer(tmp_path)
+    server = RunningServer(tmp_path, with_http=True)
     try:
         job_id = submit(server, "ui.detail", description="details", payload_text='{"a": 1}')
         with Client.from_address(server.tcp_address) as client:
@@ -138,7 +138,7 @@ def test_job_page_shows_fields_and_history(page: Any, tmp_path: Any, browser: An
         server.stop()
 
 
-def test_schedules_page_pauses_and_triggers(page: Any, live: LiveServer) -> None:
+def test_schedules_page_pauses_and_triggers(page: Any, live: RunningServer) -> None:
     created = httpx.post(f"{live.http_url}/api/schedules", json={
         "name": "ui-hourly", "cron": "0 * * * *", "args": {"name": "ui.sched"}})
     if created.status_code == 404:
@@ -163,13 +163,13 @@ def test_schedules_page_pauses_and_triggers(page: Any, live: LiveServer) -> None
 
 
 @pytest.fixture()
-def live_token() -> Iterator[LiveServer]:
-    server = LiveServer(auth_token=TOKEN)
+def live_token() -> Iterator[RunningServer]:
+    server = RunningServer(with_http=True, auth_token=TOKEN)
     yield server
     server.stop()
 
 
-def test_the_ui_asks_for_the_token_once(page: Any, live_token: LiveServer) -> None:
+def test_the_ui_asks_for_the_token_once(page: Any, live_token: RunningServer) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     httpx.post(f"{live_token.http_url}/api/jobs", json={"name": "ui.secret"}, headers=headers)
     page.goto(f"{live_token.http_url}/")

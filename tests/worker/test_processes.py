@@ -11,7 +11,8 @@ from pathlib import Path
 from jobq.client import Client
 from jobq.worker import Runtime
 from jobq.worker.registry import Registry
-from tests.worker.conftest import status_is, stop_process, wait_for, worker_process
+from tests.harness import wait_for
+from tests.worker.conftest import status_is, stop_process, worker_process
 
 
 def test_killed_worker_job_is_adopted_from_its_checkpoint(

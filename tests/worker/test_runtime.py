@@ -13,7 +13,8 @@ import pytest
 import jobq
 from jobq.client import Client, Heartbeat, HeartbeatReply, JobqError, JobTimeout, LeaseLost
 from jobq.worker import Registry, Runtime
-from tests.worker.conftest import status_is, wait_for
+from tests.harness import wait_for
+from tests.worker.conftest import status_is
 
 
 @pytest.fixture

@@ -1,0 +1,48 @@
+"""Fixtures every test directory shares, on the one server harness (``harness.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jobq.client import Client
+from jobq.server.auth import register_auth_command
+from tests.harness import TOKEN, RunningServer, start_server
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RunningServer]:
+    """A server of its own for the test, its log under ``tmp_path``."""
+    running = start_server(tmp_path)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def address(server: RunningServer) -> str:
+    return server.tcp_address
+
+
+@pytest.fixture
+def client(server: RunningServer) -> Iterator[Client]:
+    with server.client() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[RunningServer]:
+    """An in-memory server with the HTTP front end, shared by a module's tests."""
+    running = RunningServer(with_http=True)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def live_auth() -> Iterator[RunningServer]:
+    """:func:`live` with a token (:data:`~tests.harness.TOKEN`)."""
+    register_auth_command()
+    running = RunningServer(with_http=True, auth_token=TOKEN)
+    yield running
+    running.stop()
