@@ -37,6 +37,7 @@ class Status(enum.Enum):
 
 _FINISHED: Final = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
 
+
 class Event(enum.Enum):
     """What happens to a job: a command, or the end of an attempt as its state decides."""
 

@@ -248,13 +248,12 @@ class Dispatcher:
     def _server_overview(self, r: p.Request, token: object, now_ns: int) -> bytes | None:
         engine = self.engine
         info = self._server_info()
-        schedules = getattr(engine, "schedules", None)
         return data_reply(
             {
                 "connections": info.active_clients,
                 "jobs": {s.value: engine.by_status.count(s) for s in Status},
                 "jobs_total": len(engine.jobs),
-                "schedules": len(schedules) if schedules is not None else None,
+                "schedules": len(engine.schedules),
                 "evicted_jobs": info.evicted_jobs,
             }
         )
