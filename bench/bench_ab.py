@@ -1,0 +1,165 @@
+"""End to end, jobq from two source trees side by side, with beanstalkd in the same run.
+
+    python -m bench.bench_ab --before /path/to/old/src [--after src] [--rounds 3] [--jobs 30000]
+
+For a change that must not change speed (a refactor): each round runs every scenario against
+beanstalkd, the ``--before`` jobq and the ``--after`` jobq, one after another in that order,
+each on a fresh server (fresh data directory on the real disk, free loopback port), driven by
+qbench (``../shared/tools/qbench``, Go: not the bottleneck). It reports the medians of
+jobs per second and of the server's CPU time per job, and the after/before ratios. Written to
+``bench/out/ab.md``.
+
+Scenarios (as the end-to-end benchmark's):
+  A     4 producers + 4 consumers; jobq ``--cmdlog-sync interval``, beanstalkd ``-f 1000``
+  B     16 + 16; jobq ``--cmdlog-sync always``, beanstalkd ``-f 0``
+  adds  8 producers, no consumers; as A
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.beanstalkd import LOOPBACK, ServerProcess, beanstalkd_server, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+QBENCH_SOURCE = ROOT.parent / "shared" / "tools" / "qbench"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    producers: int
+    consumers: int
+    jobq_sync: str
+    beanstalkd_fsync_ms: int
+
+
+SCENARIOS = {
+    "A": Scenario("A", 4, 4, "interval", 1000),
+    "B": Scenario("B", 16, 16, "always", 0),
+    "adds": Scenario("adds", 8, 0, "interval", 1000),
+}
+
+
+def qbench_binary() -> str:
+    """qbench, built from ``../shared/tools/qbench`` into bench/out on first use (Go from
+    Debian's golang-go, installed if missing)."""
+    built = OUT / "qbench"
+    if built.exists():
+        return str(built)
+    if shutil.which("go") is None:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "install", "-y", "-qq", "golang-go"], check=True, env=env)
+    OUT.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["go", "build", "-o", str(built), "."],
+        cwd=QBENCH_SOURCE, check=True, env=dict(os.environ, GO111MODULE="off"),
+    )
+    return str(built)
+
+
+def jobq_server(src: Path, data_dir: Path, sync: str) -> ServerProcess:
+    """An (unstarted) ``jobq server`` whose code comes from the tree ``src``."""
+    port = free_port()
+    argv = [
+        "env", f"PYTHONPATH={src}", sys.executable, "-m", "jobq", "server",
+        "--listen", f"{LOOPBACK}:{port}", "--data-dir", str(data_dir), "--cmdlog-sync", sync,
+    ]
+    return ServerProcess(f"jobq ({src})", argv, port, data_dir / "server.log")
+
+
+def drive(qbench: str, proto: str, port: int, scenario: Scenario, jobs: int) -> float:
+    """Run qbench; jobs per second."""
+    out = subprocess.run(
+        [qbench, "-proto", proto, "-addr", f"{LOOPBACK}:{port}", "-jobs", str(jobs),
+         "-producers", str(scenario.producers), "-consumers", str(scenario.consumers)],
+        check=True, capture_output=True, text=True, timeout=600,
+    ).stdout
+    found = re.search(r"jobs_per_s=([\d.]+)", out)
+    if found is None:
+        raise RuntimeError(f"qbench said: {out!r}")
+    return float(found.group(1))
+
+
+def one_run(
+    server: ServerProcess, qbench: str, proto: str, scenario: Scenario, jobs: int
+) -> tuple[float, float]:
+    """Jobs per second, and the server's CPU time per job in microseconds."""
+    with server:
+        cpu_before = server.cpu_seconds()
+        rate = drive(qbench, proto, server.port, scenario, jobs)
+        cpu_us = (server.cpu_seconds() - cpu_before) / jobs * 1e6
+    return rate, cpu_us
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, required=True, help="the old tree's src/")
+    parser.add_argument("--after", type=Path, default=ROOT / "src", help="default: src/")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=30_000)
+    parser.add_argument("--scenarios", default="A,B,adds")
+    args = parser.parse_args()
+    qbench = qbench_binary()
+    scenarios = [SCENARIOS[name] for name in args.scenarios.split(",")]
+    names = ("beanstalkd", "before", "after")
+    rates: dict[tuple[str, str], list[float]] = {}
+    cpus: dict[tuple[str, str], list[float]] = {}
+    base = Path(os.environ.get("JOBQ_BENCH_DIR", "/var/tmp"))
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for round_number in range(args.rounds):
+        for scenario in scenarios:
+            for name in names:
+                with tempfile.TemporaryDirectory(dir=base, prefix="jobq-ab-") as tmp:
+                    data = Path(tmp)
+                    if name == "beanstalkd":
+                        server = beanstalkd_server(data, scenario.beanstalkd_fsync_ms)
+                        proto = "beanstalk"
+                    else:
+                        src = args.before if name == "before" else args.after
+                        server = jobq_server(src.resolve(), data, scenario.jobq_sync)
+                        proto = "workq"
+                    rate, cpu_us = one_run(server, qbench, proto, scenario, args.jobs)
+                rates.setdefault((scenario.name, name), []).append(rate)
+                cpus.setdefault((scenario.name, name), []).append(cpu_us)
+                print(f"round {round_number + 1} {scenario.name} {name}: {rate:,.0f} jobs/s, "
+                      f"{cpu_us:.0f} us CPU a job", flush=True)
+    lines = [
+        "## jobq before and after a change, end to end (qbench, beanstalkd in the same run)",
+        "",
+        f"Reproduce: `python -m bench.bench_ab --before {args.before} --rounds {args.rounds} "
+        f"--jobs {args.jobs}`; measured {started}, {os.cpu_count()} cores, "
+        f"{platform.python_version()}. Medians of {args.rounds} alternated rounds.",
+        "",
+        "| scenario | beanstalkd jobs/s | before jobs/s | after jobs/s | after/before "
+        "| before CPU us/job | after CPU us/job | after/before |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for scenario in scenarios:
+        rate = {n: statistics.median(rates[(scenario.name, n)]) for n in names}
+        cpu = {n: statistics.median(cpus[(scenario.name, n)]) for n in names}
+        lines.append(
+            f"| {scenario.name} | {rate['beanstalkd']:,.0f} | {rate['before']:,.0f} "
+            f"| {rate['after']:,.0f} | {rate['after'] / rate['before']:.2f}x "
+            f"| {cpu['before']:.0f} | {cpu['after']:.0f} | {cpu['after'] / cpu['before']:.2f}x |"
+        )
+    report = "\n".join(lines) + "\n"
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "ab.md").write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
