@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 test: lint
-	sh scripts/ensure-chromium.sh
+	sh scripts/ensure-test-tools.sh
 	$(PY) -m pytest -q
 
 # The fault suite's long form (docs/fault.md): 400 kill rounds under sync=always, 150 under

@@ -344,7 +344,8 @@ def _sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)  # run the finally blocks: servers get stopped
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line (the docs' examples are checked against it)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", choices=SERVERS, help="benchmark just this server")
     ap.add_argument("--rounds", type=int, default=3, help="runs per server and scenario")
@@ -358,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--jobq-args", default="", help="more options for jobq server (split on spaces)"
     )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if not 1 <= args.rounds <= 20 or args.jobs < 1 or not 0 < args.duration <= 600:
         ap.error("need 1 <= --rounds <= 20, --jobs >= 1, 0 < --duration <= 600")

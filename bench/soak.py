@@ -343,7 +343,8 @@ def report(r: SoakResult, command: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line (the docs' examples are checked against it)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=1_000_000, help="jobs per cycle")
     ap.add_argument("--producers", type=int, default=100)
@@ -361,6 +362,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the server's allocator (system: PYTHONMALLOC=malloc)")  # fmt: skip
     ap.add_argument("--sync", choices=("always", "interval", "os"), default="interval")
     ap.add_argument("--out", type=Path, default=OUT_DIR / "soak.md")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     a = ap.parse_args(argv)
     if a.cycles < 1:
         ap.error("--cycles must be at least 1")

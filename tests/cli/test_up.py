@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.docs.examples import example
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +101,32 @@ def test_make_run_on_a_fresh_clone(tmp_path: Path) -> None:
     )
     try:
         wait_for_demo(f"http://127.0.0.1:{http}", proc)
+        if importlib.util.find_spec("pyspark") is not None:
+            export_the_demo_table(clone, f"127.0.0.1:{tcp}", f"http://127.0.0.1:{http}")
     finally:
         stop(proc)
     assert (clone / ".jobq" / "demo" / "sales.csv").exists()
+
+
+def export_the_demo_table(clone: Path, server: str, url: str) -> None:
+    """docs/up.md's example: ``jobq submit spark.export ...`` in the clone exports the demo's
+    table through ``make run``'s worker."""
+    command = example(
+        'jobq submit spark.export --payload {"table": "sales", "format": "json",\n  "path": '
+        '"$PWD/.jobq/demo/exports/sales"}'
+    ).text
+    env = {**os.environ, "JOBQ_SERVER": server,
+           "PATH": f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job_id = done.stdout.split()[-1]
+    deadline = time.monotonic() + 300
+    status = ""
+    while time.monotonic() < deadline:
+        status = httpx.get(f"{url}/api/jobs/{job_id}", timeout=5).json()["status"]
+        if status in ("succeeded", "failed", "canceled"):
+            break
+        time.sleep(0.5)
+    assert status == "succeeded", httpx.get(f"{url}/api/jobs/{job_id}", timeout=5).json()
+    assert any((clone / ".jobq" / "demo" / "exports" / "sales").glob("*.json"))

@@ -29,7 +29,7 @@ CHROMIUM_ARGS = [
 def _chromium() -> str | None:
     path = os.environ.get("JOBQ_CHROMIUM", "/usr/bin/chromium")
     if not os.access(path, os.X_OK):
-        script = ROOT / "scripts" / "ensure-chromium.sh"
+        script = ROOT / "scripts" / "ensure-test-tools.sh"
         if script.exists():
             subprocess.run(["sh", str(script)], check=False, timeout=900)
     if os.access(path, os.X_OK):
@@ -42,7 +42,7 @@ def browser() -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api")
     executable = _chromium()
     if executable is None:
-        pytest.skip("Debian's chromium is not installed and scripts/ensure-chromium.sh "
+        pytest.skip("Debian's chromium is not installed and scripts/ensure-test-tools.sh "
                     "could not install it")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(

@@ -1,0 +1,308 @@
+"""Every shell example in README.md and docs/ is run: a doc that lies is a bug.
+
+Each example (``examples.py``) has its check in :data:`CHECKS`, and a doc's example with no
+check fails :func:`test_every_example_has_a_check`. Most run here as written, against a real
+server: `jobq` commands, `curl`, shell completion. A few are adapted as little as a test
+needs: an address that is not loopback or a fixed port becomes a free loopback port, a
+system directory a temporary one, a long run a short one (the fault suite with one round).
+The rest run for many minutes and run elsewhere: ``make test`` itself is CI's command,
+``make run`` and the demo's Spark export run in ``tests/cli/test_up.py``, the soak's short
+form in ``tests/load/test_soak_short.py``; for ``make fault``, ``make fuzz``, ``make soak``
+and the end-to-end benchmark this checks what the command runs (make's recipe, the
+benchmark's own argument parser), so that a renamed target or option fails here.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jobq.client import Client
+from tests.docs.examples import ROOT, Example, examples
+from tests.harness import RunningServer
+from tests.ports import free_port
+
+VENV_BIN = Path(sys.prefix) / "bin"
+
+
+@dataclass
+class World:
+    """Where examples run: a directory whose ``.venv`` is this test run's environment, and
+    a server with HTTP holding a job, a paused job, a running job and a schedule."""
+
+    workdir: Path
+    server: RunningServer
+    #: the id of a pending job beginning with 3f2a (docs/http.md pauses ``3f2a``)
+    prefixed_id: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "JOBQ_SERVER": self.server.tcp_address,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+
+    @property
+    def http_address(self) -> str:
+        return self.server.http_url.removeprefix("http://").rstrip("/")
+
+    def run(self, text: str, timeout_s: float = 120) -> str:
+        """Run ``text`` with bash; its output (exit status 0 asserted)."""
+        done = subprocess.run(
+            ["bash", "-c", text], cwd=self.workdir, env=self.env, capture_output=True,
+            text=True, timeout=timeout_s,
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, f"{text!r} exited with {done.returncode}:\n{output}"
+        return output
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    workdir = tmp_path_factory.mktemp("docs")
+    (workdir / ".venv").symlink_to(Path(sys.prefix))
+    server = RunningServer(workdir / "server", with_http=True)
+    prefixed = f"3f2a{uuid.uuid4().hex[4:8]}-0000-4000-8000-000000000001"
+    with server.client() as client:
+        client.submit("reports.daily", b"{}", id=prefixed)
+        client.submit("reports.daily", b"{}")
+        client.submit("thumbnails", b"{}")
+        client.xlease("thumbnails", worker_id="docs", wait_timeout_ms=1000)
+        client.create_schedule("nightly-report", cron="0 3 * * *", args={"name": "reports"})
+    yield World(workdir, server, prefixed)
+    server.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# The checks
+# ---------------------------------------------------------------------------------------
+
+Check = Callable[[Example, World], None]
+
+
+def runs(ex: Example, world: World) -> None:
+    """Runs as written and says something."""
+    assert world.run(ex.text).strip()
+
+
+def runs_until_interrupted(ex: Example, world: World) -> None:
+    """A command that runs until Ctrl-C (``jobs watch``): it draws, then Ctrl-C ends it with
+    status 0."""
+    proc = subprocess.Popen(
+        ["bash", "-c", f"exec {ex.text}"], cwd=world.workdir, env=world.env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.read1(65536)  # type: ignore[attr-defined]
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=30)
+    assert first.strip(), "it drew nothing"
+    assert proc.returncode == 0, (first + rest).decode(errors="replace")
+
+
+def curl(ex: Example, world: World) -> None:
+    """Against the server's HTTP address for ``localhost:8080``: a JSON answer, no error."""
+    output = world.run(ex.text.replace("localhost:8080", world.http_address))
+    assert '"error"' not in output, output
+    if "3f2a/pause" in ex.text:
+        with Client.from_address(world.server.tcp_address) as client:
+            job = client.job(world.prefixed_id)
+        assert (job["status"], job["reason"]) == ("paused", "disk full")
+
+
+def completion(ex: Example, world: World) -> None:
+    """bash: the completion is installed; zsh and fish where they are installed, else the
+    script the command gives them."""
+    shell = next(word for word in ("bash", "zsh", "fish") if f"{word}_source" in ex.text)
+    if shell == "bash":
+        assert "jobq" in world.run(f"{ex.text}\ncomplete -p jobq")
+        return
+    if shutil.which(shell) is not None:
+        done = subprocess.run([shell, "-c", ex.text], cwd=world.workdir, env=world.env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return
+    script = world.run(f"_JOBQ_COMPLETE={shell}_source jobq")
+    assert ("compdef jobq" if shell == "zsh" else "complete --no-files --command jobq") in script
+
+
+def serves(ex: Example, world: World) -> None:
+    """``jobq server`` starts, listens and stops cleanly on SIGTERM; a non-loopback or fixed
+    address becomes a free loopback port, a system directory a temporary one."""
+    port = free_port()
+    data = world.workdir / f"server-{port}"
+    words = shlex.split(ex.text, comments=True)
+    default = not any(word.lstrip("-") in ("listen",) for word in words)
+    text = " ".join(words)
+    for old, new in (("0.0.0.0:9922", f"127.0.0.1:{port}"), ("127.0.0.1:9922", f"127.0.0.1:{port}"),
+                     ("/var/lib/jobq", str(data)), ("/var/lib/workq/cmdlog", str(data / "log"))):
+        text = text.replace(old, new)
+    cwd = world.workdir / f"cwd-{port}"
+    cwd.mkdir()
+    if default:  # the documented default address
+        port = 9922
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                pytest.fail("something already listens on 127.0.0.1:9922")
+    proc = subprocess.Popen(["bash", "-c", f"exec {text}"], cwd=cwd, env=world.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait_listening(port, proc)
+        if default:
+            assert (cwd / ".jobq" / "cmdlog").is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out.decode(errors="replace")
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the server exited"
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listened on {port}")
+
+
+def make_recipe(*wanted: str) -> Check:
+    """A make target that runs for many minutes: make's recipe for it (``make -n``, with the
+    example's variables) runs what the docs say."""
+
+    def check(ex: Example, world: World) -> None:
+        words = shlex.split(ex.text, comments=True)
+        variables = [w for w in words if "=" in w and w.split("=")[0].isupper()]
+        target = words[words.index("make") + 1]
+        done = subprocess.run(["make", "-n", "-C", str(ROOT), target, *variables],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        for text in wanted:
+            assert text in done.stdout, (text, done.stdout)
+
+    return check
+
+
+def fault_rounds(ex: Example, world: World) -> None:
+    """The fault suite's kill test with the rounds it is given (one, not a thousand)."""
+    world.run(ex.text.replace("JOBQ_FAULT_ROUNDS=1000", "JOBQ_FAULT_ROUNDS=1")
+              .replace(".venv/bin/python -m pytest", ".venv/bin/python -m pytest -q "
+                       f"--rootdir {ROOT} -p no:cacheprovider")
+              .replace("tests/fault/", f"{ROOT}/tests/fault/"), timeout_s=600)
+
+
+def benchmark_arguments(module: str) -> Check:
+    """A benchmark that runs for many minutes (``make bench``): its own parser takes the
+    example's arguments."""
+
+    def check(ex: Example, world: World) -> None:
+        words = shlex.split(ex.text, comments=True)
+        arguments = words[words.index(module) + 1 :]
+        parser = __import__(module, fromlist=["parser"]).parser()
+        parser.exit = _no_exit  # type: ignore[method-assign]
+        parser.error = _raise  # type: ignore[method-assign]
+        parser.parse_args(arguments)
+
+    return check
+
+
+def _no_exit(status: int = 0, message: str | None = None) -> None:
+    raise AssertionError(f"the parser exited ({status}): {message}")
+
+
+def _raise(message: str) -> None:
+    raise AssertionError(message)
+
+
+def elsewhere(test: str, *texts: str) -> Check:
+    """Run by ``test`` (``path::name``), which names the example (``texts``, for instance
+    its command) in its code."""
+
+    def check(ex: Example, world: World) -> None:
+        path, name = test.split("::")
+        source = (ROOT / path).read_text()
+        assert f"def {name}(" in source, f"{test} is gone"
+        for text in texts:
+            assert text in source, f"{test} does not run {text!r}"
+
+    return check
+
+
+def ci_runs_it(ex: Example, world: World) -> None:
+    """``make test`` is what CI runs (``.ci/run``), and it runs the suite."""
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    make_recipe("pytest", "ruff", "mypy")(ex, world)
+
+
+#: each example's check, by its words (``Example.key``)
+CHECKS: dict[str, Check] = {
+    "make run": elsewhere("tests/cli/test_up.py::test_make_run_on_a_fresh_clone", '"run"'),
+    "make test": ci_runs_it,
+    ".venv/bin/jobq jobs list": runs,
+    ".venv/bin/jobq jobs watch": runs_until_interrupted,
+    ".venv/bin/jobq schedules list": runs,
+    "make soak": make_recipe("bench.soak"),
+    ".venv/bin/python -m bench.soak --jobs 30000": elsewhere(
+        "tests/load/test_soak_short.py::test_every_job_completes_exactly_once_over_200_connections",
+        "JOBS = 30_000", "run_soak(",
+    ),
+    ".venv/bin/python -m bench.bench_e2e": benchmark_arguments("bench.bench_e2e"),
+    ".venv/bin/python -m bench.bench_e2e --only beanstalkd": benchmark_arguments("bench.bench_e2e"),
+    ".venv/bin/python -m bench.bench_e2e --only jobq --scenarios A": benchmark_arguments(
+        "bench.bench_e2e"
+    ),
+    ".venv/bin/python -m bench.bench_e2e --rounds 5 --jobs 100000 --duration 10": (
+        benchmark_arguments("bench.bench_e2e")
+    ),
+    "eval $(_JOBQ_COMPLETE=bash_source jobq)": completion,
+    "eval $(_JOBQ_COMPLETE=zsh_source jobq)": completion,
+    "_JOBQ_COMPLETE=fish_source jobq | source": completion,
+    "make fault": make_recipe("JOBQ_FAULT_LONG=1", "tests/fault"),
+    "JOBQ_FAULT_SEED=123 make fault": make_recipe("JOBQ_FAULT_LONG=1", "tests/fault"),
+    "JOBQ_FAULT_ROUNDS=1000 .venv/bin/python -m pytest tests/fault/test_kill_mixed.py": (
+        fault_rounds
+    ),
+    "make fuzz": make_recipe("tests.fuzz.atheris_dispatch", "-max_total_time=120"),
+    "FUZZ_SECONDS=600 make fuzz": make_recipe("-max_total_time=600"),
+    "curl -s localhost:8080/api/jobs?status=running | jq .jobs[] | {name, fraction_completed}": (
+        curl
+    ),
+    'curl -s --json {"name": "reports.daily", "payload_text": "{\\"day\\": \\"2026-11-21\\"}"} '
+    "localhost:8080/api/jobs": curl,
+    'curl -s --json {"reason": "disk full"} localhost:8080/api/jobs/3f2a/pause': curl,
+    "jobq server": serves,
+    "jobq server --listen 0.0.0.0:9922 --data-dir /var/lib/jobq --cmdlog-sync always": serves,
+    "jobq server -listen 127.0.0.1:9922 -cmdlog-path /var/lib/workq/cmdlog": serves,
+    'jobq submit spark.export --payload {"table": "sales", "format": "json",\n  "path": '
+    '"$PWD/.jobq/demo/exports/sales"}': elsewhere(
+        "tests/cli/test_up.py::test_make_run_on_a_fresh_clone", "export_the_demo_table("
+    ),
+}
+
+
+def test_every_example_has_a_check() -> None:
+    keys = {ex.key for ex in examples()}
+    assert keys - CHECKS.keys() == set(), "examples with no check"
+    assert CHECKS.keys() - keys == set(), "checks of examples no doc has any more"
+
+
+@pytest.mark.parametrize("key", sorted(CHECKS), ids=lambda key: key[:60])
+def test_example(key: str, world: World) -> None:
+    for ex in (e for e in examples() if e.key == key):
+        CHECKS[key](ex, world)
+
