@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -108,9 +109,23 @@ def test_make_run_on_a_fresh_clone(tmp_path: Path) -> None:
     assert (clone / ".jobq" / "demo" / "sales.csv").exists()
 
 
+def wait_for_job(url: str, job_id: Callable[[], str]) -> None:
+    """The job succeeds within five minutes (a Spark session starts on the first Spark job)."""
+    deadline = time.monotonic() + 300
+    job: dict[str, object] = {}
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{url}/api/jobs/{job_id()}", timeout=5).json()
+        if job["status"] in ("succeeded", "failed", "canceled"):
+            break
+        time.sleep(0.5)
+    assert job.get("status") == "succeeded", job
+
+
 def export_the_demo_table(clone: Path, server: str, url: str) -> None:
     """docs/up.md's example: ``jobq submit spark.export ...`` in the clone exports the demo's
-    table through ``make run``'s worker."""
+    table through ``make run``'s worker, once the demo imported it."""
+    wait_for_job(url, lambda: httpx.get(f"{url}/api/jobs", params={"name": "spark.import"},
+                                        timeout=5).json()["jobs"][0]["id"])
     command = example(
         'jobq submit spark.export --payload {"table": "sales", "format": "json",\n  "path": '
         '"$PWD/.jobq/demo/exports/sales"}'
@@ -121,12 +136,5 @@ def export_the_demo_table(clone: Path, server: str, url: str) -> None:
                           text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     job_id = done.stdout.split()[-1]
-    deadline = time.monotonic() + 300
-    status = ""
-    while time.monotonic() < deadline:
-        status = httpx.get(f"{url}/api/jobs/{job_id}", timeout=5).json()["status"]
-        if status in ("succeeded", "failed", "canceled"):
-            break
-        time.sleep(0.5)
-    assert status == "succeeded", httpx.get(f"{url}/api/jobs/{job_id}", timeout=5).json()
+    wait_for_job(url, lambda: job_id)
     assert any((clone / ".jobq" / "demo" / "exports" / "sales").glob("*.json"))
