@@ -27,7 +27,6 @@ from jobq.cli.common import (
     connected,
     duration_ms,
     fail,
-    fetch,
     is_tty,
     job_options,
     json_option,
@@ -37,6 +36,7 @@ from jobq.cli.common import (
     print_json,
     print_rows,
     read_file,
+    reads,
     server_option,
     short_time,
     user,
@@ -372,13 +372,9 @@ def _show_pairs(job: dict[str, Any]) -> list[tuple[str, str]]:
 
 @jobs_group.command("show")
 @click.argument("job_id", metavar="ID")
-@json_option
-@server_option
-def show_command(job_id: str, as_json: bool, server: str) -> None:
+@reads(lambda client, job_id: client.job(job_id))
+def show_command(job: dict[str, Any]) -> None:
     """Show one job (ID or a unique prefix)."""
-    job = fetch(server, as_json, lambda client: client.job(job_id))
-    if job is None:
-        return
     pairs = _show_pairs(job)
     if is_tty():
         from rich.console import Console
@@ -398,13 +394,9 @@ def show_command(job_id: str, as_json: bool, server: str) -> None:
 
 @jobs_group.command("history")
 @click.argument("job_id", metavar="ID")
-@json_option
-@server_option
-def history_command(job_id: str, as_json: bool, server: str) -> None:
+@reads(lambda client, job_id: client.history(job_id))
+def history_command(events: list[dict[str, Any]]) -> None:
     """A job's state changes, oldest first."""
-    events = fetch(server, as_json, lambda client: client.history(job_id))
-    if events is None:
-        return
     rows = [
         (
             str(e.get("time") or ""),
