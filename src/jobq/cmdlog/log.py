@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from types import TracebackType
 from typing import Self
 
 from jobq.cmdlog.appender import DEFAULT_SEGMENT_SIZE_BYTES, Appender
@@ -248,12 +247,7 @@ class CommandLog:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
