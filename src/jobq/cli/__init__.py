@@ -19,7 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "server": "jobq.cli.server:server_command",
     "log": "jobq.cli.log:log_group",
     "worker": "jobq.cli.worker:worker_command",
-    "submit": "jobq.cli.jobs:submit_command",
+    "submit": "jobq.cli.submit:submit_command",
     "jobs": "jobq.cli.jobs:jobs_group",
     "up": "jobq.cli.up:up_command",
     "status": "jobq.cli.status:status_command",

@@ -9,6 +9,7 @@ imported inside the functions that use them, so a command loads no more than it 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -120,15 +121,25 @@ def connected(server: str) -> Iterator[Client]:
         client.close()
 
 
-def fetch(server: str, as_json: bool, read: Callable[[Client], T]) -> T | None:
-    """What ``read`` gets from the server; with ``--json`` it is printed as JSON here and
-    None returned (the command has nothing left to print)."""
-    with connected(server) as client:
-        value = read(client)
-    if as_json:
-        print_json(value)
-        return None
-    return value
+def reads(read: Callable[..., T]) -> Callable[[Callable[[T], None]], Callable[..., None]]:
+    """Makes a read command of a function that shows a value: ``--json`` and ``--server``
+    are added, ``read(client, **arguments)`` gets the value from the server, printed as
+    JSON with ``--json``, else handed to the function (whose name and docstring the
+    command keeps)."""
+
+    def decorate(show: Callable[[T], None]) -> Callable[..., None]:
+        @functools.wraps(show)
+        def command(as_json: bool, server: str, **arguments: Any) -> None:
+            with connected(server) as client:
+                value = read(client, **arguments)
+            if as_json:
+                print_json(value)
+            elif value is not None:
+                show(value)
+
+        return json_option(server_option(command))
+
+    return decorate
 
 
 # -- output

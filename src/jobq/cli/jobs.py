@@ -1,4 +1,4 @@
-"""``jobq submit`` and ``jobq jobs ...``: submit, list, show, operate and watch jobs.
+"""``jobq jobs ...``: list, show, operate and watch jobs.
 
 Output is a rich table or live view on a terminal and plain text otherwise; every read
 command has ``--json``. A unique id prefix (4+ hex characters) is enough wherever an id is
@@ -25,21 +25,16 @@ from jobq.cli.common import (
     STATUSES,
     actor,
     connected,
-    duration_ms,
     fail,
-    fetch,
     is_tty,
-    job_options,
     json_option,
-    parse_when,
     percent,
     plain_rows,
     print_json,
     print_rows,
-    read_file,
+    reads,
     server_option,
     short_time,
-    user,
 )
 
 if TYPE_CHECKING:
@@ -47,112 +42,6 @@ if TYPE_CHECKING:
 
 #: statuses after which a job does not change any more
 FINAL_STATUSES = ("succeeded", "failed", "canceled")
-
-
-# ---------------------------------------------------------------------------------------
-# jobq submit
-# ---------------------------------------------------------------------------------------
-
-
-def _payload(text: str | None) -> bytes:
-    if text is None:
-        return b""
-    if text.startswith("@"):
-        return read_file(text[1:], "--payload")
-    import msgspec
-
-    data = text.encode("utf-8")
-    try:
-        msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        fail(f"--payload: not JSON ({exc}); use @FILE for other data", EXIT_USAGE)
-    return data
-
-
-def _spark_arguments(
-    name: str, data: bytes, description: str, dry_run: bool
-) -> tuple[bytes, str]:
-    """Validated arguments of a Spark job and its description (credentials masked)."""
-    import json
-
-    from jobq.spark import JOB_TYPES, describe, validate
-
-    if name not in JOB_TYPES:
-        fail(f"unknown Spark job type {name!r} (known: {', '.join(sorted(JOB_TYPES))})",
-             EXIT_USAGE)
-    if dry_run:
-        if name != "spark.pipeline":
-            fail("--dry-run is for spark.pipeline jobs", EXIT_USAGE)
-        arguments = json.loads(data or b"{}")
-        if not isinstance(arguments, dict):
-            fail("--payload: spark.pipeline arguments are a JSON object", EXIT_USAGE)
-        arguments["dry_run"] = True
-        data = json.dumps(arguments).encode()
-    error = validate(name, data)
-    if error is not None:
-        fail(error, EXIT_USAGE)
-    return data, description or describe(name, data)
-
-
-@click.command("submit")
-@click.argument("name")
-@click.option("--payload", metavar="JSON|@FILE", default=None, help="JSON text, or @FILE.")
-@click.option("--description", default="", help="What the job is.")
-@job_options(ttl_help="Keep the job this long [default: retention].")
-@click.option("--at", "at", default=None, metavar="TIME", help="RFC 3339 time, or +DURATION.")
-@click.option("--creator", default=None, help="Who submits it [default: $USER].")
-@click.option("--id", "job_id", default=None, help="The job id (a UUID) [default: new].")
-@click.option("--dry-run", is_flag=True,
-              help="spark.pipeline: validate the pipeline graph without running it.")
-@server_option
-def submit_command(
-    name: str,
-    payload: str | None,
-    description: str,
-    priority: int,
-    ttr: str,
-    ttl: str | None,
-    max_attempts: int,
-    max_fails: int,
-    at: str | None,
-    creator: str | None,
-    job_id: str | None,
-    dry_run: bool,
-    server: str,
-) -> None:
-    """Submit a job NAME; prints its id.
-
-    Spark job types (spark.import, spark.backup, ...) have their JSON arguments checked here
-    first; a bad argument is a one-line error and nothing is submitted.
-    """
-    data = _payload(payload)
-    if name.startswith("spark."):
-        data, description = _spark_arguments(name, data, description, dry_run)
-    elif dry_run:
-        fail("--dry-run is for spark.pipeline jobs", EXIT_USAGE)
-    ttr_ms = duration_ms(ttr, "--ttr")
-    ttl_ms = None if ttl is None else duration_ms(ttl, "--ttl")
-    when = None if at is None else parse_when(at)
-    with connected(server) as client:
-        new_id = client.submit(
-            name,
-            data,
-            id=job_id,
-            priority=priority,
-            ttr_ms=ttr_ms,
-            ttl_ms=ttl_ms,
-            max_attempts=max_attempts,
-            max_fails=max_fails,
-            time=when,
-            description=description,
-            creator=user() if creator is None else creator,
-        )
-    click.echo(new_id)
-
-
-# ---------------------------------------------------------------------------------------
-# jobq jobs
-# ---------------------------------------------------------------------------------------
 
 
 @click.group("jobs", context_settings={"help_option_names": ["-h", "--help"]})
@@ -372,13 +261,9 @@ def _show_pairs(job: dict[str, Any]) -> list[tuple[str, str]]:
 
 @jobs_group.command("show")
 @click.argument("job_id", metavar="ID")
-@json_option
-@server_option
-def show_command(job_id: str, as_json: bool, server: str) -> None:
+@reads(lambda client, job_id: client.job(job_id))
+def show_command(job: dict[str, Any]) -> None:
     """Show one job (ID or a unique prefix)."""
-    job = fetch(server, as_json, lambda client: client.job(job_id))
-    if job is None:
-        return
     pairs = _show_pairs(job)
     if is_tty():
         from rich.console import Console
@@ -398,13 +283,9 @@ def show_command(job_id: str, as_json: bool, server: str) -> None:
 
 @jobs_group.command("history")
 @click.argument("job_id", metavar="ID")
-@json_option
-@server_option
-def history_command(job_id: str, as_json: bool, server: str) -> None:
+@reads(lambda client, job_id: client.history(job_id))
+def history_command(events: list[dict[str, Any]]) -> None:
     """A job's state changes, oldest first."""
-    events = fetch(server, as_json, lambda client: client.history(job_id))
-    if events is None:
-        return
     rows = [
         (
             str(e.get("time") or ""),

@@ -13,7 +13,6 @@ from jobq.cli.common import (
     connected,
     duration_ms,
     fail,
-    fetch,
     job_options,
     json_option,
     parse_when,
@@ -21,6 +20,7 @@ from jobq.cli.common import (
     print_json,
     print_rows,
     read_file,
+    reads,
     server_option,
     short_time,
     user,
@@ -148,25 +148,17 @@ _HEADER = ("ID", "NAME", "SPEC", "STATE", "NEXT RUN", "LAST RUN", "WAIT/ON ERROR
 
 
 @schedules_group.command("list")
-@json_option
-@server_option
-def list_command(as_json: bool, server: str) -> None:
+@reads(lambda client: client.schedules())
+def list_command(schedules: list[dict[str, Any]]) -> None:
     """SHOW SCHEDULES: spec, next run, last run and how it ended, policies, state."""
-    schedules = fetch(server, as_json, lambda client: client.schedules())
-    if schedules is None:
-        return
     print_rows([_row(s) for s in schedules], _HEADER, "no schedules")
 
 
 @schedules_group.command("show")
 @click.argument("name")
-@json_option
-@server_option
-def show_command(name: str, as_json: bool, server: str) -> None:
+@reads(lambda client, name: client.get_schedule(name))
+def show_command(schedule: dict[str, Any]) -> None:
     """One schedule, with its change history."""
-    schedule = fetch(server, as_json, lambda client: client.get_schedule(name))
-    if schedule is None:
-        return
     for key, value in schedule.items():
         if key == "changes":
             continue
@@ -227,13 +219,9 @@ def backfill_command(name: str, start: str, end: str, server: str) -> None:
 
 @schedules_group.command("history")
 @click.argument("name")
-@json_option
-@server_option
-def history_command(name: str, as_json: bool, server: str) -> None:
+@reads(lambda client, name: client.schedule_history(name))
+def history_command(changes: list[dict[str, Any]]) -> None:
     """The schedule's changes and their reasons."""
-    changes = fetch(server, as_json, lambda client: client.schedule_history(name))
-    if changes is None:
-        return
     rows = [(short_time(c["time"]), str(c["reason"])) for c in changes]
     click.echo(plain_rows(rows, ("TIME", "CHANGE")) if rows else "no changes")
 

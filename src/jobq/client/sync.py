@@ -13,7 +13,6 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from jobq.client.base import (
@@ -67,12 +66,7 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:

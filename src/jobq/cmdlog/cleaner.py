@@ -56,8 +56,8 @@ CLEAN_STEPS: Final = ("create_rw", "write_rw", "fsync_rw", "rename", "fsync_dir"
 DELETE_STEPS: Final = ("unlink", "fsync_dir", "done")
 
 
-class CleanStats(msgspec.Struct, frozen=True):
-    """What one :meth:`Cleaner.clean` pass did."""
+class CleanStats(msgspec.Struct):
+    """What one :meth:`Cleaner.clean` pass did, counted as it goes."""
 
     segments_checked: int = 0
     segments_rewritten: int = 0
@@ -124,7 +124,7 @@ class Cleaner:
         """Rewrite the read-only segments worth it, keeping the records ``keep`` keeps, and
         with ``keys``, every record of a key after a dead record of it that stays (see the
         module)."""
-        checked = rewritten = deleted = skipped = kept_total = dropped_total = reclaimed = 0
+        stats = CleanStats()
         # keys of dead records left in the log by this pass (in segments not rewritten)
         staying: set[Hashable] = set()
         with self.lock:
@@ -132,7 +132,7 @@ class Cleaner:
             readonly = [s for s in list_segments(self.directory) if s[0] < active]
             newest_readonly = readonly[-1][0] if readonly else None
             for sequence, name in readonly:
-                checked += 1
+                stats.segments_checked += 1
                 path = os.path.join(self.directory, name)
                 data = read_segment(path)
                 version = check_header(data, path, newest=False)
@@ -141,10 +141,10 @@ class Cleaner:
                 if not records:
                     if sequence != newest_readonly:
                         self._delete(path)
-                        deleted += 1
-                        reclaimed += len(data)
+                        stats.segments_deleted += 1
+                        stats.bytes_reclaimed += len(data)
                     else:
-                        skipped += 1
+                        stats.segments_skipped += 1
                     continue
                 kept = [keep(record) for record in records]
                 # the keys of dead records, each asked for once (a decode, for some)
@@ -161,20 +161,20 @@ class Cleaner:
                                 staying.update(record_keys)
                 dead = kept.count(False)
                 if dead == 0 or not self._worth_rewriting(records, dead, expires_at, now_ns):
-                    skipped += 1
-                    kept_total += len(records) - dead
+                    stats.segments_skipped += 1
+                    stats.records_kept += len(records) - dead
                     if keys is not None:
                         for index, (record, keeps) in enumerate(zip(records, kept, strict=True)):
                             if not keeps:
                                 found = dead_keys.get(index)
                                 staying.update(keys(record) if found is None else found)
                     continue
-                dropped_total += dead
-                kept_total += len(records) - dead
+                stats.records_dropped += dead
+                stats.records_kept += len(records) - dead
                 if dead == len(records) and sequence != newest_readonly:
                     self._delete(path)
-                    deleted += 1
-                    reclaimed += len(data)
+                    stats.segments_deleted += 1
+                    stats.bytes_reclaimed += len(data)
                     continue
                 ends = [record.offset for record in records[1:]] + [len(data)]
                 body = b"".join(
@@ -183,17 +183,9 @@ class Cleaner:
                     if keeps
                 )
                 self._rewrite(path, data[:HEADER_LEN] + body)
-                rewritten += 1
-                reclaimed += len(data) - HEADER_LEN - len(body)
-        return CleanStats(
-            segments_checked=checked,
-            segments_rewritten=rewritten,
-            segments_deleted=deleted,
-            segments_skipped=skipped,
-            records_kept=kept_total,
-            records_dropped=dropped_total,
-            bytes_reclaimed=reclaimed,
-        )
+                stats.segments_rewritten += 1
+                stats.bytes_reclaimed += len(data) - HEADER_LEN - len(body)
+        return stats
 
     @staticmethod
     def _worth_rewriting(

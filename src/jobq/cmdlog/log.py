@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from types import TracebackType
+from collections.abc import Callable, Iterator, Sequence
 from typing import Self
 
 from jobq.cmdlog.appender import DEFAULT_SEGMENT_SIZE_BYTES, Appender
-from jobq.cmdlog.cleaner import Cleaner, CleanStats, remove_stale_rewrites
+from jobq.cmdlog.cleaner import Cleaner, remove_stale_rewrites
 from jobq.cmdlog.cursor import Cursor, recover_newest_segment
 from jobq.cmdlog.errors import CmdlogError, LogDirectoryError
 from jobq.cmdlog.lock import DirectoryLock
@@ -61,6 +60,9 @@ class CommandLog:
         self._kept_from: int | None = None
         #: the cleaner (tests set ``cleaner.step`` to inject crashes)
         self.cleaner = Cleaner(path, self._first_untouchable, fsync=fsync)
+        #: one cleaner pass (:meth:`Cleaner.clean <jobq.cmdlog.cleaner.Cleaner.clean>`);
+        #: buffered records are written first, so segments they fill count as read-only
+        self.clean = self.cleaner.clean
 
     @property
     def lock_fd(self) -> int | None:
@@ -170,21 +172,6 @@ class CommandLog:
         """Return once ``lsn`` is on disk (group commit with other waiters)."""
         self.appender.wait_synced(lsn)
 
-    def clean(
-        self,
-        keep: Callable[[Record], bool],
-        *,
-        expires_at: Callable[[Record], int | None] | None = None,
-        keys: Callable[[Record], Iterable[Hashable]] | None = None,
-        now_ns: int,
-    ) -> CleanStats:
-        """Rewrite read-only segments worth it, keeping the records ``keep`` keeps, and
-        with ``keys`` (the ids a record is about) every record of a key after a dead one
-        of it that stays (``cleaner.py``). Buffered records are written first, so segments
-        they fill count as read-only."""
-        self._write_buffer()
-        return self.cleaner.clean(keep, expires_at=expires_at, keys=keys, now_ns=now_ns)
-
     # ------------------------------------------------------------------ state
 
     def position(self) -> tuple[int, int]:
@@ -207,8 +194,10 @@ class CommandLog:
         return self._kept_from
 
     def _first_untouchable(self) -> int:
-        """The first segment the cleaner must leave alone: the one being appended to, or an
-        earlier one kept by :meth:`keep_from`."""
+        """The first segment the cleaner must leave alone, asked as a pass starts: the one
+        being appended to once buffered records are written (segments they fill are
+        read-only), or an earlier one kept by :meth:`keep_from`."""
+        self._write_buffer()
         active = self.appender.sequence
         kept_from = self._kept_from
         return active if kept_from is None else min(active, kept_from)
@@ -248,12 +237,7 @@ class CommandLog:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

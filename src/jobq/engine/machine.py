@@ -170,29 +170,36 @@ class Engine:
 
     def add(
         self, *, id: bytes, name: str, ttr_ms: int, ttl_ms: int, payload: bytes,
-        priority: int = 0, max_attempts: int = 0, max_fails: int = 0, now_ns: int,
+        priority: int = 0, max_attempts: int = 0, max_fails: int = 0,
+        time_ns: int | None = None, now_ns: int,
     ) -> Job:
-        """Queue a job, leasable at once."""
-        command = AddJob(
-            id, name, ttr_ms, ttl_ms, priority, max_attempts, max_fails, payload, now_ns
-        )
+        """Queue a job, leasable at once; or, with ``time_ns`` (workq's ``schedule``), from
+        then on, its TTL counting from then.
+
+        As in workq, a scheduled job that would expire before it could run is refused.
+        """
+        if time_ns is None:
+            command: AddJob | ScheduleJob = AddJob(
+                id, name, ttr_ms, ttl_ms, priority, max_attempts, max_fails, payload, now_ns
+            )
+        elif time_ns + ttl_ms * _NS_PER_MS <= now_ns:
+            raise InvalidArgument("Invalid Time")
+        else:
+            command = ScheduleJob(
+                id, name, ttr_ms, ttl_ms, priority, max_attempts, max_fails, payload, now_ns,
+                time_ns,
+            )
         return self._create(command, now_ns)
 
     def schedule(
         self, *, id: bytes, name: str, ttr_ms: int, ttl_ms: int, time_ns: int, payload: bytes,
         priority: int = 0, max_attempts: int = 0, max_fails: int = 0, now_ns: int,
     ) -> Job:
-        """Queue a job that becomes leasable at ``time_ns``; its TTL counts from then.
-
-        As in workq, a job that would expire before it could run is refused.
-        """
-        if time_ns + ttl_ms * _NS_PER_MS <= now_ns:
-            raise InvalidArgument("Invalid Time")
-        command = ScheduleJob(
-            id, name, ttr_ms, ttl_ms, priority, max_attempts, max_fails, payload, now_ns,
-            time_ns,
+        """:meth:`add` with a time: a job that becomes leasable at ``time_ns``."""
+        return self.add(
+            id=id, name=name, ttr_ms=ttr_ms, ttl_ms=ttl_ms, payload=payload, priority=priority,
+            max_attempts=max_attempts, max_fails=max_fails, time_ns=time_ns, now_ns=now_ns,
         )
-        return self._create(command, now_ns)
 
     def submit(
         self, *, id: bytes, name: str, payload: bytes = b"", priority: int = 0,

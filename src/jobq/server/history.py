@@ -8,30 +8,20 @@ Runs in a worker thread (it reads every segment); it never touches the engine.
 from __future__ import annotations
 
 from jobq.cmdlog.cursor import Cursor
-from jobq.engine.commands import (
-    AddJob,
-    CommandDecodeError,
-    CompleteJob,
-    DeleteJob,
-    ExpireJob,
-    FailJob,
-    ScheduleJob,
-    StartAttempt,
-    TimeoutAttempt,
-    decode_command,
-)
-from jobq.engine.extensions import (
-    CancelJob,
-    Heartbeat,
-    LeaseBy,
-    PauseJob,
-    ReleaseJob,
-    ResumeJob,
-    SubmitJob,
-)
+from jobq.engine import commands, extensions
 from jobq.server.extensions import format_time
 
 _CLIENT = "client"
+#: the commands that create a job, and those that start an attempt
+_CREATE = (commands.AddJob, commands.ScheduleJob, extensions.SubmitJob)
+_LEASE = (commands.StartAttempt, extensions.LeaseBy)
+#: the operator's changes, and the verb the history names each with
+_OPERATOR = (extensions.PauseJob, extensions.ResumeJob, extensions.CancelJob)
+_VERBS: dict[type, str] = {
+    extensions.PauseJob: "pause",
+    extensions.ResumeJob: "resume",
+    extensions.CancelJob: "cancel",
+}
 
 
 def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str, object]]:
@@ -50,47 +40,46 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
         if logged_ns < created_ns or job_id not in payload:
             continue
         try:
-            command = decode_command(payload)
-        except CommandDecodeError:
+            command = commands.decode_command(payload)
+        except commands.CommandDecodeError:
             continue
         if command.id != job_id:
             continue
-        if isinstance(command, AddJob | ScheduleJob | SubmitJob):
-            actor = (
-                command.creator if isinstance(command, SubmitJob) and command.creator else _CLIENT
-            )
+        if isinstance(command, _CREATE):
+            submitted = command if isinstance(command, extensions.SubmitJob) else None
+            actor = submitted.creator if submitted and submitted.creator else _CLIENT
             detail = f"queue {command.name}"
-            if isinstance(command, SubmitJob) and command.created_by_type:
-                detail += f", created by {command.created_by_type} {command.created_by_id}"
+            if submitted and submitted.created_by_type:
+                detail += f", created by {submitted.created_by_type} {submitted.created_by_id}"
             event(logged_ns, "submitted", actor, detail)
-        elif isinstance(command, StartAttempt | LeaseBy):
+        elif isinstance(command, _LEASE):
             attempt += 1
             running = True
-            holder = command.worker if isinstance(command, LeaseBy) else None
+            holder = command.worker if isinstance(command, extensions.LeaseBy) else None
             event(logged_ns, "leased", holder or _CLIENT, f"attempt {attempt}")
-        elif isinstance(command, Heartbeat):
+        elif isinstance(command, extensions.Heartbeat):
             if command.checkpoint is not None:
                 detail = f"{len(command.checkpoint)} bytes"
                 if command.fraction_completed is not None:
                     detail += f" at {command.fraction_completed:.0%}"
                 event(command.at_ns, "checkpoint", command.worker or holder or _CLIENT, detail)
-        elif isinstance(command, CompleteJob):
+        elif isinstance(command, commands.CompleteJob):
             event(logged_ns, "completed", holder or _CLIENT)
             running = False
-        elif isinstance(command, FailJob):
+        elif isinstance(command, commands.FailJob):
             text = command.result.decode("utf-8", "replace")
             event(logged_ns, "failed", holder or _CLIENT, text[:200])
             running, holder = False, None
-        elif isinstance(command, TimeoutAttempt):
+        elif isinstance(command, commands.TimeoutAttempt):
             event(logged_ns, "timed out", "server", f"attempt {attempt}: TTR passed")
             running, holder, requested = False, None, ""
-        elif isinstance(command, ReleaseJob):
+        elif isinstance(command, extensions.ReleaseJob):
             outcome = {"pause": "paused", "cancel": "canceled"}.get(requested, "pending")
             event(logged_ns, "released", command.worker, f"now {outcome}")
             running, holder, requested = False, None, ""
-        elif isinstance(command, PauseJob | ResumeJob | CancelJob):
-            verb = {PauseJob: "pause", ResumeJob: "resume", CancelJob: "cancel"}[type(command)]
-            if running and not isinstance(command, ResumeJob):
+        elif isinstance(command, _OPERATOR):
+            verb = _VERBS[type(command)]
+            if running and verb != "resume":
                 name = f"{verb} requested"
                 requested = verb if verb == "cancel" or requested != "cancel" else requested
             elif running:
@@ -99,9 +88,9 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
             else:
                 name = {"pause": "paused", "resume": "resumed", "cancel": "canceled"}[verb]
             event(logged_ns, name, command.actor or _CLIENT, command.reason)
-        elif isinstance(command, DeleteJob):
+        elif isinstance(command, commands.DeleteJob):
             event(logged_ns, "deleted", _CLIENT)
-        elif isinstance(command, ExpireJob):
+        elif isinstance(command, commands.ExpireJob):
             event(logged_ns, "expired", "server")
     return events
 

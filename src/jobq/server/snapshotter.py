@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from jobq.cmdlog.segment import segment_name
@@ -43,45 +44,6 @@ RETRY_AFTER_S = 60.0
 CHILD_TIMEOUT_S = 600.0
 #: the most of a child's error message read back
 _MESSAGE_BYTES = 4096
-
-
-class _Child:
-    """A child process writing a snapshot."""
-
-    __slots__ = (
-        "jobs",
-        "message_fd",
-        "offset",
-        "pid",
-        "pidfd",
-        "records",
-        "sequence",
-        "started_s",
-        "timed_out",
-    )
-
-    def __init__(
-        self,
-        pid: int,
-        message_fd: int,
-        sequence: int,
-        offset: int,
-        records: int,
-        jobs: int,
-        started_s: float,
-    ) -> None:
-        self.pid = pid
-        self.message_fd = message_fd
-        self.sequence = sequence
-        self.offset = offset
-        #: records logged since the last snapshot when this one was forked
-        self.records = records
-        #: jobs the engine held then
-        self.jobs = jobs
-        self.started_s = started_s
-        self.pidfd: int | None = None
-        #: killed for running longer than ``CHILD_TIMEOUT_S``
-        self.timed_out = False
 
 
 class Snapshotter:
@@ -413,3 +375,21 @@ def _max_fd() -> int:
     except (OSError, ValueError):
         limit = -1
     return limit if limit > 0 else 65536
+
+
+@dataclass(slots=True, eq=False)
+class _Child:
+    """A child process writing a snapshot."""
+
+    pid: int
+    message_fd: int
+    sequence: int
+    offset: int
+    #: records logged since the last snapshot when this one was forked
+    records: int
+    #: jobs the engine held then
+    jobs: int
+    started_s: float
+    pidfd: int | None = None
+    #: killed for running longer than ``CHILD_TIMEOUT_S``
+    timed_out: bool = False

@@ -104,6 +104,8 @@ class Add(_QueuedJob, frozen=True):
     """``add <id> <name> <ttr> <ttl> <payload-size> [-priority] [-max-attempts] [-max-fails]``"""
 
     command: ClassVar[str] = "add"
+    #: an add's job is leasable at once (a :class:`Schedule`'s from its ``time_ns``)
+    time_ns: ClassVar[None] = None
     priority: int = 0
     max_attempts: int = 0
     max_fails: int = 0
