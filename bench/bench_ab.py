@@ -13,6 +13,12 @@ Scenarios (as the end-to-end benchmark's):
   A     4 producers + 4 consumers; jobq ``--cmdlog-sync interval``, beanstalkd ``-f 1000``
   B     16 + 16; jobq ``--cmdlog-sync always``, beanstalkd ``-f 0``
   adds  8 producers, no consumers; as A
+
+With ``--restart-pending N`` (default 500,000; 0: none) each round also starts each jobq on
+one log of N pending jobs (as ``bench_server`` writes it): with no snapshot (the whole log
+replayed), then, after a clean stop, from its engine snapshot; it reports the time from
+process start to the first reply and the RSS then (beanstalkd restarts from its binlog in
+``bench_server``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.beanstalkd import LOOPBACK, ServerProcess, beanstalkd_server, free_port
+from bench.bench_server import _launch, fill_jobq, first_reply_s, rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -104,14 +111,36 @@ def one_run(
     return rate, cpu_us
 
 
-def main() -> None:
+def restart(src: Path, data_dir: Path) -> dict[str, float]:
+    """Start the jobq of ``src`` on ``data_dir`` without, then with, its engine snapshot:
+    seconds to the first reply and RSS (MiB) then."""
+    found: dict[str, float] = {}
+    (data_dir / "cmdlog" / "engine.snapshot").unlink(missing_ok=True)
+    for start in ("replay", "snapshot"):
+        server = jobq_server(src, data_dir, "interval")
+        seconds, server = first_reply_s(
+            lambda server=server: _launch(server), b"inspect server\r\n", server.port
+        )
+        found[f"{start}_s"] = seconds
+        found[f"{start}_rss_mib"] = rss_mib(server.pid)
+        server.stop()  # a clean stop writes the snapshot the second start uses
+    return found
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line (the docs' examples are checked against it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="the old tree's src/")
     parser.add_argument("--after", type=Path, default=ROOT / "src", help="default: src/")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=30_000)
     parser.add_argument("--scenarios", default="A,B,adds")
-    args = parser.parse_args()
+    parser.add_argument("--restart-pending", type=int, default=500_000)
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     qbench = qbench_binary()
     scenarios = [SCENARIOS[name] for name in args.scenarios.split(",")]
     names = ("beanstalkd", "before", "after")
@@ -119,6 +148,18 @@ def main() -> None:
     cpus: dict[tuple[str, str], list[float]] = {}
     base = Path(os.environ.get("JOBQ_BENCH_DIR", "/var/tmp"))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    restarts: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(dir=base, prefix="jobq-ab-restart-") as tmp:
+        if args.restart_pending:
+            fill_jobq(Path(tmp), args.restart_pending)
+        for round_number in range(args.rounds if args.restart_pending else 0):
+            for name in names[1:]:
+                src = args.before if name == "before" else args.after
+                for key, value in restart(src.resolve(), Path(tmp)).items():
+                    restarts.setdefault((key, name), []).append(value)
+                print(f"round {round_number + 1} restart {name}: "
+                      f"{restarts[('replay_s', name)][-1]:.2f} s replay, "
+                      f"{restarts[('snapshot_s', name)][-1]:.2f} s snapshot", flush=True)
     for round_number in range(args.rounds):
         for scenario in scenarios:
             for name in names:
@@ -137,10 +178,11 @@ def main() -> None:
                 print(f"round {round_number + 1} {scenario.name} {name}: {rate:,.0f} jobs/s, "
                       f"{cpu_us:.0f} us CPU a job", flush=True)
     lines = [
-        "## jobq before and after a change, end to end (qbench, beanstalkd in the same run)",
+        "jobq before and after a change, end to end (qbench; beanstalkd in the same run).",
         "",
         f"Reproduce: `python -m bench.bench_ab --before {args.before} --rounds {args.rounds} "
-        f"--jobs {args.jobs}`; measured {started}, {os.cpu_count()} cores, "
+        f"--jobs {args.jobs} --restart-pending {args.restart_pending}`; measured {started}, "
+        f"{os.cpu_count()} cores, "
         f"{platform.python_version()}. Medians of {args.rounds} alternated rounds.",
         "",
         "| scenario | beanstalkd jobs/s | before jobs/s | after jobs/s | after/before "
@@ -155,6 +197,24 @@ def main() -> None:
             f"| {rate['after']:,.0f} | {rate['after'] / rate['before']:.2f}x "
             f"| {cpu['before']:.0f} | {cpu['after']:.0f} | {cpu['after'] / cpu['before']:.2f}x |"
         )
+    if restarts:
+        lines += [
+            "",
+            f"Restart with {args.restart_pending:,} pending jobs (process start to first reply; "
+            "RSS then):",
+            "",
+            "| start | before | after | after/before | before RSS MiB | after RSS MiB |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for start in ("replay", "snapshot"):
+            s_before = statistics.median(restarts[(f"{start}_s", "before")])
+            s_after = statistics.median(restarts[(f"{start}_s", "after")])
+            rss = {n: statistics.median(restarts[(f"{start}_rss_mib", n)]) for n in names[1:]}
+            label = "no snapshot (whole log replayed)" if start == "replay" else "from its snapshot"
+            lines.append(
+                f"| {label} | {s_before:.2f} s | {s_after:.2f} s | {s_after / s_before:.2f}x "
+                f"| {rss['before']:.0f} | {rss['after']:.0f} |"
+            )
     report = "\n".join(lines) + "\n"
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "ab.md").write_text(report)

@@ -57,6 +57,9 @@ class Bench:
     columns: tuple[Column, ...] = ()
     #: extra summary rows read from the report text: (measure, regex with a number, target)
     text_targets: tuple[tuple[str, str, str], ...] = ()
+    #: False: never run here (it needs arguments only a person can give), only collected
+    #: when its table is there; the table says how to reproduce it
+    runs: bool = True
 
 
 BENCHMARKS = [
@@ -84,6 +87,8 @@ BENCHMARKS = [
                   r"\d+ files": "adopting a backup of {row} at 80% / a full run"}),
     Bench("Load and soak: 200 connections", 8, "bench.soak", [],
           ["--jobs", "20000"], "soak.md"),
+    Bench("Before and after the reshaping", 20, "bench.bench_ab", [], [], "ab.md",
+          runs=False),
 ]  # fmt: skip
 
 # ------------------------------------------------------------------------- parsing tables
@@ -368,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         arguments = bench.quick if args.quick else bench.full
         table_path = OUT / bench.out_name
+        if not bench.runs:
+            if table_path.exists():
+                sections.append(f"## {bench.title} (issue {bench.issue})\n\n"
+                                + table_path.read_text())
+            continue
         note, fresh, code, used = "", table_path.exists(), 0, " ".join(arguments)
         if not args.collect_only:
             before = table_path.stat().st_mtime if table_path.exists() else None

@@ -243,6 +243,27 @@ def elsewhere(test: str, *texts: str) -> Check:
     return check
 
 
+def worktree(ex: Example, world: World) -> None:
+    """``git worktree add`` of an earlier commit, in a clone of this repository (so that
+    the repository's own worktree list stays as it is), at a temporary path for ``/tmp/...``."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    clone = world.workdir / "clone"
+    if not clone.exists():
+        subprocess.run(["git", "clone", "-q", f"file://{ROOT}", str(clone)], check=True,
+                       capture_output=True, timeout=120)
+    depth = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=clone, check=True,
+                           capture_output=True, text=True).stdout.strip()
+    if int(depth) <= 10:
+        pytest.skip("the history is too short for HEAD~10")
+    target = world.workdir / "jobq-before"
+    text = ex.text.replace("/tmp/jobq-before", str(target))
+    done = subprocess.run(["bash", "-c", text], cwd=clone, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (target / "src" / "jobq" / "__init__.py").exists()
+
+
 def ci_runs_it(ex: Example, world: World) -> None:
     """``make test`` is what CI runs (``.ci/run``), and it runs the suite."""
     assert "make test" in (ROOT / ".ci" / "run").read_text()
@@ -268,6 +289,10 @@ CHECKS: dict[str, Check] = {
     ),
     ".venv/bin/python -m bench.bench_e2e --rounds 5 --jobs 100000 --duration 10": (
         benchmark_arguments("bench.bench_e2e")
+    ),
+    "git worktree add /tmp/jobq-before HEAD~10": worktree,
+    ".venv/bin/python -m bench.bench_ab --before /tmp/jobq-before/src --rounds 5": (
+        benchmark_arguments("bench.bench_ab")
     ),
     "eval $(_JOBQ_COMPLETE=bash_source jobq)": completion,
     "eval $(_JOBQ_COMPLETE=zsh_source jobq)": completion,
