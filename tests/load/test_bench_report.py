@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+from bench import run_all
 from bench.run_all import BENCHMARKS, Bench, Column, evaluate, supported, targets
 
 TABLE = """\
@@ -53,4 +57,25 @@ def test_options_a_module_lacks_are_dropped_with_their_values() -> None:
 
 def test_every_benchmark_has_distinct_output_and_quick_arguments() -> None:
     assert len({b.out_name for b in BENCHMARKS}) == len(BENCHMARKS)
-    assert all(b.quick for b in BENCHMARKS)  # --quick never runs a full-size benchmark
+    # --quick never runs a full-size benchmark (those it never runs excepted)
+    assert all(b.quick for b in BENCHMARKS if b.runs)
+
+
+def test_a_benchmark_that_never_runs_is_collected_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never = next(b for b in BENCHMARKS if not b.runs)
+    monkeypatch.setattr(run_all, "OUT", tmp_path)
+    monkeypatch.setattr(run_all, "run_one", _must_not_run)
+    monkeypatch.setattr(run_all, "BENCHMARKS", [never])
+    (tmp_path / never.out_name).write_text("| a | b |\n|---|---|\n| x | 1 |\n")
+    out = tmp_path / "report.md"
+    assert run_all.main(["--out", str(out)]) == 0
+    assert f"## {never.title} (issue {never.issue})" in out.read_text()
+    (tmp_path / never.out_name).unlink()
+    assert run_all.main(["--out", str(out)]) == 0  # no table: left out, not a failure
+    assert never.title not in out.read_text()
+
+
+def _must_not_run(*args: object) -> None:
+    raise AssertionError("run_all ran a benchmark it must only collect")
