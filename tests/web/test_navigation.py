@@ -65,6 +65,9 @@ def test_an_unknown_job_shows_not_found_and_no_buttons(page: Any, live: RunningS
     go(page, f"#/jobs/{first}")
     page.wait_for_selector("button[data-action=delete]")
     assert page.query_selector("#not-found") is None
+    # deleted meanwhile (elsewhere): the page says so and drops its buttons
+    assert httpx.delete(f"{live.http_url}/api/jobs/{first}").status_code == 200
+    assert_not_found(page, "job", ["ui.first description"])
 
 
 def test_an_unknown_schedule_shows_not_found(page: Any, live: RunningServer) -> None:

@@ -13,7 +13,8 @@ export function confirmAction({ title, message, action, reason }) {
   $("confirm-title").textContent = title;
   const body = $("confirm-message");
   clear(body);
-  body.append(...message.map((part) => (part instanceof Node ? part : document.createTextNode(part))));
+  body.append(...message.map((part) =>
+    (part instanceof Node ? part : document.createTextNode(part))));
   const reasonField = $("confirm-reason-field");
   const input = $("confirm-reason");
   reasonField.hidden = !reason;

@@ -53,7 +53,9 @@ export function preview(base64, limit) {
 // A field's value as nodes: user text isolated, times with how long ago.
 function fieldValue(key, value) {
   if (value === null || value === undefined || value === "") return ["—"];
-  if (TIMES.includes(key)) return [user(value), " ", el("span", { class: "muted", text: `(${ago(value)})` })];
+  if (TIMES.includes(key)) {
+    return [user(value), " ", el("span", { class: "muted", text: `(${ago(value)})` })];
+  }
   if (key === "lease") return [user(value.worker_id || "?"), " until ", user(value.expires || "?")];
   if (key === "created_by") return [user(value.type), " ", user(value.id)];
   if (key === "checkpoint_size" || key === "payload_size") return [`${value} bytes`];
@@ -121,13 +123,14 @@ export function mountJob(ctx, root, requested) {
     result.textContent = job.result === null || job.result === undefined ? "—" : shownResult.text;
     clear(history);
     if (!events.length) {
-      history.append(el("li", { class: "muted", text: "No history (an in-memory server keeps none)." }));
+      history.append(el("li", { class: "muted",
+        text: "No history (an in-memory server keeps none)." }));
     }
     for (const event of events) {
       history.append(el("li", { class: `event event-${String(event.event).replace(/\W+/g, "-")}` },
         el("time", { datetime: event.time || "", title: event.time || "", text: event.time || "" }),
         el("strong", {}, user(event.event)),
-        event.actor ? el("span", { class: "muted" }, " by ", user(event.actor, { class: "actor" })) : null,
+        event.actor ? el("span", { class: "muted" }, " by ", user(event.actor)) : null,
         event.detail ? el("span", { class: "detail" }, " — ", user(event.detail)) : null));
     }
   }

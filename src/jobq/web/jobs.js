@@ -132,7 +132,8 @@ function emptyState(ctx, page, kind) {
       el("button", { type: "button", id: "clear-filter", onclick: () => page.clearFilters() },
         "Clear the filter")];
   }
-  return [el("p", { text: "No jobs yet. Submit one from the repository after make run:" }),
+  return [el("p", {}, "No jobs yet. Submit one from the repository, after ",
+    el("code", { text: "make run" }), ":"),
     el("pre", { class: "hint" }, el("code", { id: "submit-hint", text: SUBMIT_HINT }))];
 }
 

@@ -18,7 +18,8 @@ function state(s) { return s.state || (s.paused ? "paused" : "active"); }
 function lastResult(s) {
   const outcome = s.last_outcome || "";
   if (!s.last_job_id) return el("span", { class: "muted", text: outcome || "—" });
-  return el("a", { href: `#/jobs/${encodeURIComponent(s.last_job_id)}`, text: outcome || "running" });
+  return el("a", { href: `#/jobs/${encodeURIComponent(s.last_job_id)}`,
+    text: outcome || "running" });
 }
 
 function scheduleLink(s) {
@@ -28,7 +29,8 @@ function scheduleLink(s) {
 
 export function mountSchedules(ctx, root) {
   const tbody = el("tbody");
-  const empty = el("p", { id: "schedules-empty", class: "muted", hidden: true, text: "No schedules." });
+  const empty = el("p", { id: "schedules-empty", class: "muted", hidden: true,
+    text: "No schedules." });
   root.append(
     el("div", { class: "toolbar" }, el("h1", { text: "Schedules" })),
     el("div", { class: "table-box" },
@@ -123,7 +125,8 @@ export function mountSchedule(ctx, root, requested) {
     clear(changes);
     for (const change of s.changes || []) {
       changes.append(el("li", {},
-        el("time", { datetime: change.time || "", title: change.time || "", text: change.time || "" }),
+        el("time", { datetime: change.time || "", title: change.time || "",
+          text: change.time || "" }),
         user(change.reason || "")));
     }
   }
