@@ -265,8 +265,14 @@ def test_the_job_list_pages_past_200(page: Any, live: RunningServer) -> None:
     page.click("#jobs-next")
     page.wait_for_function("document.querySelectorAll('#jobs-table tbody tr').length === 50")
     page.click("#jobs-first")
-    page.wait_for_function(f"document.querySelector('#jobs-table tbody tr').dataset.id"
-                           f" === {expected[0]!r}")
+    first_row = (f"document.querySelector('#jobs-table tbody tr')?.dataset.id"
+                 f" === {expected[0]!r}")
+    page.wait_for_function(first_row)
+    # a page this server cannot find (a cursor from elsewhere): back to the first
+    page.evaluate("sessionStorage.setItem('jobq.pages', JSON.stringify([null, 'bogus']))")
+    page.reload()
+    page.wait_for_function(first_row)
+    assert page.is_hidden("#jobs-previous") and page.is_hidden("#toast")
 
 
 def test_the_empty_state_and_its_hint(page: Any, live: RunningServer, tmp_path: Path) -> None:
@@ -329,8 +335,7 @@ def test_every_page_runs_under_the_csp(browser: Any, live: RunningServer) -> Non
         page.click('#schedules-table tr[data-name="ui-active"] a')
         page.wait_for_selector("#schedule-title")
         page.click("header a[data-nav=metrics]")
-        page.wait_for_function(
-            "document.getElementById('metrics-text')?.textContent.includes('jobq_jobs')")
+        page.wait_for_selector("#metrics-text:has-text('jobq_jobs')")  # no eval under CSP
         page.click("header a[data-nav=jobs]")
         page.click("#jobs-table button[data-action=cancel]")
         page.wait_for_selector("#confirm[open]")

@@ -191,7 +191,14 @@ export function mountJobs(ctx, root) {
       changed();
     },
     async load() {
-      const data = await ctx.api("GET", `/api/jobs?${query()}`);
+      let data;
+      try {
+        data = await ctx.api("GET", `/api/jobs?${query()}`);
+      } catch (error) {
+        if (error.status !== 400 || state.cursors.length < 2) throw error;
+        firstPage();  // a cursor this server does not know (another server, a restart)
+        return page.load();
+      }
       const seen = new Set();
       let previous = null;
       for (const job of data.jobs) {
