@@ -74,3 +74,13 @@ export function cell(label, attrs, ...children) {
 export function statusBadge(status, extra) {
   return el("span", { class: `status status-${status}`, text: status + (extra || "") });
 }
+
+// The "not found" page for `what` (job or schedule) `id`: a message and a way back.
+export function notFound(root, what, id, error, back) {
+  clear(root);
+  root.append(el("div", { id: "not-found", class: "not-found" },
+    el("h1", { text: `${what[0].toUpperCase()}${what.slice(1)} not found` }),
+    el("p", {}, `This server has no ${what} `, user(id, { class: "mono" }),
+      error.status === 400 ? ` (${error.message})` : "", "."),
+    el("p", {}, el("a", { href: back.href, text: back.text }))));
+}

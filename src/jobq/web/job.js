@@ -3,8 +3,8 @@
 // server answered with), and an id that names no job shows "not found" and no buttons.
 
 import { jobActions } from "./actions.js";
-import { ago, clear, el, user } from "./dom.js";
-import { progressBar, statusSuffix, updateProgress } from "./jobs.js";
+import { ago, clear, el, notFound, user } from "./dom.js";
+import { progressBar, statusSuffix, updateProgress } from "./progress.js";
 import { Stale } from "./page.js";
 
 const FIELDS = [
@@ -60,16 +60,6 @@ function fieldValue(key, value) {
   if (key === "created_by") return [user(value.type), " ", user(value.id)];
   if (key === "checkpoint_size" || key === "payload_size") return [`${value} bytes`];
   return [user(String(value))];
-}
-
-// The "not found" page for `what` (job or schedule) `id`: a message and a way back.
-export function notFound(root, what, id, error, back) {
-  clear(root);
-  root.append(el("div", { id: "not-found", class: "not-found" },
-    el("h1", { text: `${what[0].toUpperCase()}${what.slice(1)} not found` }),
-    el("p", {}, `This server has no ${what} `, user(id, { class: "mono" }),
-      error.status === 400 ? ` (${error.message})` : "", "."),
-    el("p", {}, el("a", { href: back.href, text: back.text }))));
 }
 
 export function mountJob(ctx, root, requested) {

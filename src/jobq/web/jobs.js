@@ -3,6 +3,7 @@
 
 import { jobActions } from "./actions.js";
 import { cell, clear, el, statusBadge, timeCell, user } from "./dom.js";
+import { progressBar, statusSuffix, updateProgress } from "./progress.js";
 
 export const PAGE_SIZE = 200;
 const FILTERS_KEY = "jobq.filters";
@@ -11,39 +12,6 @@ const STATUSES = ["running", "pending", "paused", "failed", "canceled", "succeed
 // Works as printed in the repository after `make run` (tests/web run it).
 export const SUBMIT_HINT =
   `.venv/bin/jobq submit demo.report --payload '{"table": ".jobq/demo/warehouse/sales.jsonl"}'`;
-
-// ------------------------------------------------------------------ shared with the job page
-
-export function statusSuffix(job) {
-  if (job.cancel_requested && job.status === "running") return " (canceling)";
-  if (job.pause_requested && job.status === "running") return " (pausing)";
-  return "";
-}
-
-export function progressBar(job) {
-  const bar = el("div", {
-    class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": 100,
-    "aria-label": "progress",
-  }, el("div", { class: "fill" }));
-  const container = el("div", { class: "progress" }, bar,
-    el("span", { class: "progress-text" }, el("span", { class: "percent" }), " ", user("")));
-  updateProgress(container, job);
-  return container;
-}
-
-export function updateProgress(container, job) {
-  const bar = container.querySelector(".bar");
-  const fraction = job.fraction_completed;
-  const known = typeof fraction === "number";
-  const percent = known ? Math.round(fraction * 1000) / 10 : 0;
-  bar.className = `bar status-${job.status}`;
-  bar.querySelector(".fill").style.width = `${percent}%`;
-  if (known) bar.setAttribute("aria-valuenow", String(percent));
-  else bar.removeAttribute("aria-valuenow");
-  bar.setAttribute("data-progress", known ? String(fraction) : "");
-  container.querySelector(".percent").textContent = known ? `${percent}%` : "";
-  container.querySelector(".progress-text bdi").textContent = job.running_status || "";
-}
 
 // ------------------------------------------------------------------ filters and pages
 

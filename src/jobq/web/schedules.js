@@ -2,8 +2,7 @@
 // page (its settings and changes, with pause, resume, trigger and drop).
 
 import { scheduleActions } from "./actions.js";
-import { cell, clear, el, statusBadge, timeCell, user } from "./dom.js";
-import { notFound } from "./job.js";
+import { cell, clear, el, notFound, statusBadge, timeCell, user } from "./dom.js";
 
 function when(s) {
   if (s.spec) return s.spec;
