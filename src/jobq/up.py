@@ -15,6 +15,9 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
+import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -36,6 +39,30 @@ def is_fresh(data_dir: Path) -> bool:
     """No command log yet: a first start."""
     log_dir = data_dir / "cmdlog"
     return not log_dir.exists() or not any(log_dir.iterdir())
+
+
+def jobq_command() -> str:
+    """This jobq as the shell that started it runs it, for the banner's commands: ``jobq``
+    when that is the one on PATH, else its script's path (``.venv/bin/jobq`` after ``make
+    run``, whose PATH lacks ``.venv/bin``), else ``PYTHON -m jobq``."""
+    started = sys.argv[0] if sys.argv else ""
+    if os.path.basename(started) == "jobq" and os.path.isfile(started):
+        script = started
+    else:  # python -m jobq: the venv's script, if it has one
+        script = os.path.join(os.path.dirname(sys.executable), "jobq")
+        if not os.path.isfile(script):
+            return f"{shlex.quote(sys.executable)} -m jobq"
+    on_path = shutil.which("jobq")
+    with contextlib.suppress(OSError):
+        if on_path is not None and os.path.samefile(on_path, script):
+            return "jobq"
+    absolute = os.path.abspath(script)  # symlinks kept: .venv may be one
+    relative = os.path.relpath(absolute)
+    if not relative.startswith(os.pardir):
+        script = relative if os.sep in relative else os.path.join(os.curdir, relative)
+    else:
+        script = absolute
+    return shlex.quote(script)
 
 
 class UpOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -216,21 +243,30 @@ class Up:
         if self.options.demo:
             lines.append("  demo      an import, a report and a backup schedule: watch them in "
                          "the UI")
-        server = "" if tcp == "127.0.0.1:9922" else f" --server {tcp}"
-        table = (self.config.data_dir / "demo" / "warehouse" / "sales.jsonl").resolve()
-        payload = json.dumps({"table": str(table)})
-        lines += [
-            "",
-            "Try:",
-            f"  jobq status{server}",
-            f"  jobq jobs list{server}",
-            f"  jobq submit demo.report{server} --payload '{payload}'",
-            "",
-            "Stop with Ctrl-C.",
-            "",
-        ]
+        lines += ["", "Try:", *(f"  {command}" for command in self.commands()), ""]
+        if self.options.auth_token:
+            lines += ["(The server needs its token: give it to them in JOBQ_AUTH_TOKEN.)", ""]
+        lines += ["Stop with Ctrl-C.", ""]
         click.echo("\n".join(lines), err=False)
         sys.stdout.flush()
+
+    def commands(self) -> list[str]:
+        """The banner's commands to try, each as it runs when pasted into the shell that
+        started ``jobq up`` (tests/cli/test_up.py runs them)."""
+        assert self.tcp is not None
+        host, port = self.tcp
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        tcp = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        jobq = jobq_command()
+        server = "" if tcp == "127.0.0.1:9922" else f" --server {tcp}"
+        table = (self.config.data_dir / "demo" / "warehouse" / "sales.jsonl").resolve()
+        payload = shlex.quote(json.dumps({"table": str(table)}))
+        return [
+            f"{jobq} status{server}",
+            f"{jobq} jobs list{server}",
+            f"{jobq} submit demo.report{server} --payload {payload}",
+        ]
 
     # -- stopping
 

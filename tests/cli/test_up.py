@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from jobq.up import jobq_command
 from tests.docs.examples import example
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-JOBQ_UP = [sys.executable, "-m", "jobq", "up"]
 
 
 def wait_for_demo(url: str, proc: subprocess.Popen[bytes]) -> dict[str, object]:
@@ -51,16 +51,40 @@ def stop(proc: subprocess.Popen[bytes]) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-    return out.decode(errors="replace")
+    return (out or b"").decode(errors="replace")
+
+
+def wait_for_banner(log: Path, proc: subprocess.Popen[bytes]) -> list[str]:
+    """The commands under the banner's "Try:", once ``jobq up`` printed it to ``log``."""
+    deadline = time.monotonic() + 60
+    while "Stop with Ctrl-C." not in log.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+        time.sleep(0.2)
+    lines = log.read_text().splitlines()
+    start = lines.index("Try:") + 1
+    end = lines.index("", start)
+    return [line.strip() for line in lines[start:end]]
+
+
+def run_printed(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A printed command, pasted into a shell in ``cwd`` whose PATH has no jobq."""
+    env = {**os.environ, "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    env.pop("JOBQ_SERVER", None)
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=60)
 
 
 def test_jobq_up_runs_the_demo(tmp_path: Path) -> None:
+    # as `make run` starts it: .venv/bin/jobq in the checkout, which is not on PATH
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
     http, tcp = free_port(), free_port()
-    proc = subprocess.Popen(
-        [*JOBQ_UP, "--data-dir", str(tmp_path / "state"), "--http", f"127.0.0.1:{http}",
-         "--listen", f"127.0.0.1:{tcp}"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [".venv/bin/jobq", "up", "--data-dir", str(tmp_path / "state"),
+             "--http", f"127.0.0.1:{http}", "--listen", f"127.0.0.1:{tcp}"],
+            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
     try:
         job = wait_for_demo(f"http://127.0.0.1:{http}", proc)
         assert job["name"] in ("demo.import", "demo.report", "demo.backup")
@@ -70,11 +94,20 @@ def test_jobq_up_runs_the_demo(tmp_path: Path) -> None:
         assert sorted(s["name"] for s in schedules) == expected
         names = {j["name"] for j in httpx.get(f"http://127.0.0.1:{http}/api/jobs").json()["jobs"]}
         assert ({"spark.import", "spark.sql"} <= names) == spark
+        commands = wait_for_banner(log, proc)
+        assert len(commands) == 3  # three commands to try, each working as printed
+        for command in commands:
+            assert command.startswith(".venv/bin/jobq "), command
+            done = run_printed(command, tmp_path)
+            assert done.returncode == 0, (command, done.stdout, done.stderr)
+        submitted = done.stdout.split()[-1]
+        report = httpx.get(f"http://127.0.0.1:{http}/api/jobs/{submitted}").json()
+        assert report["name"] == "demo.report"
     finally:
-        output = stop(proc)
+        stop(proc)
+    output = log.read_text()
     assert proc.returncode == 0, output
     assert f"web UI    http://127.0.0.1:{http}/" in output
-    assert output.count("  jobq ") >= 3  # three commands to try
     assert (tmp_path / "state" / "demo" / "sales.csv").exists()
 
 
@@ -95,13 +128,19 @@ def test_make_run_on_a_fresh_clone(tmp_path: Path) -> None:
     http, tcp = free_port(), free_port()
     env = {**os.environ, "JOBQ_UP_ARGS": f"--http 127.0.0.1:{http} --listen 127.0.0.1:{tcp}"}
     (clone / ".venv-ready").touch()  # newer than pyproject.toml: make installs nothing
-    proc = subprocess.Popen(
-        ["make", "-C", str(clone), "run", f"STAMP={clone / '.venv-ready'}",
-         f"UP_ARGS=--http 127.0.0.1:{http} --listen 127.0.0.1:{tcp}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-    )
+    log = tmp_path / "make-run.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["make", "-C", str(clone), "run", f"STAMP={clone / '.venv-ready'}",
+             f"UP_ARGS=--http 127.0.0.1:{http} --listen 127.0.0.1:{tcp}"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
     try:
         wait_for_demo(f"http://127.0.0.1:{http}", proc)
+        for command in wait_for_banner(log, proc):
+            assert command.startswith(".venv/bin/jobq "), command
+            done = run_printed(command, clone)
+            assert done.returncode == 0, (command, done.stdout, done.stderr)
         if importlib.util.find_spec("pyspark") is not None:
             export_the_demo_table(clone, f"127.0.0.1:{tcp}", f"http://127.0.0.1:{http}")
     finally:
@@ -138,3 +177,24 @@ def export_the_demo_table(clone: Path, server: str, url: str) -> None:
     job_id = done.stdout.split()[-1]
     wait_for_job(url, lambda: job_id)
     assert any((clone / ".jobq" / "demo" / "exports" / "sales").glob("*.json"))
+
+
+def test_the_banner_names_jobq_as_the_shell_can_run_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``.venv/bin/jobq`` as started (make run); ``jobq`` when PATH finds this one;
+    the venv's script for ``python -m jobq``."""
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(sys, "argv", [".venv/bin/jobq", "up"])
+    assert jobq_command() == ".venv/bin/jobq"
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / ".venv" / "bin" / "jobq"), "up"])
+    assert jobq_command() == ".venv/bin/jobq"
+    monkeypatch.setenv("PATH", f"{tmp_path / '.venv' / 'bin'}:/usr/bin:/bin")
+    assert jobq_command() == "jobq"
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "src" / "jobq" / "__main__.py"), "up"])
+    script = Path(sys.executable).parent / "jobq"
+    expected = str(script) if script.exists() else f"{sys.executable} -m jobq"
+    assert jobq_command() == expected

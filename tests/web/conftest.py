@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import RunningServer
+from tests.harness import TOKEN, RunningServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = [
@@ -69,5 +69,12 @@ def page(browser: Any) -> Iterator[Any]:
 @pytest.fixture()
 def live() -> Iterator[RunningServer]:
     server = RunningServer(with_http=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def live_token() -> Iterator[RunningServer]:
+    server = RunningServer(with_http=True, auth_token=TOKEN)
     yield server
     server.stop()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -11,27 +9,7 @@ import pytest
 
 from jobq.client import Client
 from tests.harness import TOKEN, RunningServer
-
-TIMEOUT_S = 15
-
-
-def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def submit(live: RunningServer, name: str, **body: Any) -> str:
-    response = httpx.post(f"{live.http_url}/api/jobs", json={"name": name, **body})
-    assert response.status_code == 200, response.text
-    return str(response.json()["id"])
-
-
-def row_ids(page: Any) -> list[str]:
-    return list(page.eval_on_selector_all(
-        "#jobs-table tbody tr", "rows => rows.map(r => r.dataset.id)"))
+from tests.web.helpers import row_ids, submit, wait_for
 
 
 def test_jobs_page_lists_jobs_in_order(page: Any, live: RunningServer) -> None:
@@ -160,13 +138,6 @@ def test_schedules_page_pauses_and_triggers(page: Any, live: RunningServer) -> N
         return len(jobs["jobs"]) == 1
 
     wait_for(triggered, "a job from the trigger")
-
-
-@pytest.fixture()
-def live_token() -> Iterator[RunningServer]:
-    server = RunningServer(with_http=True, auth_token=TOKEN)
-    yield server
-    server.stop()
 
 
 def test_the_ui_asks_for_the_token_once(page: Any, live_token: RunningServer) -> None:

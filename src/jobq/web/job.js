@@ -1,0 +1,152 @@
+// A job's page: its fields, payload and result, error, progress and history. The page is
+// drawn afresh for each navigation; its buttons act on the job it shows (the full id the
+// server answered with), and an id that names no job shows "not found" and no buttons.
+
+import { jobActions } from "./actions.js";
+import { ago, clear, el, notFound, user } from "./dom.js";
+import { progressBar, statusSuffix, updateProgress } from "./progress.js";
+import { Stale } from "./page.js";
+
+const FIELDS = [
+  ["id", "ID"], ["name", "Name"], ["description", "Description"], ["status", "Status"],
+  ["priority", "Priority"], ["attempts", "Attempts"], ["max_attempts", "Max attempts"],
+  ["fails", "Fails"], ["max_fails", "Max fails"], ["ttr_ms", "TTR (ms)"], ["ttl_ms", "TTL (ms)"],
+  ["created", "Created"], ["time", "Due"], ["started", "Started"], ["modified", "Modified"],
+  ["finished", "Finished"], ["running_status", "Running status"], ["lease", "Lease"],
+  ["checkpoint_size", "Checkpoint size"], ["payload_size", "Payload size"],
+  ["creator", "Creator"], ["created_by", "Created by"], ["reason", "Reason"],
+];
+const TIMES = ["created", "time", "started", "modified", "finished"];
+
+function decodeBase64(text) {
+  const binary = atob(text || "");
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
+
+// Bytes as text (pretty JSON when it parses) or as a hex dump.
+export function preview(base64, limit) {
+  if (base64 === null || base64 === undefined) return { kind: "", text: "" };
+  const bytes = decodeBase64(base64);
+  if (bytes.length === 0) return { kind: "(empty)", text: "" };
+  const shown = bytes.subarray(0, limit);
+  const more = bytes.length > limit ? `\n… ${bytes.length - limit} more bytes` : "";
+  try {
+    const text = new TextDecoder("utf-8", { fatal: true }).decode(shown);
+    if (!/[\u0000-\u0008\u000e-\u001f]/.test(text)) {
+      let pretty = text;
+      try { pretty = JSON.stringify(JSON.parse(text), null, 2); } catch (e) { /* text */ }
+      return { kind: `(${bytes.length} bytes, text)`, text: pretty + more };
+    }
+  } catch (e) { /* not UTF-8: hex below */ }
+  const lines = [];
+  for (let offset = 0; offset < shown.length; offset += 16) {
+    const chunk = Array.from(shown.subarray(offset, offset + 16));
+    const hex = chunk.map((b) => b.toString(16).padStart(2, "0")).join(" ");
+    const ascii = chunk.map((b) => (b >= 32 && b < 127 ? String.fromCharCode(b) : ".")).join("");
+    lines.push(`${offset.toString(16).padStart(8, "0")}  ${hex.padEnd(47)}  ${ascii}`);
+  }
+  return { kind: `(${bytes.length} bytes, hex)`, text: lines.join("\n") + more };
+}
+
+// A field's value as nodes: user text isolated, times with how long ago.
+function fieldValue(key, value) {
+  if (value === null || value === undefined || value === "") return ["—"];
+  if (TIMES.includes(key)) {
+    return [user(value), " ", el("span", { class: "muted", text: `(${ago(value)})` })];
+  }
+  if (key === "lease") return [user(value.worker_id || "?"), " until ", user(value.expires || "?")];
+  if (key === "created_by") return [user(value.type), " ", user(value.id)];
+  if (key === "checkpoint_size" || key === "payload_size") return [`${value} bytes`];
+  return [user(String(value))];
+}
+
+export function mountJob(ctx, root, requested) {
+  let shownId = null;  // the full id, once the server named the job
+  const title = el("h1", { id: "job-title" });
+  const status = el("span", { id: "job-status", class: "status" });
+  const actions = el("span", { id: "job-actions" });
+  const progress = el("div", { id: "job-progress" });
+  const fields = el("tbody");
+  const error = el("pre", { id: "job-error", class: "error-box user" });
+  const payloadKind = el("span", { id: "job-payload-kind", class: "muted" });
+  const payload = el("pre", { id: "job-payload", class: "user" });
+  const resultKind = el("span", { id: "job-result-kind", class: "muted" });
+  const result = el("pre", { id: "job-result", class: "user" });
+  const history = el("ol", { id: "job-history", class: "timeline" });
+  root.append(
+    el("p", {}, el("a", { href: "#/", text: "← Jobs" })),
+    el("div", { class: "toolbar" }, title, status, el("span", { class: "spacer" }), actions),
+    progress,
+    el("div", { class: "columns" },
+      el("div", {}, el("h2", { text: "Fields" }),
+        el("table", { id: "job-fields", class: "fields" }, fields)),
+      el("div", {}, el("h2", { text: "Error" }), error,
+        el("h2", {}, "Payload ", payloadKind), payload,
+        el("h2", {}, "Result ", resultKind), result)),
+    el("h2", { text: "History" }), history);
+
+  function draw(job, events) {
+    shownId = job.id;
+    clear(title); title.append(user(job.name));
+    status.textContent = job.status + statusSuffix(job);
+    status.className = `status status-${job.status}`;
+    const signature = `${job.id}|${job.status}|${job.pause_requested}|${job.cancel_requested}`;
+    if (actions.dataset.signature !== signature) {
+      actions.dataset.signature = signature;
+      clear(actions); actions.append(jobActions(ctx, job, false));
+    }
+    if (!progress.firstChild) progress.append(progressBar(job));
+    updateProgress(progress.firstChild, job);
+    clear(fields);
+    for (const [key, label] of FIELDS) {
+      fields.append(el("tr", {}, el("th", { text: label }),
+        el("td", { "data-field": key }, ...fieldValue(key, job[key]))));
+    }
+    error.textContent = job.error || "—";
+    const shownPayload = preview(job.payload, 4096);
+    payloadKind.textContent = shownPayload.kind;
+    payload.textContent = shownPayload.text;
+    const shownResult = preview(job.result, 4096);
+    resultKind.textContent = shownResult.kind;
+    result.textContent = job.result === null || job.result === undefined ? "—" : shownResult.text;
+    clear(history);
+    if (!events.length) {
+      history.append(el("li", { class: "muted",
+        text: "No history (an in-memory server keeps none)." }));
+    }
+    for (const event of events) {
+      history.append(el("li", { class: `event event-${String(event.event).replace(/\W+/g, "-")}` },
+        el("time", { datetime: event.time || "", title: event.time || "", text: event.time || "" }),
+        el("strong", {}, user(event.event)),
+        event.actor ? el("span", { class: "muted" }, " by ", user(event.actor)) : null,
+        event.detail ? el("span", { class: "detail" }, " — ", user(event.detail)) : null));
+    }
+  }
+
+  return {
+    async load() {
+      const path = `/api/jobs/${encodeURIComponent(shownId || requested)}`;
+      let job;
+      let events;
+      try {
+        [job, events] = await Promise.all([
+          ctx.api("GET", path),
+          ctx.api("GET", `${path}/history`).then((h) => h.events, (e) => {
+            if (e.status === 401 || e instanceof Stale) throw e;
+            return [];
+          }),
+        ]);
+      } catch (e) {
+        if (e.status === 404 || e.status === 400) {
+          notFound(root, "job", shownId || requested, e, { href: "#/", text: "← Jobs" });
+          return false;  // nothing to refresh
+        }
+        throw e;
+      }
+      draw(job, events);
+      return true;
+    },
+  };
+}

@@ -1,0 +1,205 @@
+// The jobs page: the list by status, filters, pages of 200 (the API's cursors), progress
+// bars that follow heartbeats, and an empty state that says why the list is empty.
+
+import { jobActions } from "./actions.js";
+import { cell, clear, el, statusBadge, timeCell, user } from "./dom.js";
+import { progressBar, statusSuffix, updateProgress } from "./progress.js";
+
+export const PAGE_SIZE = 200;
+const FILTERS_KEY = "jobq.filters";
+const PAGES_KEY = "jobq.pages";
+const STATUSES = ["running", "pending", "paused", "failed", "canceled", "succeeded"];
+// Works as printed in the repository after `make run` (tests/web run it).
+export const SUBMIT_HINT =
+  `.venv/bin/jobq submit demo.report --payload '{"table": ".jobq/demo/warehouse/sales.jsonl"}'`;
+
+// ------------------------------------------------------------------ filters and pages
+
+function loadState(key, fallback) {
+  try {
+    const value = JSON.parse(sessionStorage.getItem(key) || "null");
+    return value === null ? fallback : value;
+  } catch (e) { return fallback; }
+}
+
+// The filters and the cursors of the pages before the one shown (null: the first page).
+const state = {
+  filters: { status: "", name: "", ...loadState(FILTERS_KEY, {}) },
+  cursors: loadState(PAGES_KEY, [null]),
+};
+if (!Array.isArray(state.cursors) || !state.cursors.length) state.cursors = [null];
+
+function save() {
+  sessionStorage.setItem(FILTERS_KEY, JSON.stringify(state.filters));
+  sessionStorage.setItem(PAGES_KEY, JSON.stringify(state.cursors));
+}
+
+function filtered() { return Boolean(state.filters.status || state.filters.name.trim()); }
+
+function query() {
+  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (state.filters.status) params.append("status", state.filters.status);
+  const name = state.filters.name.trim();
+  if (name) params.set("name", name);
+  const cursor = state.cursors[state.cursors.length - 1];
+  if (cursor) params.set("cursor", cursor);
+  return params.toString();
+}
+
+// ------------------------------------------------------------------ rows
+
+function makeRow(job) {
+  const row = el("tr", { "data-id": job.id });
+  row.cells_ = {
+    status: cell("Status", { class: "col-status" }),
+    name: cell("Name", { class: "col-name" }),
+    description: cell("Description", { class: "col-description" }),
+    progress: cell("Progress", { class: "col-progress" }, progressBar(job)),
+    created: cell("Created", { class: "col-created" }),
+    attempts: cell("Attempts", { class: "col-attempts" }),
+    actions: cell("", { class: "col-actions" }),
+  };
+  row.append(...Object.values(row.cells_));
+  return row;
+}
+
+function fillRow(ctx, row, job) {
+  const c = row.cells_;
+  row.dataset.status = job.status;
+  clear(c.status); c.status.append(statusBadge(job.status, statusSuffix(job)));
+  clear(c.name);
+  c.name.append(el("a", { href: `#/jobs/${encodeURIComponent(job.id)}` }, user(job.name)));
+  clear(c.description); c.description.append(user(job.description || ""));
+  c.description.title = job.error || job.description || "";
+  updateProgress(c.progress.firstChild, job);
+  clear(c.created); c.created.append(timeCell(job.created));
+  c.attempts.textContent = job.max_attempts ? `${job.attempts}/${job.max_attempts}` :
+    String(job.attempts);
+  const signature = `${job.status}|${job.pause_requested}|${job.cancel_requested}`;
+  if (row.dataset.actions !== signature) {
+    row.dataset.actions = signature;
+    clear(c.actions); c.actions.append(jobActions(ctx, job, true));
+  }
+}
+
+// ------------------------------------------------------------------ the page
+
+function emptyKind() {
+  if (state.cursors.length > 1) return "page";
+  return filtered() ? "filter" : "none";
+}
+
+function emptyState(ctx, page, kind) {
+  if (kind === "page") {
+    return [el("p", { text: "No jobs on this page any more." }),
+      el("button", { type: "button", onclick: () => { firstPage(); ctx.refresh(); } },
+        "First page")];
+  }
+  if (kind === "filter") {
+    return [el("p", { text: "No jobs match the filter." }),
+      el("button", { type: "button", id: "clear-filter", onclick: () => page.clearFilters() },
+        "Clear the filter")];
+  }
+  return [el("p", {}, "No jobs yet. Submit one from the repository, after ",
+    el("code", { text: "make run" }), ":"),
+    el("pre", { class: "hint" }, el("code", { id: "submit-hint", text: SUBMIT_HINT }))];
+}
+
+function firstPage() { state.cursors = [null]; save(); }
+
+export function mountJobs(ctx, root) {
+  const status = el("select", { id: "filter-status" },
+    el("option", { value: "", text: "all" }),
+    ...STATUSES.map((s) => el("option", { value: s, text: s })));
+  const name = el("input", { id: "filter-name", placeholder: "any", maxlength: 255 });
+  status.value = state.filters.status;
+  name.value = state.filters.name;
+  const count = el("span", { id: "jobs-count", class: "muted" });
+  const tbody = el("tbody");
+  const empty = el("div", { id: "jobs-empty", class: "empty", hidden: true });
+  const pager = {
+    first: el("button", { type: "button", id: "jobs-first", text: "First page" }),
+    previous: el("button", { type: "button", id: "jobs-previous", text: "← Previous" }),
+    next: el("button", { type: "button", id: "jobs-next", text: `Next ${PAGE_SIZE} →` }),
+  };
+  const rows = new Map();
+  let nextCursor = null;
+
+  const changed = () => {
+    state.filters = { status: status.value, name: name.value };
+    firstPage();
+    ctx.refresh();
+  };
+  status.addEventListener("change", changed);
+  name.addEventListener("input", changed);
+  pager.first.addEventListener("click", () => { firstPage(); ctx.refresh(); });
+  pager.previous.addEventListener("click", () => {
+    if (state.cursors.length > 1) state.cursors.pop();
+    save(); ctx.refresh();
+  });
+  pager.next.addEventListener("click", () => {
+    if (nextCursor) state.cursors.push(nextCursor);
+    save(); ctx.refresh();
+  });
+
+  root.append(
+    el("div", { class: "toolbar" }, el("h1", { text: "Jobs" }),
+      el("label", {}, "Status ", status), el("label", {}, "Name ", name), count),
+    el("div", { class: "table-box" },
+      el("table", { id: "jobs-table", class: "list" },
+        el("thead", {}, el("tr", {}, ...["Status", "Name", "Description", "Progress",
+          "Created", "Attempts", ""].map((h) => el("th", { text: h })))),
+        tbody)),
+    empty,
+    el("nav", { class: "pager", "aria-label": "pages" }, pager.first, pager.previous, pager.next));
+
+  const page = {
+    clearFilters() {
+      status.value = ""; name.value = "";
+      changed();
+    },
+    async load() {
+      let data;
+      try {
+        data = await ctx.api("GET", `/api/jobs?${query()}`);
+      } catch (error) {
+        if (error.status !== 400 || state.cursors.length < 2) throw error;
+        firstPage();  // a cursor this server does not know (another server, a restart)
+        return page.load();
+      }
+      const seen = new Set();
+      let previous = null;
+      for (const job of data.jobs) {
+        seen.add(job.id);
+        let row = rows.get(job.id);
+        if (!row) { row = makeRow(job); rows.set(job.id, row); }
+        fillRow(ctx, row, job);
+        const wanted = previous ? previous.nextSibling : tbody.firstChild;
+        if (wanted !== row) tbody.insertBefore(row, wanted);
+        previous = row;
+      }
+      for (const [id, row] of rows) {
+        if (!seen.has(id)) { row.remove(); rows.delete(id); }
+      }
+      nextCursor = data.next_cursor || null;
+      const index = state.cursors.length - 1;
+      const first = index * PAGE_SIZE + 1;
+      count.textContent = data.jobs.length === 0 ? "" :
+        index > 0 || nextCursor ? `jobs ${first}–${first + data.jobs.length - 1}` +
+          (nextCursor ? ", more on the next page" : "") :
+          `${data.jobs.length} job${data.jobs.length === 1 ? "" : "s"}`;
+      pager.first.hidden = index < 2;
+      pager.previous.hidden = index < 1;
+      pager.next.hidden = !nextCursor;
+      const kind = data.jobs.length ? "" : emptyKind();
+      if (empty.dataset.kind !== kind) {  // redrawn only when it changes: the hint stays selectable
+        empty.dataset.kind = kind;
+        clear(empty);
+        if (kind) empty.append(...emptyState(ctx, page, kind));
+      }
+      empty.hidden = !kind;
+      return true;
+    },
+  };
+  return page;
+}

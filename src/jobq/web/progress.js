@@ -1,0 +1,35 @@
+// A job's progress bar (percent and running status) and its status suffix, on the list
+// and on the job's page.
+
+import { el, user } from "./dom.js";
+
+export function statusSuffix(job) {
+  if (job.cancel_requested && job.status === "running") return " (canceling)";
+  if (job.pause_requested && job.status === "running") return " (pausing)";
+  return "";
+}
+
+export function progressBar(job) {
+  const bar = el("div", {
+    class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": 100,
+    "aria-label": "progress",
+  }, el("div", { class: "fill" }));
+  const container = el("div", { class: "progress" }, bar,
+    el("span", { class: "progress-text" }, el("span", { class: "percent" }), " ", user("")));
+  updateProgress(container, job);
+  return container;
+}
+
+export function updateProgress(container, job) {
+  const bar = container.querySelector(".bar");
+  const fraction = job.fraction_completed;
+  const known = typeof fraction === "number";
+  const percent = known ? Math.round(fraction * 1000) / 10 : 0;
+  bar.className = `bar status-${job.status}`;
+  bar.querySelector(".fill").style.width = `${percent}%`;
+  if (known) bar.setAttribute("aria-valuenow", String(percent));
+  else bar.removeAttribute("aria-valuenow");
+  bar.setAttribute("data-progress", known ? String(fraction) : "");
+  container.querySelector(".percent").textContent = known ? `${percent}%` : "";
+  container.querySelector(".progress-text bdi").textContent = job.running_status || "";
+}
