@@ -349,14 +349,14 @@ def _operate(verb: str, past: str) -> click.Command:
                     refs = _asked_jobs(client, created_by, flag) if changed.requested else []
                 _wait_for_stop(client, refs, flag, timeout_s, timeout)
 
-    if verb in ("pause", "cancel"):
-        command = click.option(
-            "--timeout", default="60s", show_default=True, metavar="DURATION",
-            help="With --wait: give up after this long (exit 1).",
-        )(command)
+    if verb in ("pause", "cancel"):  # options added to a built command come last
         command = click.option(
             "--wait", is_flag=True,
             help=f"Wait until the {verb} took effect and print each job's final status.",
+        )(command)
+        command = click.option(
+            "--timeout", default="60s", show_default=True, metavar="DURATION",
+            help="With --wait: give up after this long (exit 1).",
         )(command)
     command.help = {
         "pause": "Pause a job: a pending one at once; a running one is asked to stop and is "
