@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,10 @@ from click.testing import CliRunner, Result
 
 from jobq.cli import main
 from jobq.client import Client
+from tests.harness import wait_for
 from tests.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(address: str | None, *args: str) -> Result:
@@ -124,6 +130,89 @@ def test_show_history_and_operations(address: str, client: Client) -> None:
     deleted = run(address, "jobs", "delete", prefix)
     assert deleted.exit_code == 0 and deleted.output.strip() == f"deleted {job_id}"
     assert run(address, "jobs", "show", job_id).exit_code == 2
+
+
+def test_cancel_and_pause_of_running_jobs_say_requested(address: str, client: Client) -> None:
+    schedule = client.create_schedule("nightly", cron="0 3 * * *", args={"name": "ops"})
+    made_by = ("schedule", str(schedule["id"]))
+    running = client.submit("ops", ttr_ms=60_000, created_by=made_by)
+    client.xlease("ops", worker_id="w1", wait_timeout_ms=1000)
+    pending = client.submit("ops", ttr_ms=60_000, created_by=made_by)
+
+    paused = run(address, "jobs", "pause", running[:8])
+    assert paused.exit_code == 0 and paused.output == "pause requested for 1 running job\n"
+    resumed = run(address, "jobs", "resume", running[:8])  # withdraws the request
+    assert resumed.output == "resumed 1 job\n"
+    canceled = run(address, "jobs", "cancel", "--schedule", "nightly", "--reason", "stop")
+    assert canceled.exit_code == 0, canceled.output
+    assert canceled.output == "canceled 1 job; cancel requested for 1 running job\n"
+    assert client.job(pending)["status"] == "canceled"
+    job = client.job(running)
+    assert job["status"] == "running" and job["cancel_requested"]
+    assert client.cancel(created_by=made_by) == 0  # nothing left to cancel
+    # the worker did not hear of it and finished first: the job succeeded
+    client.xcomplete(running, "w1", b"done")
+    assert client.job(running)["status"] == "succeeded"
+
+
+def _cli_process(address: str, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobq", *args, "--server", address],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def test_cancel_wait_prints_the_final_status(address: str, client: Client) -> None:
+    job_id = client.submit("ops", ttr_ms=60_000)
+    client.xlease("ops", worker_id="w1", wait_timeout_ms=1000)
+    proc = _cli_process(address, "jobs", "cancel", job_id, "--wait", "--timeout", "30s")
+    try:
+        # a worker's heartbeat learns of the request; the worker releases the job
+        wait_for(lambda: client.heartbeat(job_id, "w1").action == "cancel", timeout_s=15)
+        assert client.release(job_id, "w1") == "canceled"
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.splitlines() == ["cancel requested for 1 running job", f"{job_id} canceled"]
+
+    # a handler that returns before it hears of the request: the job succeeded, and
+    # --wait says so (exit 0: the cancel was delivered, the job had finished first)
+    second = client.submit("ops", ttr_ms=60_000)
+    client.xlease("ops", worker_id="w2", wait_timeout_ms=1000)
+    proc = _cli_process(address, "jobs", "cancel", second[:8], "--wait")
+    try:
+        wait_for(lambda: client.job(second)["cancel_requested"], timeout_s=15)
+        client.xcomplete(second, "w2", b"done")
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.splitlines() == ["cancel requested for 1 running job", f"{second} succeeded"]
+
+    # a pending job is canceled at once; --wait prints that at once
+    third = client.submit("ops")
+    done = run(address, "jobs", "cancel", third, "--wait")
+    assert done.exit_code == 0
+    assert done.output.splitlines() == ["canceled 1 job", f"{third} canceled"]
+
+
+def test_pause_wait_times_out_with_exit_1(address: str, client: Client) -> None:
+    job_id = client.submit("ops", ttr_ms=60_000)
+    client.xlease("ops", worker_id="w1", wait_timeout_ms=1000)  # a worker that never beats
+    result = run(address, "jobs", "pause", job_id, "--wait", "--timeout", "300ms")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == "pause requested for 1 running job"
+    assert f"jobq: --wait: still running after 300ms: {job_id}" in result.output
+    assert client.job(job_id)["pause_requested"]
+    for args in (["--timeout", "soon"], ["--timeout", "0s"]):
+        bad = run(address, "jobs", "pause", job_id, "--wait", *args)
+        assert bad.exit_code == 2 and "--timeout" in bad.output
+    assert "--wait" not in run(address, "jobs", "resume", "--help").output
 
 
 def test_watch_once(address: str, client: Client) -> None:

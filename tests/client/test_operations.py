@@ -37,7 +37,7 @@ def test_methods_show_their_parameters_and_types(cls: type) -> None:
     )
     assert str(inspect.signature(cls(timeout_s=1).pause)) == (
         "(id: 'JobId | None' = None, *, created_by: 'CreatedBy | None' = None, "
-        "reason: 'str' = '', actor: 'str | None' = None) -> 'int'"
+        "reason: 'str' = '', actor: 'str | None' = None) -> 'JobsChanged'"
     )
     hints = typing.get_type_hints(cls.lease)
     assert hints == {"names": str, "wait_timeout_ms": int, "return": LeasedJob}

@@ -45,7 +45,8 @@ def test_list_order_and_filters(http: httpx.Client, live: RunningServer) -> None
     older = submit(http, name="api.order")
     newer = submit(http, name="api.order")
     paused = submit(http, name="api.order")
-    assert http.post(f"/api/jobs/{paused}/pause", json={"reason": "wait"}).json() == {"count": 1}
+    paused_now = http.post(f"/api/jobs/{paused}/pause", json={"reason": "wait"}).json()
+    assert paused_now == {"count": 1, "requested": 0}
     with Client.from_address(live.tcp_address) as client:
         lease = client.xlease("api.order", worker_id="w1", wait_timeout_ms=1000)
     assert lease.id == older  # lease order: oldest first at equal priority
@@ -67,20 +68,29 @@ def test_list_order_and_filters(http: httpx.Client, live: RunningServer) -> None
     assert [j["id"] for j in rest["jobs"]] == [paused]
 
 
-def test_pause_resume_cancel_delete(http: httpx.Client) -> None:
+def test_pause_resume_cancel_delete(http: httpx.Client, live: RunningServer) -> None:
+    at_once = {"count": 1, "requested": 0}
     job_id = submit(http, name="api.ops")
-    assert http.post(f"/api/jobs/{job_id}/pause").json() == {"count": 1}
+    assert http.post(f"/api/jobs/{job_id}/pause").json() == at_once
     assert http.get(f"/api/jobs/{job_id}").json()["status"] == "paused"
     again = http.post(f"/api/jobs/{job_id}/pause")
     assert again.status_code == 409
     assert again.json() == {"error": "Job is paused"}
-    assert http.post(f"/api/jobs/{job_id}/resume", json={}).json() == {"count": 1}
-    assert http.post(f"/api/jobs/{job_id}/cancel", json={"reason": "no"}).json() == {"count": 1}
+    assert http.post(f"/api/jobs/{job_id}/resume", json={}).json() == at_once
+    assert http.post(f"/api/jobs/{job_id}/cancel", json={"reason": "no"}).json() == at_once
     job = http.get(f"/api/jobs/{job_id}").json()
     assert job["status"] == "canceled" and job["reason"] == "no"
     assert http.delete(f"/api/jobs/{job_id}").json() == {"id": job_id}
     missing = http.get(f"/api/jobs/{job_id}")
     assert missing.status_code == 404 and missing.json() == {"error": "Not found"}
+    # a running job is asked to stop: counted as requested
+    running = submit(http, name="api.ops.running")
+    with live.client() as client:
+        client.xlease("api.ops.running", worker_id="w", wait_timeout_ms=1000)
+        asked = {"count": 1, "requested": 1}
+        assert http.post(f"/api/jobs/{running}/cancel").json() == asked
+        assert client.heartbeat(running, "w").action == "cancel"
+        assert client.release(running, "w") == "canceled"
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@ test then kills the process). Each attempt appends ``attempt <n> checkpoint <c>`
 
 ``sleepy``: reports progress every 20 ms until told to stop (a lost lease ends it), and
 writes ``out + ".started"`` first.
+
+``reporter``: reports a fraction every 100 ms until paused or canceled (TTR 60 s).
 """
 
 from __future__ import annotations
@@ -50,3 +52,20 @@ def sleepy(job: jobq.JobContext) -> bytes:
     while True:
         job.progress(None, "sleeping")
         time.sleep(0.02)
+
+
+@jobq.handler("reporter", ttr="60s")
+def reporter(job: jobq.JobContext) -> bytes:
+    """Reports a fraction every 100 ms (no checkpoint) until paused or canceled; writes
+    ``out + ".started"`` first and ``out + ".stopped"`` (what stopped it) at the end."""
+    args = job.json()
+    _append(args["out"] + ".started", job.id)
+    step = 0
+    try:
+        while True:
+            step += 1
+            job.progress(min(step / 10_000, 1.0), f"step {step}")
+            time.sleep(0.1)
+    except (jobq.Paused, jobq.Canceled) as exc:
+        _append(args["out"] + ".stopped", type(exc).__name__)
+        raise

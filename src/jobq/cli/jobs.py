@@ -25,6 +25,7 @@ from jobq.cli.common import (
     STATUSES,
     actor,
     connected,
+    duration_ms,
     fail,
     is_tty,
     json_option,
@@ -306,33 +307,114 @@ def _detail(value: object) -> str:
     return str(value)
 
 
+#: how often ``--wait`` asks for the status of the jobs it waits for, in seconds
+WAIT_POLL_S = 0.2
+
+
 def _operate(verb: str, past: str) -> click.Command:
+    """``pause``, ``resume`` or ``cancel``; pause and cancel also take ``--wait``."""
+
     @click.command(verb)
     @click.argument("job_id", metavar="ID", required=False)
     @click.option("--schedule", default=None, metavar="NAME",
                   help="Every job of this schedule instead (PAUSE JOBS FOR SCHEDULE).")
     @click.option("--reason", default="", help="Why; kept in the job's history.")
     @server_option
-    def command(job_id: str | None, schedule: str | None, reason: str, server: str) -> None:
+    def command(
+        job_id: str | None,
+        schedule: str | None,
+        reason: str,
+        server: str,
+        wait: bool = False,
+        timeout: str = "",
+    ) -> None:
         if (job_id is None) == (schedule is None):
             fail("give a job ID or --schedule NAME", EXIT_USAGE)
+        timeout_s = duration_ms(timeout, "--timeout") / 1000 if wait else 0.0
         with connected(server) as client:
             if schedule is not None:
-                schedule_id = client.get_schedule(schedule)["id"]
-                count = getattr(client, verb)(
-                    created_by=("schedule", str(schedule_id)), reason=reason, actor=actor()
+                created_by = ("schedule", str(client.get_schedule(schedule)["id"]))
+                changed = getattr(client, verb)(
+                    created_by=created_by, reason=reason, actor=actor()
                 )
             else:
-                count = getattr(client, verb)(job_id, reason=reason, actor=actor())
-        click.echo(f"{past} {count} job{'s' if count != 1 else ''}")
+                created_by = None
+                changed = getattr(client, verb)(job_id, reason=reason, actor=actor())
+            click.echo(_changed_text(verb, past, changed.count, changed.requested))
+            if wait:
+                flag = f"{verb}_requested"
+                if created_by is None:
+                    refs = [str(job_id)]
+                else:
+                    refs = _asked_jobs(client, created_by, flag) if changed.requested else []
+                _wait_for_stop(client, refs, flag, timeout_s, timeout)
 
+    if verb in ("pause", "cancel"):  # options added to a built command come last
+        command = click.option(
+            "--wait", is_flag=True,
+            help=f"Wait until the {verb} took effect and print each job's final status.",
+        )(command)
+        command = click.option(
+            "--timeout", default="60s", show_default=True, metavar="DURATION",
+            help="With --wait: give up after this long (exit 1).",
+        )(command)
     command.help = {
-        "pause": "Pause a job: a pending one at once; a running one at its next heartbeat.",
+        "pause": "Pause a job: a pending one at once; a running one is asked to stop and is "
+        "paused when its worker releases it (within about a second while its handler "
+        "reports progress).",
         "resume": "Resume a paused job (or withdraw a pause request).",
-        "cancel": "Cancel a job: a pending or paused one at once; a running one at its next "
-        "heartbeat.",
+        "cancel": "Cancel a job: a pending or paused one at once; a running one is asked to "
+        "stop and is canceled when its worker releases it (within about a second while its "
+        "handler reports progress), unless its handler returns first.",
     }[verb]
     return command
+
+
+def _changed_text(verb: str, past: str, count: int, requested: int) -> str:
+    """``canceled 2 jobs; cancel requested for 1 running job``."""
+    at_once = count - requested
+    parts = []
+    if at_once or not requested:
+        parts.append(f"{past} {at_once} job{'s' if at_once != 1 else ''}")
+    if requested:
+        parts.append(f"{verb} requested for {requested} running job{'s' if requested != 1 else ''}")
+    return "; ".join(parts)
+
+
+def _asked_jobs(client: Client, created_by: tuple[str, str], flag: str) -> list[str]:
+    """The ids of ``created_by``'s running jobs that carry the request ``flag``."""
+    ids: list[str] = []
+    cursor = None
+    while True:
+        page = client.jobs(status="running", created_by=created_by, limit=1000, cursor=cursor)
+        ids.extend(str(job["id"]) for job in page.jobs if job.get(flag))
+        if page.next_cursor is None:
+            return ids
+        cursor = page.next_cursor
+
+
+def _wait_for_stop(
+    client: Client, refs: list[str], flag: str, timeout_s: float, timeout: str
+) -> None:
+    """Until each job is no longer running with the request ``flag`` (it stopped, ended
+    otherwise, or the request was withdrawn), printing ``<id> <status>`` as each does."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(refs)
+    while True:
+        still = []
+        for ref in waiting:
+            job = client.job(ref)
+            if job.get("status") == "running" and job.get(flag):
+                still.append(ref)
+            else:
+                click.echo(f"{job.get('id')} {job.get('status')}")
+        waiting = still
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            more = f" and {len(waiting) - 1} more" if len(waiting) > 1 else ""
+            fail(f"--wait: still running after {timeout}: {waiting[0]}{more}", EXIT_FAILURE)
+        time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 jobs_group.add_command(_operate("pause", "paused"))

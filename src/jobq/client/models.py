@@ -123,6 +123,32 @@ class HeartbeatReply:
     reason: str = ""
 
 
+class JobsChanged(int):
+    """What ``pause``, ``resume`` and ``cancel`` did: the number of jobs changed (this
+    int, as ever), and of those ``requested``: running jobs that were asked to stop and
+    stop when their worker acts on it (within about a second when its handler reports
+    progress), or end otherwise if their handler returns first. ``at_once`` changed
+    status at once."""
+
+    requested: int
+
+    def __new__(cls, count: int, requested: int = 0) -> JobsChanged:
+        changed = super().__new__(cls, count)
+        changed.requested = requested
+        return changed
+
+    @property
+    def count(self) -> int:
+        return int(self)
+
+    @property
+    def at_once(self) -> int:
+        return int(self) - self.requested
+
+    def __repr__(self) -> str:
+        return f"JobsChanged(count={int(self)}, requested={self.requested})"
+
+
 @dataclass(frozen=True, slots=True)
 class JobPage:
     """One page of ``jobs``: job summaries (the server's JSON objects) and the cursor of the
@@ -256,11 +282,12 @@ def to_heartbeat(body: Body) -> HeartbeatReply:
     return HeartbeatReply(action, str(body.get("reason") or ""))
 
 
-def to_count(body: Body) -> int:
+def to_changed(body: Body) -> JobsChanged:
     count = body.get("count")
-    if not isinstance(count, int):
+    requested = body.get("requested", 0)  # an older server does not say
+    if not isinstance(count, int) or not isinstance(requested, int):
         raise ConnectionLost("malformed reply: no count")
-    return count
+    return JobsChanged(count, requested)
 
 
 def to_page(body: Body) -> JobPage:

@@ -50,11 +50,12 @@ from jobq.client.models import (
     JobInfo,
     JobPage,
     JobResult,
+    JobsChanged,
     LeasedJob,
     QueueInfo,
     ServerInfo,
     WorkerLease,
-    to_count,
+    to_changed,
     to_events,
     to_heartbeat,
     to_job,
@@ -86,9 +87,9 @@ def _select_jobs(
     created_by: CreatedBy | None = None,
     reason: str = "",
     actor: str | None = None,
-) -> Call[int]:
+) -> Call[JobsChanged]:
     """``pause``, ``resume`` or ``cancel``: one job by id, or every job ``created_by`` made;
-    the reply counts the jobs changed."""
+    the reply counts the jobs changed, and those of them only asked to stop."""
     if (id is None) == (created_by is None):
         raise ValueError(f"{command} takes either an id or created_by")
     body: Body = {"reason": reason}
@@ -99,7 +100,7 @@ def _select_jobs(
         body["created_by"] = created_by_body(created_by)
     if actor is not None:
         body["actor"] = actor
-    return ext(command, body, 0.0, to_count)
+    return ext(command, body, 0.0, to_changed)
 
 
 def _command_of(
@@ -389,7 +390,8 @@ class Operations:
         _select_jobs,
         "pause",
         """Pause a job (by id or id prefix) or every job ``created_by`` made; returns the
-        number of jobs changed. A running job is asked to stop at its next heartbeat.""",
+        number of jobs changed (a :class:`JobsChanged`). A running job is only asked to
+        stop (counted in ``.requested``): it is paused once its worker releases it.""",
     )
     resume = _command_of(
         _select_jobs,
@@ -399,7 +401,9 @@ class Operations:
     cancel = _command_of(
         _select_jobs,
         "cancel",
-        """Cancel jobs (a running one is asked to stop); returns the number changed.""",
+        """Cancel jobs; returns the number changed (a :class:`JobsChanged`). A running job
+        is only asked to stop (counted in ``.requested``): it is canceled once its worker
+        releases it, unless its handler returned first.""",
     )
 
     @operation

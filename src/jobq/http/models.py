@@ -95,6 +95,10 @@ class Submitted(_Model):
 
 class Count(_Model):
     count: int = Field(description="jobs changed")
+    requested: int = Field(
+        description="of those, running jobs only asked to stop (pause, cancel): they stop "
+        "when their worker releases them"
+    )
 
 
 class Deleted(_Model):

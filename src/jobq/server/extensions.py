@@ -329,6 +329,10 @@ def job_detail(job: Job) -> dict[str, object]:
 # ---------------------------------------------------------------------------------- handlers
 
 
+#: the flag a running job's metadata carries once pause or cancel asked it to stop
+_REQUEST_FLAGS = {"pause": "pause_requested", "cancel": "cancel_requested"}
+
+
 class Extensions:
     """The extension commands of one server."""
 
@@ -459,22 +463,43 @@ class Extensions:
         return data_reply({"status": status.value})
 
     def _operate(self, operation: str, data: bytes, now_ns: int) -> bytes:
+        """``{"count": N, "requested": M}``: N jobs changed, of which M were running and
+        were only asked to stop (pause, cancel); the other N - M changed at once."""
         r: Operate = _body(Operate, data)
         reason, actor = _reason_actor(r)
         if (r.id is None) == (r.created_by is None):
             raise BadRequest("Give either id or created_by")
+        flag = _REQUEST_FLAGS.get(operation)
         if r.created_by is not None:
             created_by = _created_by(r.created_by)
             assert created_by is not None
+            ids = list(self.engine.by_created_by.get(created_by, ()))
+            asked_before = self._asked(ids, flag)
             count = self.engine.apply_to_created_by(
                 operation, created_by, reason=reason, actor=actor, now_ns=now_ns
             )
+            requested = self._asked(ids, flag) - asked_before
         else:
             assert r.id is not None
+            job_id = self._id(r.id)
             method = getattr(self.engine, operation)
-            method(self._id(r.id), reason=reason, actor=actor, now_ns=now_ns)
+            method(job_id, reason=reason, actor=actor, now_ns=now_ns)
             count = 1
-        return data_reply({"count": count})
+            requested = self._asked([job_id], flag)  # still running: asked, not stopped
+        return data_reply({"count": count, "requested": requested})
+
+    def _asked(self, ids: list[bytes], flag: str | None) -> int:
+        """How many of ``ids`` are running jobs whose metadata carries ``flag`` (a
+        request their worker has yet to act on)."""
+        if flag is None:
+            return 0
+        jobs = self.engine.jobs
+        asked = 0
+        for job_id in ids:
+            job = jobs.get(job_id)
+            if job is not None and job.status is Status.RUNNING and job.meta is not None:
+                asked += bool(getattr(job.meta, flag))
+        return asked
 
     def pause(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         return self._operate("pause", data, now_ns)

@@ -2,7 +2,10 @@
 
 The handler's thread records progress in it; the heartbeat thread sends that, keeps the
 lease and relays pause/cancel requests, which ``progress()`` raises as :class:`Paused` or
-:class:`Canceled`.
+:class:`Canceled`. A job is due for a heartbeat TTR/3 after its last one, or, once its
+handler called ``progress()`` or ``check()`` since then, :data:`PROMPT_INTERVAL_S` after
+it: news reaches the server, and requests the handler, within about a second, however
+often the handler calls.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from jobq.client import (
@@ -27,14 +31,38 @@ from jobq.client import (
 if TYPE_CHECKING:
     from jobq.client import Client
 
-__all__ = ["MIN_HEARTBEAT_INTERVAL_S", "Canceled", "JobContext", "JobInterrupt", "Paused"]
+__all__ = [
+    "MIN_HEARTBEAT_INTERVAL_S",
+    "PROMPT_INTERVAL_S",
+    "Canceled",
+    "JobContext",
+    "JobInterrupt",
+    "Paused",
+]
 
 log = logging.getLogger("jobq.worker")
 
 #: heartbeats go at least every TTR/3, but never more often than this
 MIN_HEARTBEAT_INTERVAL_S = 0.2
+#: after a handler called progress() or check(), its job's next heartbeat comes at most this
+#: long after the previous one (and, without a checkpoint, no sooner): progress reaches the
+#: server, and a pause or cancel the handler, within about this long
+PROMPT_INTERVAL_S = 1.0
 #: after a heartbeat could not be sent, the next try comes this soon (at most)
 _RETRY_S = 0.25
+
+
+class Due(NamedTuple):
+    """When a job's next heartbeat is due, and the interval it is due at (TTR/3, or
+    :data:`PROMPT_INTERVAL_S` while its handler calls): the heartbeat thread sends a job
+    up to half of that early, to share a batch."""
+
+    at: float
+    interval_s: float
+
+
+#: the due of a job that needs no heartbeat (ending, lost or stalled)
+NOT_DUE = Due(float("inf"), float("inf"))
 
 
 class _Beat(NamedTuple):
@@ -87,6 +115,7 @@ class JobContext:
         client: Client,
         *,
         stall_timeout_s: float,
+        on_due: Callable[[float], None] | None = None,
     ) -> None:
         self.id = lease.id
         self.name = lease.name
@@ -100,6 +129,9 @@ class JobContext:
         #: background heartbeats stop once progress() has not been called for this long
         self.stall_timeout_s = stall_timeout_s
         self._client = client
+        #: told (outside the lock) when a call makes the job due sooner: wakes the
+        #: heartbeat thread
+        self._on_due = on_due
         self._lock = threading.Lock()
         # one heartbeat at a time per job, so checkpoints reach the server in order
         self._send_lock = threading.Lock()
@@ -109,6 +141,10 @@ class JobContext:
         self._pending_checkpoint: bytes | None = None
         self._last_progress = now
         self._next_heartbeat = now + self.heartbeat_interval_s
+        #: when the last heartbeat was taken (the lease, before the first)
+        self._last_beat = now
+        #: whether the handler called progress() or check() since then
+        self._called = False
         self._request: tuple[str, str] | None = None
         self._lost: str | None = None
         #: "" while running; "finishing" once the worker reports the outcome; "released"
@@ -160,11 +196,13 @@ class JobContext:
 
         With a checkpoint, this sends a heartbeat before it returns (so a returned
         ``progress(checkpoint=...)`` means the server has it, unless the server was
-        unreachable: then the heartbeat thread sends it). Without one, the worker's
-        heartbeat thread sends the recorded progress with its next batch (one round trip
-        per interval for all the worker's running jobs). Raises
-        :class:`Paused` or :class:`Canceled` when the job was asked to stop, and
-        :class:`~jobq.client.LeaseLost` when this worker no longer holds the job.
+        unreachable: then the heartbeat thread sends it). Without one, it only records the
+        values: the worker's heartbeat thread sends the latest ones within
+        :data:`PROMPT_INTERVAL_S` (one heartbeat a second at most however often this is
+        called, batched with the worker's other jobs). Raises :class:`Paused` or
+        :class:`Canceled` when the job was asked to stop (a request reaches a handler that
+        calls this regularly within about a second), and :class:`~jobq.client.LeaseLost`
+        when this worker no longer holds the job.
         """
         if fraction is not None:
             fraction = float(fraction)
@@ -182,13 +220,36 @@ class JobContext:
                 self._status = status
             if checkpoint is not None:
                 self._pending_checkpoint = checkpoint
+            sooner = self._note_call()
         if checkpoint is not None:
             self._heartbeat(self._client)
-        self.check()
+        elif sooner is not None and self._on_due is not None:
+            self._on_due(sooner)
+        self._raise_if_stopping()
 
     def check(self) -> None:
         """Raise :class:`Paused`, :class:`Canceled` or LeaseLost if the job must stop
-        (what ``progress()`` does after recording), without recording anything."""
+        (what ``progress()`` does after recording), without recording anything. Like
+        ``progress()``, a call makes the job's next heartbeat come within
+        :data:`PROMPT_INTERVAL_S`, so a request reaches a handler that calls this
+        regularly within about a second."""
+        with self._lock:
+            sooner = self._note_call()
+        if sooner is not None and self._on_due is not None:
+            self._on_due(sooner)
+        self._raise_if_stopping()
+
+    def _note_call(self) -> float | None:
+        """(Under the lock.) The handler called: the job is due within
+        PROMPT_INTERVAL_S of its last heartbeat. Returns that time if it is sooner than
+        the job was due (the first call since that heartbeat), else None."""
+        if self._called:
+            return None
+        self._called = True
+        due = self._last_beat + PROMPT_INTERVAL_S
+        return due if due < self._next_heartbeat else None
+
+    def _raise_if_stopping(self) -> None:
         with self._lock:
             if self._lost is not None:
                 raise LeaseLost(self._lost)
@@ -203,11 +264,13 @@ class JobContext:
     def stalled(self) -> bool:
         return time.monotonic() - self._last_progress > self.stall_timeout_s
 
-    def _due(self, now: float) -> float:
-        """When the next background heartbeat is due (inf if none should be sent)."""
+    def _due(self, now: float) -> Due:
+        """When the next background heartbeat is due (:data:`NOT_DUE` if none should be
+        sent): TTR/3 after the last one, or PROMPT_INTERVAL_S after it once the handler
+        called since."""
         with self._lock:
             if self._end or self._lost is not None:
-                return float("inf")
+                return NOT_DUE
             if now - self._last_progress > self.stall_timeout_s:
                 if not self._stall_logged:
                     self._stall_logged = True
@@ -217,8 +280,11 @@ class JobContext:
                         self.id,
                         self.stall_timeout_s,
                     )
-                return float("inf")
-            return self._next_heartbeat
+                return NOT_DUE
+            if self._called and self.heartbeat_interval_s > PROMPT_INTERVAL_S:
+                prompt = self._last_beat + PROMPT_INTERVAL_S
+                return Due(min(prompt, self._next_heartbeat), PROMPT_INTERVAL_S)
+            return Due(self._next_heartbeat, self.heartbeat_interval_s)
 
     def _heartbeat(self, client: Client) -> None:
         """Send one heartbeat with the recorded progress now; never raises for server or
@@ -252,6 +318,9 @@ class JobContext:
             if self._end or self._lost is not None:
                 self._send_lock.release()
                 return None
+            started = time.monotonic()
+            self._last_beat = started
+            self._called = False  # this heartbeat carries what the calls recorded
             return _Beat(
                 Heartbeat(
                     self.id,
@@ -260,7 +329,7 @@ class JobContext:
                     self._status,
                     self._pending_checkpoint,
                 ),
-                time.monotonic(),
+                started,
             )
 
     def _end_heartbeat(self, beat: _Beat, outcome: HeartbeatReply | JobqError) -> None:

@@ -82,6 +82,10 @@ class _Heartbeats:
         self._jobs: dict[str, JobContext] = {}
         self._wake = threading.Condition()
         self._stopped = False
+        #: when the thread means to wake next (inf while it is awake)
+        self._wake_at = float("inf")
+        #: a job became due sooner since the thread last looked at the jobs
+        self._sooner = False
         self._thread = threading.Thread(target=self._run, name="jobq-heartbeats", daemon=True)
 
     def start(self) -> None:
@@ -90,7 +94,18 @@ class _Heartbeats:
     def add(self, ctx: JobContext) -> None:
         with self._wake:
             self._jobs[ctx.id] = ctx
+            self._sooner = True
             self._wake.notify()
+
+    def due_by(self, at: float) -> None:
+        """A job became due at ``at`` (a handler's call, :meth:`JobContext.progress`):
+        wake the thread if it means to sleep past that. Cheap when it does not: a
+        handler's first call after each heartbeat comes here, the others do not."""
+        with self._wake:
+            if at < self._wake_at:
+                self._wake_at = at
+                self._sooner = True
+                self._wake.notify()
 
     def discard(self, ctx: JobContext) -> None:
         with self._wake:
@@ -112,6 +127,8 @@ class _Heartbeats:
                     if self._stopped:
                         return
                     jobs = list(self._jobs.values())
+                    self._wake_at = float("inf")  # awake: any job due sooner is noted
+                    self._sooner = False
                 now = time.monotonic()
                 batch = _due_batch(jobs, now)
                 if batch:
@@ -119,10 +136,13 @@ class _Heartbeats:
                     now = time.monotonic()
                 wake_at = now + 1.0
                 for ctx in jobs:
-                    wake_at = min(wake_at, ctx._due(now))
+                    wake_at = min(wake_at, ctx._due(now).at)
                 with self._wake:
                     if self._stopped:
                         return
+                    if self._sooner:  # a job became due sooner meanwhile: look again
+                        continue
+                    self._wake_at = wake_at
                     self._wake.wait(max(0.005, wake_at - time.monotonic()))
         except Exception:  # a bug: log it rather than die silently
             log.exception("heartbeat thread failed")
@@ -155,13 +175,14 @@ class _Heartbeats:
 
 def _due_batch(jobs: list[JobContext], now: float) -> list[JobContext]:
     """The jobs to heartbeat now: none until one is due, then every job due within half
-    of its interval. Sending those a little early puts a worker's jobs into one batch,
-    so the worker's heartbeats come to one round trip per interval, not one per job
-    (what lets a server keep thousands of running jobs cheaply)."""
+    of its interval (TTR/3, or a second while its handler calls progress()). Sending
+    those a little early puts a worker's jobs into one batch, so the worker's heartbeats
+    come to one round trip per interval, not one per job (what lets a server keep
+    thousands of running jobs cheaply)."""
     dues = [(ctx, ctx._due(now)) for ctx in jobs]
-    if not any(due <= now for _, due in dues):
+    if not any(due.at <= now for _, due in dues):
         return []
-    return [ctx for ctx, due in dues if due <= now + ctx.heartbeat_interval_s / 2]
+    return [ctx for ctx, due in dues if due.at <= now + due.interval_s / 2]
 
 
 class Runtime:
@@ -404,6 +425,7 @@ class Runtime:
             self.worker_id,
             client,
             stall_timeout_s=entry.stall_timeout_for(lease.ttr_ms),
+            on_due=self._heartbeats.due_by,
         )
         with self._lock:
             if self._stopping.is_set():
