@@ -131,15 +131,14 @@ class ClientBase(Operations, Generic[C, L]):
 
     def _after_greeting(self, conn: C, results: list[Any]) -> list[Any]:
         """The outcomes of the requests sent after ``conn``'s greeting (``results[0]`` is
-        the greeting's own). A refused token drops the connection and raises
-        :class:`AuthenticationFailed` for them all (they were refused too)."""
+        the greeting's own; a refused token was raised by :func:`outcomes`). Any other
+        error to ``auth`` (a workq-server, which has no such command) drops the connection
+        and is raised as :class:`AuthenticationFailed`."""
         outcome = results[0]
         if isinstance(outcome, JobqError):
             self._drop(conn)
-            if isinstance(outcome, AuthenticationFailed):
-                raise outcome
-            if isinstance(outcome, ClientError):  # e.g. a workq-server that has no auth
-                raise AuthenticationFailed(outcome.text)
+            if isinstance(outcome, ClientError):
+                raise AuthenticationFailed(outcome.text) from outcome
             raise outcome
         conn.greeting = None
         return results[1:]
@@ -208,13 +207,19 @@ def _finish(call: Call[T], reply: p.Reply) -> T:
 
 def outcomes(calls: Sequence[Call[Any]], replies: Sequence[p.Reply]) -> list[Any]:
     """Each call's value, or the error its reply carries as an exception object (for
-    pipelined calls, where one error must not hide the other replies)."""
+    pipelined calls, where one error must not hide the other replies). A refused token
+    is raised instead, for them all: it is the connection's, not a call's."""
     results: list[Any] = []
+    refused: AuthenticationFailed | None = None
     for call, reply in zip(calls, replies, strict=True):
         try:
             results.append(_finish(call, reply))
         except JobqError as exc:
+            if refused is None and isinstance(exc, AuthenticationFailed):
+                refused = exc
             results.append(exc)
+    if refused is not None:
+        raise refused
     return results
 
 

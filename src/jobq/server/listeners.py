@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 from collections.abc import Callable
 
@@ -27,7 +28,9 @@ class ListenError(OSError):
     """A listener that cannot be opened, with its address (for the one-line message)."""
 
     def __init__(self, address: str, exc: OSError) -> None:
-        super().__init__(exc.errno, exc.strerror or str(exc))
+        # uvloop's strerror is a sentence of its own; the C library's is the usual one
+        reason = os.strerror(exc.errno) if exc.errno else exc.strerror or str(exc)
+        super().__init__(exc.errno, reason)
         self.address = address
 
     def __str__(self) -> str:
