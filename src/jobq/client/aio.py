@@ -18,7 +18,6 @@ from jobq.client.base import (
     RECV_BYTES,
     ClientBase,
     expect_replies,
-    greeted,
     outcomes,
     readable_now,
     request_bytes,
@@ -63,9 +62,11 @@ class _AsyncConn:
     def stale(self) -> bool | None:
         """True if the server closed the idle connection (or sent bytes nobody asked for);
         None when only the event loop can tell (:meth:`settle`)."""
-        if self.ended():
+        if self.writer.is_closing() or self.reader.at_eof() or self.reader.exception():
             return True
-        if not self.unread():
+        # bytes or an EOF the event loop has not read yet
+        sock = self.writer.get_extra_info("socket")
+        if sock is None or not readable_now(sock.fileno()):
             return False
         return None if self.tls else True
 
@@ -179,7 +180,8 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
 
     async def _run(self, conn: _AsyncConn, calls: Sequence[Call[Any]]) -> list[Any]:
         """As :meth:`Client._run`: after the connection's greeting, if it has one."""
-        sent = greeted(conn, calls)
+        greeting = conn.greeting
+        sent = calls if greeting is None else (greeting, *calls)
         try:
             results = outcomes(sent, await self._exchange_many(conn, sent))
         except BaseException as exc:

@@ -5,8 +5,8 @@ sorting replies into values and errors, telling that a connection is out of step
 
 A client with a token sends ``auth <token>`` first on each new connection, in the same
 write as that connection's first requests (so it costs no round trip of its own), and
-never again on it: :func:`greeted` puts it in front, :meth:`ClientBase._after_greeting`
-takes its reply out.
+never again on it: each client's ``_run`` puts it in front of the first calls,
+:meth:`ClientBase._after_greeting` takes its reply out.
 """
 
 from __future__ import annotations
@@ -174,12 +174,6 @@ class ClientBase(Operations, Generic[C, L]):
 
     def _no_reply(self) -> ReplyTimeout:
         return ReplyTimeout(f"no reply from {self.host}:{self.port} in time")
-
-
-def greeted(conn: Connection, calls: Sequence[Call[Any]]) -> Sequence[Call[Any]]:
-    """``calls``, after the ``auth`` call when ``conn`` has yet to send it."""
-    greeting = conn.greeting
-    return calls if greeting is None else (greeting, *calls)
 
 
 def request_bytes(calls: Sequence[Call[Any]]) -> bytes:

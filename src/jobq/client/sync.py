@@ -21,7 +21,6 @@ from jobq.client.base import (
     RECV_BYTES,
     ClientBase,
     expect_replies,
-    greeted,
     outcomes,
     readable_now,
     request_bytes,
@@ -36,19 +35,13 @@ from jobq.server import protocol as p
 
 
 class _SyncConn:
-    __slots__ = ("greeting", "parser", "sock")
+    __slots__ = ("greeting", "parser", "sock", "tls")
 
     def __init__(self, sock: socket.socket, greeting: Call[None] | None) -> None:
         self.sock = sock
         self.parser = p.ReplyParser()
         self.greeting = greeting
-
-    def stale(self) -> bool:
-        """True if the server closed the idle connection (or sent bytes nobody asked for)."""
-        sock = self.sock
-        if not readable_now(sock.fileno()):
-            return False
-        return not isinstance(sock, ssl.SSLSocket) or closed_while_idle(sock)
+        self.tls = isinstance(sock, ssl.SSLSocket)
 
 
 def _close_socket(sock: socket.socket) -> None:
@@ -139,7 +132,12 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         conn = self._conn
         # No request is outstanding, so anything readable (EOF, reset, stray bytes) means
         # the server has dropped the connection: nothing was sent on it, reconnect once.
-        if conn is not None and conn.stale():
+        # Over TLS it may be records of the server's own (session tickets): closed_while_idle.
+        if (
+            conn is not None
+            and readable_now(conn.sock.fileno())
+            and (not conn.tls or closed_while_idle(conn.sock))  # type: ignore[arg-type]
+        ):
             self._drop(conn)
             conn = None
         return conn if conn is not None else self._connect()
@@ -161,7 +159,8 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
 
     def _run(self, conn: _SyncConn, calls: Sequence[Call[Any]]) -> list[Any]:
         """The outcomes of ``calls`` on ``conn``, after its greeting if it has one to send."""
-        sent = greeted(conn, calls)
+        greeting = conn.greeting
+        sent = calls if greeting is None else (greeting, *calls)
         try:
             results = outcomes(sent, self._exchange_many(conn, sent))
         except BaseException as exc:
