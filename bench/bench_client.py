@@ -10,8 +10,9 @@ the before client, the before client with a token (the ad-hoc ``authenticating_c
 when the before tree has no ``token=``), the after client, the after client with ``token=``
 (every other round in the reverse order).
 Each client is a process of its own on ``PYTHONPATH=<tree>``; it reports the wall time and
-its own CPU time for the jobs (after a warm-up). Prints the medians as a markdown table and
-writes it to ``bench/out/client.md``.
+its own CPU time for the jobs (after a warm-up), and the function calls (Python and C, by
+``sys.setprofile``) a job makes: a count that the machine's load does not blur. Prints the
+medians as a markdown table and writes it to ``bench/out/client.md``.
 """
 
 from __future__ import annotations
@@ -58,9 +59,21 @@ run(WARM_UP)
 wall0, cpu0 = time.perf_counter(), time.process_time()
 run(jobs)
 wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+calls = 0
+
+def count(frame, event, arg):
+    global calls
+    if event in ("call", "c_call"):
+        calls += 1
+
+sys.setprofile(count)
+run(COUNTED)
+sys.setprofile(None)
 client.close()
-print(json.dumps({"wall_s": wall, "cpu_s": cpu}))
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "calls_per_job": calls / COUNTED}))
 """
+#: jobs whose function calls (Python and C) are counted, after the timed ones
+COUNTED_JOBS = 200
 
 
 def parser() -> argparse.ArgumentParser:
@@ -107,7 +120,7 @@ def start_server(src: str, token: str) -> tuple[subprocess.Popen[bytes], int]:
 
 
 def run_client(src: str, port: int, jobs: int, token: str) -> dict[str, float]:
-    code = DRIVER.replace("WARM_UP", str(WARM_UP_JOBS))
+    code = DRIVER.replace("WARM_UP", str(WARM_UP_JOBS)).replace("COUNTED", str(COUNTED_JOBS))
     done = subprocess.run(
         [sys.executable, "-c", code, "127.0.0.1", str(port), str(jobs), token],
         env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True, timeout=600,
@@ -145,16 +158,17 @@ def main() -> None:
         f"{args.rounds} alternated runs; an in-memory server from `{server_src}`; "
         f"before: `{args.before}`, after: `{args.after}`.",
         "",
-        "| client | jobs/s | client CPU per job | after / before (jobs/s) |",
-        "|---|---|---|---|",
+        "| client | jobs/s | client CPU per job | calls per job | after / before (jobs/s) |",
+        "|---|---|---|---|---|",
     ]
     for name, _, token in variants:
         rate = statistics.median(args.jobs / r["wall_s"] for r in results[name])
         cpu_us = statistics.median(r["cpu_s"] / args.jobs * 1e6 for r in results[name])
+        calls = statistics.median(r["calls_per_job"] for r in results[name])
         base_name = "before, token" if token else "before"
         base = statistics.median(args.jobs / r["wall_s"] for r in results[base_name])
         ratio = f"{rate / base:.3f}x" if name.startswith("after") else ""
-        lines.append(f"| {name} | {rate:,.0f} | {cpu_us:.1f} µs | {ratio} |")
+        lines.append(f"| {name} | {rate:,.0f} | {cpu_us:.1f} µs | {calls:.0f} | {ratio} |")
     text = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)

@@ -153,6 +153,7 @@ _NAMES = [
     "in-memory",
     "http",
     "scheduler-max-per-pass",
+    "listen-plain",
 ]
 _VALUES = st.one_of(
     st.sampled_from(
