@@ -226,7 +226,9 @@ class Up:
         payload = json.dumps({"table": str(table)})
         lines += [
             "",
-            "Try:",
+            "Try (with the token in $JOBQ_AUTH_TOKEN or $JOBQ_AUTH_TOKEN_FILE):"
+            if self.options.auth_token
+            else "Try:",
             f"  jobq status{server}",
             f"  jobq jobs list{server}",
             f"  jobq submit demo.report{server} --payload '{payload}'",

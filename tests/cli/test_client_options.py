@@ -202,3 +202,11 @@ def test_an_unreachable_server_is_status_1() -> None:
                      "--auth-token", TOKEN])
     assert result.exit_code == 1 and "cannot reach the server" in result.output
     assert TOKEN not in result.output
+
+
+def test_the_resolved_options_never_show_the_token() -> None:
+    from jobq.cli.common import resolve_remote
+
+    remote = resolve_remote("127.0.0.1:9922", TOKEN, None, False, None)
+    assert remote.token == TOKEN
+    assert TOKEN not in repr(remote) and TOKEN not in repr(remote.client()._greeting)

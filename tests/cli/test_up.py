@@ -183,6 +183,7 @@ def test_up_with_a_token_and_tls_serves_its_own_worker_and_the_cli(
     assert proc.returncode == 0, output
     assert out.read_text().split() == ["0", "1"]
     assert f"--tls-ca {Path(certificate.cert).resolve()}" in output  # the banner's commands
+    assert "Try (with the token in $JOBQ_AUTH_TOKEN or $JOBQ_AUTH_TOKEN_FILE):" in output
     assert TOKEN not in output
 
 

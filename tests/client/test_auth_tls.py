@@ -242,7 +242,7 @@ def test_what_a_tls_server_sends_after_the_handshake_is_no_end(certificate: Cert
                 fileno = conn.writer.get_extra_info("socket").fileno()
                 # the event loop does not run meanwhile: the tickets wait in the socket
                 wait_until(lambda: socket_readable(fileno))
-                assert (await c.inspect_server()).active_clients == 1
+                assert (await c.inspect_server()).active_clients >= 1
                 assert c._conn is conn
 
         asyncio.run(main())

@@ -239,9 +239,9 @@ def serves_tls(ex: Example, world: World) -> None:
         _wait_listening(port, proc)
         _wait_listening(plain, proc)
         with Client("127.0.0.1", port, token=TOKEN, tls_ca=str(etc / "cert.pem")) as client:
-            assert client.inspect_server().active_clients == 1
+            assert client.inspect_server().active_clients >= 1
         with Client("127.0.0.1", plain, token=TOKEN) as client:
-            assert client.inspect_server().active_clients == 1
+            assert client.inspect_server().active_clients >= 1
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
@@ -360,6 +360,9 @@ CHECKS: dict[str, Check] = {
     "git worktree add /tmp/jobq-before HEAD~10": worktree,
     ".venv/bin/python -m bench.bench_ab --before /tmp/jobq-before/src --rounds 5": (
         benchmark_arguments("bench.bench_ab")
+    ),
+    ".venv/bin/python -m bench.bench_client --before /tmp/jobq-before/src --rounds 9": (
+        benchmark_arguments("bench.bench_client")
     ),
     "eval $(_JOBQ_COMPLETE=bash_source jobq)": completion,
     "eval $(_JOBQ_COMPLETE=zsh_source jobq)": completion,

@@ -15,7 +15,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -60,7 +60,7 @@ class Remote:
     address: str
     host: str
     port: int
-    token: str | None
+    token: str | None = field(repr=False)  # never shown
     tls: ssl.SSLContext | None
 
     def client(self) -> Client:
