@@ -89,6 +89,8 @@ BENCHMARKS = [
           ["--jobs", "20000"], "soak.md"),
     Bench("Before and after the reshaping", 20, "bench.bench_ab", [], [], "ab.md",
           runs=False),
+    Bench("The client's hot path, with and without a token", 21, "bench.bench_client", [], [],
+          "client.md", runs=False),
 ]  # fmt: skip
 
 # ------------------------------------------------------------------------- parsing tables

@@ -10,6 +10,7 @@ import pytest
 from jobq.client import Client
 from jobq.server.auth import register_auth_command
 from tests.harness import TOKEN, RunningServer, start_server
+from tests.tls import CertFiles, make_certificate
 
 
 @pytest.fixture
@@ -46,3 +47,9 @@ def live_auth() -> Iterator[RunningServer]:
     running = RunningServer(with_http=True, auth_token=TOKEN)
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
+    """A self-signed certificate for 127.0.0.1 and its key (skips without openssl)."""
+    return make_certificate(tmp_path_factory.mktemp("tls"))

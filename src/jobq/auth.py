@@ -3,15 +3,14 @@
 What a token is (:func:`encode_token`: 1-4096 printable ASCII characters), how it is compared
 (:func:`token_matches`, in constant time) and the two refusals both frontends give. The TCP
 ``auth <token>`` command is :mod:`jobq.server.auth`, the HTTP ``Authorization: Bearer`` check
-:mod:`jobq.http.auth`, and a client that authenticates is :func:`authenticating_client_class`.
-A token is never logged.
+:mod:`jobq.http.auth`; clients take theirs as ``token=`` (:class:`jobq.client.Client`, the
+worker's runtime) or from the command line's ``--auth-token`` options. A token is never logged.
 """
 
 from __future__ import annotations
 
 import hmac
 import re
-from typing import Any
 
 AUTH_REQUIRED = "Authentication required"
 INVALID_TOKEN = "Invalid token"
@@ -40,36 +39,3 @@ def encode_token(token: str | None) -> bytes | None:
 
 
 _TOKEN_RE = re.compile(r"[!-~]+")
-
-
-def authenticating_client_class(token: str) -> type[Any]:
-    """A :class:`jobq.client.Client` subclass that sends ``auth <token>`` on each new
-    connection (for ``jobq up``'s worker and ``jobq status`` until the client library takes
-    a token itself)."""
-    from jobq.client import Client, ClientError, ConnectionLost
-
-    line = b"auth " + token.encode("utf-8") + b"\r\n"
-
-    class AuthClient(Client):
-        def _connect(self) -> Any:
-            conn = super()._connect()
-            try:
-                conn.sock.sendall(line)
-                reply = b""
-                while not reply.endswith(b"\r\n") and len(reply) < 4096:
-                    chunk = conn.sock.recv(4096 - len(reply))
-                    if not chunk:
-                        break
-                    reply += chunk
-            except OSError as exc:
-                self._drop(conn)
-                raise ConnectionLost(f"authentication failed: {exc}") from exc
-            if not reply.startswith(b"+OK"):
-                self._drop(conn)
-                text = reply.decode("utf-8", "replace").strip().lstrip("-")
-                if not text:
-                    raise ConnectionLost("authentication failed: no reply")
-                raise ClientError(text.removeprefix("CLIENT-ERROR ").strip())
-            return conn
-
-    return AuthClient

@@ -54,9 +54,11 @@ class ServerConfig(msgspec.Struct, frozen=True):
     auth_token: str | None = None
     #: HOST, PORT of the HTTP API and web UI; None: no HTTP
     http: tuple[str, int] | None = None
-    #: PEM files to serve HTTPS
+    #: PEM files to serve TLS with: the workq protocol on ``host:port`` and HTTPS
     tls_cert: str | None = None
     tls_key: str | None = None
+    #: HOST, PORT of a second workq listener, of plain TCP, beside the TLS one; None: none
+    listen_plain: tuple[str, int] | None = None
 
     @property
     def log_dir(self) -> Path:

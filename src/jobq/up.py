@@ -20,6 +20,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ class UpOptions(msgspec.Struct, frozen=True, kw_only=True):
     #: HOST, PORT of the HTTP API and web UI; None: no HTTP
     http: tuple[str, int] | None
     auth_token: str | None
-    #: PEM files to serve HTTPS
+    #: PEM files to serve HTTPS (the TCP port's TLS is the ServerConfig's)
     tls_cert: str | None
     tls_key: str | None
     #: set up the demo once the server listens
@@ -170,25 +171,27 @@ class Up:
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        runtime_class: type[Any] = Runtime
-        if self.options.auth_token:
-            from jobq.auth import authenticating_client_class
-
-            client_class = authenticating_client_class(self.options.auth_token)
-
-            class AuthRuntime(Runtime):
-                def _client(self) -> Any:
-                    return client_class(self.host, self.port, timeout_s=self.timeout_s)
-
-            runtime_class = AuthRuntime
-        self.runtime = runtime_class(
+        self.runtime = Runtime(
             address,
             handlers=list(handlers.values()),
             concurrency=self.options.concurrency,
             worker_id=f"{socket.gethostname()}-up",
             grace_s=GRACE_S,
+            token=self.options.auth_token,
+            tls=self._own_tls(),
         )
         self.runtime.start()
+
+    def _own_tls(self) -> ssl.SSLContext | None:
+        """The TLS context of this process's worker, which connects to this process's own
+        TLS port: it trusts the certificate served (pinned), whatever names it holds, as
+        the worker connects by the loopback address."""
+        if self.config.tls_cert is None:
+            return None
+        context = ssl.create_default_context(cafile=self.config.tls_cert)
+        context.check_hostname = False
+        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # a CA-issued one too
+        return context
 
     def _add_spark_types(self) -> None:
         """Serve the built-in Spark job types too, on local Spark with the catalog under the
@@ -243,10 +246,16 @@ class Up:
         if self.options.demo:
             lines.append("  demo      an import, a report and a backup schedule: watch them in "
                          "the UI")
-        lines += ["", "Try:", *(f"  {command}" for command in self.commands()), ""]
-        if self.options.auth_token:
-            lines += ["(The server needs its token: give it to them in JOBQ_AUTH_TOKEN.)", ""]
-        lines += ["Stop with Ctrl-C.", ""]
+        lines += [
+            "",
+            "Try (with the token in $JOBQ_AUTH_TOKEN or $JOBQ_AUTH_TOKEN_FILE):"
+            if self.options.auth_token
+            else "Try:",
+            *(f"  {command}" for command in self.commands()),
+            "",
+            "Stop with Ctrl-C.",
+            "",
+        ]
         click.echo("\n".join(lines), err=False)
         sys.stdout.flush()
 
@@ -260,6 +269,8 @@ class Up:
         tcp = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         jobq = jobq_command()
         server = "" if tcp == "127.0.0.1:9922" else f" --server {tcp}"
+        if self.config.tls_cert is not None:
+            server += f" --tls-ca {shlex.quote(str(Path(self.config.tls_cert).resolve()))}"
         table = (self.config.data_dir / "demo" / "warehouse" / "sales.jsonl").resolve()
         payload = shlex.quote(json.dumps({"table": str(table)}))
         return [

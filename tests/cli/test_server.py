@@ -153,6 +153,7 @@ _NAMES = [
     "in-memory",
     "http",
     "scheduler-max-per-pass",
+    "listen-plain",
 ]
 _VALUES = st.one_of(
     st.sampled_from(
@@ -260,3 +261,10 @@ def test_a_non_ascii_token_in_the_environment_is_a_usage_error(
     assert "Traceback" not in done.stderr
     assert "printable ASCII" in done.stderr
     assert not (tmp_path / "cmdlog").exists()
+
+
+@pytest.mark.parametrize("option", ["--cmdlog-path", "--data-dir", "--tls-cert", "--tls-key"])
+def test_a_path_with_a_nul_byte_is_a_usage_error(option: str) -> None:
+    # click's own Path type let os.stat raise ValueError (a crash, not a usage error)
+    with pytest.raises(click.UsageError, match="NUL byte"):
+        click_config([option, "a\x00b"])

@@ -33,7 +33,7 @@ def test_status_with_a_token_and_unreachable(live_auth: RunningServer) -> None:
     assert ok.exit_code == 0, ok.output
     refused = runner.invoke(main, ["status", "--server", live_auth.tcp_address],
                             env={"JOBQ_AUTH_TOKEN": ""})
-    assert refused.exit_code == 1 and "Authentication required" in refused.output
+    assert refused.exit_code == 2 and "Authentication required" in refused.output
     bad = runner.invoke(main, ["status", "--server", "nonsense:address:1"])
     assert bad.exit_code == 2
     down = runner.invoke(main, ["status", "--server", "127.0.0.1:1"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -15,11 +16,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from jobq.client import Client, ConnectionLost
 from jobq.up import jobq_command
 from tests.docs.examples import example
+from tests.harness import TOKEN, wait_for
 from tests.ports import free_port
+from tests.tls import CertFiles
 
 ROOT = Path(__file__).resolve().parents[2]
+JOBQ = [sys.executable, "-m", "jobq"]
+JOBQ_UP = [*JOBQ, "up"]
 
 
 def wait_for_demo(url: str, proc: subprocess.Popen[bytes]) -> dict[str, object]:
@@ -198,3 +204,53 @@ def test_the_banner_names_jobq_as_the_shell_can_run_it(
     script = Path(sys.executable).parent / "jobq"
     expected = str(script) if script.exists() else f"{sys.executable} -m jobq"
     assert jobq_command() == expected
+
+
+def test_up_with_a_token_and_tls_serves_its_own_worker_and_the_cli(
+    tmp_path: Path, certificate: CertFiles
+) -> None:
+    """issue 21: ``jobq up --auth-token ...`` then ``JOBQ_AUTH_TOKEN=... jobq jobs list``; the
+    in-process worker authenticates, over TLS too, and workq clients have a plain port."""
+    tcp, plain = free_port(), free_port()
+    env = {**os.environ, "JOBQ_AUTH_TOKEN": TOKEN,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(
+        [*JOBQ_UP, "--data-dir", str(tmp_path / "state"), "--no-http", "--no-demo",
+         "--listen", f"127.0.0.1:{tcp}", "--listen-plain", f"127.0.0.1:{plain}",
+         "--tls-cert", certificate.cert, "--tls-key", certificate.key,
+         "--import", "tests.worker.sample_handlers"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    out = tmp_path / "items"
+    try:
+        client = Client("127.0.0.1", tcp, token=TOKEN, tls_ca=certificate.cert)
+        wait_for(lambda: _served(client), timeout_s=60, what="jobq up listens")
+        job_id = client.submit("items", json.dumps({"out": str(out), "n": 2}), ttr_ms=5000)
+        wait_for(lambda: client.job(job_id)["status"] == "succeeded", timeout_s=30,
+                 what="up's worker ran the job")
+        client.close()
+        listed = subprocess.run(
+            [*JOBQ, "jobs", "list", "--server", f"127.0.0.1:{tcp}", "--tls-ca",
+             certificate.cert],
+            env=env, capture_output=True, text=True, timeout=60,
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert "items" in listed.stdout and "succeeded" in listed.stdout
+        with Client("127.0.0.1", plain, token=TOKEN) as workq_style:
+            assert workq_style.inspect_job(job_id).name == "items"
+    finally:
+        output = stop(proc)
+    assert proc.returncode == 0, output
+    assert out.read_text().split() == ["0", "1"]
+    assert f"--tls-ca {Path(certificate.cert).resolve()}" in output  # the banner's commands
+    assert "Try (with the token in $JOBQ_AUTH_TOKEN or $JOBQ_AUTH_TOKEN_FILE):" in output
+    assert TOKEN not in output
+
+
+def _served(client: Client) -> bool:
+    try:
+        client.inspect_server()
+    except ConnectionLost:
+        return False
+    return True

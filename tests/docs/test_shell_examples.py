@@ -24,15 +24,16 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from jobq.client import Client
 from tests.docs.examples import ROOT, Example, examples
-from tests.harness import RunningServer
+from tests.harness import TOKEN, RunningServer
 from tests.ports import free_port
+from tests.tls import CertFiles, make_certificate
 
 VENV_BIN = Path(sys.prefix) / "bin"
 
@@ -46,6 +47,19 @@ class World:
     server: RunningServer
     #: the id of a pending job beginning with 3f2a (docs/http.md pauses ``3f2a``)
     prefixed_id: str
+    #: a server with a token and TLS, its certificate and a file holding its token, made
+    #: by the first example that needs them (:meth:`secure`)
+    secured: tuple[RunningServer, CertFiles, Path] | None = field(default=None)
+
+    def secure(self) -> tuple[RunningServer, CertFiles, Path]:
+        if self.secured is None:
+            certificate = make_certificate(self.workdir)
+            token_file = self.workdir / "token"
+            token_file.write_text(TOKEN + "\n")
+            server = RunningServer(auth_token=TOKEN, tls_cert=certificate.cert,
+                                   tls_key=certificate.key)
+            self.secured = (server, certificate, token_file)
+        return self.secured
 
     @property
     def env(self) -> dict[str, str]:
@@ -60,11 +74,12 @@ class World:
     def http_address(self) -> str:
         return self.server.http_url.removeprefix("http://").rstrip("/")
 
-    def run(self, text: str, timeout_s: float = 120) -> str:
-        """Run ``text`` with bash; its output (exit status 0 asserted)."""
+    def run(self, text: str, timeout_s: float = 120, env: dict[str, str] | None = None) -> str:
+        """Run ``text`` with bash (``env`` added to :attr:`env`); its output (exit status 0
+        asserted)."""
         done = subprocess.run(
-            ["bash", "-c", text], cwd=self.workdir, env=self.env, capture_output=True,
-            text=True, timeout=timeout_s,
+            ["bash", "-c", text], cwd=self.workdir, env={**self.env, **(env or {})},
+            capture_output=True, text=True, timeout=timeout_s,
         )
         output = done.stdout + done.stderr
         assert done.returncode == 0, f"{text!r} exited with {done.returncode}:\n{output}"
@@ -83,8 +98,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         client.submit("thumbnails", b"{}")
         client.xlease("thumbnails", worker_id="docs", wait_timeout_ms=1000)
         client.create_schedule("nightly-report", cron="0 3 * * *", args={"name": "reports"})
-    yield World(workdir, server, prefixed)
+    world = World(workdir, server, prefixed)
+    yield world
     server.stop()
+    if world.secured is not None:
+        world.secured[0].stop()
 
 
 # ---------------------------------------------------------------------------------------
@@ -179,6 +197,55 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
                 return
         time.sleep(0.05)
     raise AssertionError(f"nothing listened on {port}")
+
+
+def with_token_and_tls(ex: Example, world: World) -> None:
+    """Against a server with a token and TLS, with a self-signed certificate for 127.0.0.1:
+    ``jobs.internal:9922`` becomes that server, ``~/.jobq-token`` a file holding its token,
+    ``ca.pem`` its certificate, and the system's CAs (``--tls``) that certificate
+    (``SSL_CERT_FILE``)."""
+    server, certificate, token_file = world.secure()
+    text = (ex.text.replace("jobs.internal:9922", server.tcp_address)
+            .replace("~/.jobq-token", str(token_file)).replace("ca.pem", certificate.cert))
+    output = world.run(text, env={"SSL_CERT_FILE": certificate.cert})
+    assert output.strip()
+    if " submit " in text:
+        with Client.from_address(server.tcp_address, token=TOKEN,
+                                 tls_ca=certificate.cert) as client:
+            assert client.job(output.strip())["name"] == "reports.daily"
+
+
+def serves_tls(ex: Example, world: World) -> None:
+    """``jobq server`` with TLS and a plain listener: ``/etc/jobq`` becomes a directory with
+    a self-signed certificate, its key and a token; the two addresses free loopback ports.
+    A TLS client and a plain one are served; SIGTERM stops it cleanly."""
+    etc = world.workdir / "etc-jobq"
+    etc.mkdir(exist_ok=True)
+    made = make_certificate(etc)
+    shutil.copy(made.cert, etc / "cert.pem")
+    shutil.copy(made.key, etc / "key.pem")
+    (etc / "token").write_text(TOKEN + "\n")
+    port, plain = free_port(), free_port()
+    text = ex.text
+    for old, new in (("0.0.0.0:9922", f"127.0.0.1:{port}"),
+                     ("10.0.0.5:9921", f"127.0.0.1:{plain}"), ("/etc/jobq/", f"{etc}/")):
+        text = text.replace(old, new)
+    cwd = world.workdir / f"cwd-{port}"
+    cwd.mkdir()
+    proc = subprocess.Popen(["bash", "-c", text], cwd=cwd, env=world.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        _wait_listening(port, proc)
+        _wait_listening(plain, proc)
+        with Client("127.0.0.1", port, token=TOKEN, tls_ca=str(etc / "cert.pem")) as client:
+            assert client.inspect_server().active_clients >= 1
+        with Client("127.0.0.1", plain, token=TOKEN) as client:
+            assert client.inspect_server().active_clients >= 1
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out.decode(errors="replace")
 
 
 def make_recipe(*wanted: str) -> Check:
@@ -294,6 +361,9 @@ CHECKS: dict[str, Check] = {
     ".venv/bin/python -m bench.bench_ab --before /tmp/jobq-before/src --rounds 5": (
         benchmark_arguments("bench.bench_ab")
     ),
+    ".venv/bin/python -m bench.bench_client --before /tmp/jobq-before/src --rounds 9": (
+        benchmark_arguments("bench.bench_client")
+    ),
     "eval $(_JOBQ_COMPLETE=bash_source jobq)": completion,
     "eval $(_JOBQ_COMPLETE=zsh_source jobq)": completion,
     "_JOBQ_COMPLETE=fish_source jobq | source": completion,
@@ -311,6 +381,13 @@ CHECKS: dict[str, Check] = {
     "localhost:8080/api/jobs": curl,
     'curl -s --json {"reason": "disk full"} localhost:8080/api/jobs/3f2a/pause': curl,
     "jobq server": serves,
+    "jobq jobs list --server jobs.internal:9922 --auth-token-file ~/.jobq-token --tls-ca ca.pem": (
+        with_token_and_tls
+    ),
+    "JOBQ_AUTH_TOKEN_FILE=~/.jobq-token jobq submit reports.daily --server jobs.internal:9922 "
+    "--tls": with_token_and_tls,
+    "JOBQ_AUTH_TOKEN=$(cat /etc/jobq/token) jobq server --listen 0.0.0.0:9922 --tls-cert "
+    "/etc/jobq/cert.pem --tls-key /etc/jobq/key.pem --listen-plain 10.0.0.5:9921": serves_tls,
     "jobq server --listen 0.0.0.0:9922 --data-dir /var/lib/jobq --cmdlog-sync always": serves,
     "jobq server -listen 127.0.0.1:9922 -cmdlog-path /var/lib/workq/cmdlog": serves,
     'jobq submit spark.export --payload {"table": "sales", "format": "json",\n  "path": '

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from jobq.auth import authenticating_client_class, encode_token
-from jobq.client import Client
+from jobq.auth import encode_token
+from jobq.client import AuthenticationFailed, Client
 from jobq.server import protocol as p
 from jobq.server.auth import register_auth_command
 from tests.harness import TOKEN, RunningServer
@@ -90,12 +90,12 @@ def test_a_wrong_token_after_a_good_one_signs_out(live_auth: RunningServer) -> N
 
 
 def test_clients_with_the_token_work(live_auth: RunningServer) -> None:
-    client = authenticating_client_class(TOKEN)("127.0.0.1", live_auth.port)
+    client = Client("127.0.0.1", live_auth.port, token=TOKEN)
     with client:
         job_id = client.submit("auth.q", b"{}")
         assert client.job(job_id)["name"] == "auth.q"
-    bad = authenticating_client_class("nope")("127.0.0.1", live_auth.port)
-    with bad, pytest.raises(Exception, match="Invalid token"):
+    bad = Client("127.0.0.1", live_auth.port, token="nope")
+    with bad, pytest.raises(AuthenticationFailed, match="Invalid token"):
         bad.inspect_server()
 
 

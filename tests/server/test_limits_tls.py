@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 import ssl
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -13,6 +11,7 @@ import pytest
 
 from tests.harness import start_server
 from tests.ports import free_port
+from tests.tls import CertFiles
 
 
 def test_connections_over_the_limit_are_refused_with_a_reply(tmp_path: Path) -> None:
@@ -31,20 +30,13 @@ def test_connections_over_the_limit_are_refused_with_a_reply(tmp_path: Path) -> 
         server.stop()
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-def test_https_with_a_certificate(tmp_path: Path) -> None:
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )
+def test_https_with_a_certificate(tmp_path: Path, certificate: CertFiles) -> None:
+    cert, key = certificate.cert, certificate.key
     port = free_port()
-    server = start_server(tmp_path, http=("127.0.0.1", port), tls_cert=str(cert),
-                          tls_key=str(key))
+    server = start_server(tmp_path, http=("127.0.0.1", port), tls_cert=cert,
+                          tls_key=key)
     try:
-        trust = ssl.create_default_context(cafile=str(cert))
+        trust = ssl.create_default_context(cafile=cert)
         reply = httpx.get(f"https://127.0.0.1:{port}/api/server", verify=trust, timeout=10)
         assert reply.status_code == 200
         with pytest.raises(httpx.HTTPError):

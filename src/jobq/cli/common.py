@@ -1,6 +1,8 @@
-"""What the ``jobq`` commands share: the ``--server`` and ``--json`` options, a client whose
-errors become one-line exits, plain or rich output, the time and duration options, and
-the exit codes: 0 ok, 1 failure, 2 usage (a one-line ``jobq: ...`` on stderr).
+"""What the ``jobq`` commands share: the options of every command that talks to a server
+(``--server``, the token and TLS: :func:`client_options`, resolved into a :class:`Remote`),
+``--json``, a client whose errors become one-line exits, plain or rich output, the time and
+duration options, and the exit codes: 0 ok, 1 failure, 2 usage (a one-line ``jobq: ...`` on
+stderr).
 
 Only click and the standard library are imported here; the client, rich and the rest are
 imported inside the functions that use them, so a command loads no more than it needs.
@@ -13,12 +15,15 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 if TYPE_CHECKING:
+    import ssl
+
     from jobq.client import Client
 
 EXIT_FAILURE = 1
@@ -26,11 +31,31 @@ EXIT_USAGE = 2
 DEFAULT_SERVER = "127.0.0.1:9922"
 #: the environment variable the ``--auth-token`` options read
 AUTH_TOKEN_ENV = "JOBQ_AUTH_TOKEN"
+#: the environment variable naming a file that holds the token (``--auth-token-file``)
+AUTH_TOKEN_FILE_ENV = "JOBQ_AUTH_TOKEN_FILE"
+#: the environment variables of ``--tls`` and ``--tls-ca``
+TLS_ENV = "JOBQ_TLS"
+TLS_CA_ENV = "JOBQ_TLS_CA"
+#: the most bytes read from a token file (a token has at most 4096)
+TOKEN_FILE_MAX_BYTES = 8192
 #: a job's statuses, in the order ``jobq status`` counts them
 STATUSES = ("pending", "running", "paused", "succeeded", "failed", "canceled")
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+
+
+
+class PathType(click.Path):
+    """``click.Path`` that refuses a NUL byte with a usage error: the operating system takes
+    no such path, and click's own check lets ``os.stat`` raise ``ValueError`` instead."""
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            self.fail("a path cannot hold a NUL byte", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def fail(message: str, code: int = EXIT_FAILURE, *, prefix: str = "jobq") -> NoReturn:
@@ -40,16 +65,154 @@ def fail(message: str, code: int = EXIT_FAILURE, *, prefix: str = "jobq") -> NoR
     sys.exit(code)
 
 
-def server_option(fn: F) -> F:
-    """``--server HOST:PORT`` (default $JOBQ_SERVER, else 127.0.0.1:9922)."""
-    return click.option(
+@dataclass(frozen=True)
+class Remote:
+    """The server a command talks to, and how: its address (``host:port``, as given, for
+    messages), the token (None: none) and the TLS context (None: plain TCP)."""
+
+    address: str
+    host: str
+    port: int
+    token: str | None = field(repr=False)  # never shown
+    tls: ssl.SSLContext | None
+
+    def client(self) -> Client:
+        """A client for it (it connects at its first request)."""
+        from jobq.client import Client
+
+        return Client(self.host, self.port, token=self.token, tls=self.tls)
+
+
+#: the options of every command that talks to a server, in the order --help shows them
+_CLIENT_OPTIONS = (
+    click.option(
         "--server",
         envvar="JOBQ_SERVER",
         default=DEFAULT_SERVER,
         show_default="127.0.0.1:9922 or $JOBQ_SERVER",
         metavar="HOST:PORT",
         help="The jobq server.",
-    )(fn)
+    ),
+    click.option(
+        "--auth-token",
+        default=None,
+        metavar="TOKEN",
+        help=f"The server's token [env: {AUTH_TOKEN_ENV}]. Visible to other users in `ps`: "
+        "prefer --auth-token-file.",
+    ),
+    click.option(
+        "--auth-token-file",
+        default=None,
+        metavar="FILE",
+        help=f"A file holding the token [env: {AUTH_TOKEN_FILE_ENV}]. Precedence: "
+        f"--auth-token, --auth-token-file, ${AUTH_TOKEN_ENV}, ${AUTH_TOKEN_FILE_ENV}.",
+    ),
+    click.option(
+        "--tls",
+        is_flag=True,
+        envvar=TLS_ENV,
+        help=f"Connect with TLS, trusting the system's CAs [env: {TLS_ENV}].",
+    ),
+    click.option(
+        "--tls-ca",
+        default=None,
+        envvar=TLS_CA_ENV,
+        metavar="FILE",
+        help=f"Connect with TLS, trusting the certificates in this PEM file (a self-signed "
+        f"server's own certificate) [env: {TLS_CA_ENV}].",
+    ),
+)
+
+
+def client_options(fn: F) -> F:
+    """The options of a command that talks to a server: ``--server``, ``--auth-token``,
+    ``--auth-token-file``, ``--tls`` and ``--tls-ca`` (and their environment variables).
+    ``fn`` gets them as one ``server`` argument, a :class:`Remote`; a bad value is a usage
+    exit before the command runs."""
+
+    @functools.wraps(fn)
+    def command(
+        *args: Any,
+        server: str,
+        auth_token: str | None,
+        auth_token_file: str | None,
+        tls: bool,
+        tls_ca: str | None,
+        **kwargs: Any,
+    ) -> Any:
+        remote = resolve_remote(server, auth_token, auth_token_file, tls, tls_ca)
+        return fn(*args, server=remote, **kwargs)
+
+    decorated: Any = command
+    for option in reversed(_CLIENT_OPTIONS):  # as if stacked in this order above ``fn``
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
+def resolve_remote(
+    server: str, auth_token: str | None, auth_token_file: str | None, tls: bool,
+    tls_ca: str | None,
+) -> Remote:
+    """The :class:`Remote` of the client options' values; a bad one is a usage exit."""
+    host, port = server_address(server)
+    return Remote(server, host, port, resolve_token(auth_token, auth_token_file),
+                  tls_context(tls, tls_ca))
+
+
+def resolve_token(flag: str | None, file_flag: str | None) -> str | None:
+    """The token, from the first of: ``--auth-token``, ``--auth-token-file``,
+    ``$JOBQ_AUTH_TOKEN``, ``$JOBQ_AUTH_TOKEN_FILE``; None if none is given."""
+    if flag:
+        return checked_token(flag, "--auth-token")
+    if file_flag:
+        return token_from_file(file_flag, "--auth-token-file")
+    if os.environ.get(AUTH_TOKEN_ENV):
+        return checked_token(os.environ[AUTH_TOKEN_ENV], f"${AUTH_TOKEN_ENV}")
+    if os.environ.get(AUTH_TOKEN_FILE_ENV):
+        return token_from_file(os.environ[AUTH_TOKEN_FILE_ENV], f"${AUTH_TOKEN_FILE_ENV}")
+    return None
+
+
+def checked_token(token: str, what: str) -> str:
+    """``token`` if it is one a server can have (the message never shows it)."""
+    from jobq.auth import encode_token
+
+    try:
+        encode_token(token)
+    except ValueError as exc:
+        fail(f"{what}: {exc}", EXIT_USAGE)
+    return token
+
+
+def token_from_file(path: str, what: str) -> str:
+    """The token a file holds, without the whitespace around it (a final newline)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(TOKEN_FILE_MAX_BYTES)
+    except OSError as exc:
+        fail(f"{what}: {path}: {exc.strerror or exc}", EXIT_USAGE)
+    token = data.decode("utf-8", "replace").strip()
+    if not token:
+        fail(f"{what}: {path} holds no token", EXIT_USAGE)
+    return checked_token(token, f"{what}: {path}")
+
+
+def tls_context(tls: bool, tls_ca: str | None) -> ssl.SSLContext | None:
+    """The TLS context of ``--tls``/``--tls-ca`` (None: plain TCP); a CA file that cannot
+    be read or is not PEM is a usage exit."""
+    if not tls and not tls_ca:
+        return None
+    import ssl
+
+    from jobq.client.tls import client_context
+
+    try:
+        return client_context(True, tls_ca or None)
+    except ssl.SSLError as exc:
+        fail(f"--tls-ca: {tls_ca}: no certificate could be read ({exc.reason or exc})",
+             EXIT_USAGE)
+    except OSError as exc:
+        fail(f"--tls-ca: {tls_ca}: {exc.strerror or exc}", EXIT_USAGE)
 
 
 def json_option(fn: F) -> F:
@@ -85,30 +248,37 @@ def job_options(ttl_help: str) -> Callable[[F], F]:
     return decorate
 
 
-def open_client(server: str, token: str | None = None) -> Client:
-    """A client for ``--server`` that sends ``auth <token>`` first on each connection when
-    a token is given."""
-    from jobq.client import Client
+def refused(remote: Remote, exc: Exception) -> NoReturn:
+    """The exit of a client whose token the server refused: one line, status 2."""
+    text = getattr(exc, "text", "") or str(exc)
+    hint = "" if remote.token else f" (give --auth-token-file, --auth-token or ${AUTH_TOKEN_ENV})"
+    fail(f"authentication failed: {text}{hint}", EXIT_USAGE)
 
-    host, port = server_address(server)
-    if token:
-        from jobq.auth import authenticating_client_class
 
-        client: Client = authenticating_client_class(token)(host, port)
-        return client
-    return Client(host, port)
+def unreachable(remote: Remote, exc: Exception) -> NoReturn:
+    """The exit of a client that could not talk to the server: status 1, or 2 when TLS
+    failed (a certificate that cannot be verified, TLS against a plain port: settings to
+    fix, not a server to wait for)."""
+    import ssl
+
+    if isinstance(exc.__cause__, ssl.SSLError):
+        fail(f"TLS with {remote.address} failed: {exc.__cause__}", EXIT_USAGE)
+    fail(f"cannot reach the server at {remote.address}: {exc}", EXIT_FAILURE)
 
 
 @contextlib.contextmanager
-def connected(server: str) -> Iterator[Client]:
-    """A client for ``server``; server and connection errors become one-line exits."""
-    from jobq.client import ClientError, ConnectionLost, JobqError, NotFound
+def connected(server: Remote) -> Iterator[Client]:
+    """A client for ``server``; server and connection errors become one-line exits (a
+    refused token: status 2)."""
+    from jobq.client import AuthenticationFailed, ClientError, ConnectionLost, JobqError, NotFound
 
-    client = open_client(server)
+    client = server.client()
     try:
         yield client
+    except AuthenticationFailed as exc:
+        refused(server, exc)
     except ConnectionLost as exc:
-        fail(f"cannot reach the server at {server}: {exc}", EXIT_FAILURE)
+        unreachable(server, exc)
     except NotFound:
         fail("no such job", EXIT_USAGE)
     except ClientError as exc:
@@ -122,14 +292,14 @@ def connected(server: str) -> Iterator[Client]:
 
 
 def reads(read: Callable[..., T]) -> Callable[[Callable[[T], None]], Callable[..., None]]:
-    """Makes a read command of a function that shows a value: ``--json`` and ``--server``
-    are added, ``read(client, **arguments)`` gets the value from the server, printed as
+    """Makes a read command of a function that shows a value: ``--json`` and the client
+    options are added, ``read(client, **arguments)`` gets the value from the server, printed as
     JSON with ``--json``, else handed to the function (whose name and docstring the
     command keeps)."""
 
     def decorate(show: Callable[[T], None]) -> Callable[..., None]:
         @functools.wraps(show)
-        def command(as_json: bool, server: str, **arguments: Any) -> None:
+        def command(as_json: bool, server: Remote, **arguments: Any) -> None:
             with connected(server) as client:
                 value = read(client, **arguments)
             if as_json:
@@ -137,7 +307,7 @@ def reads(read: Callable[..., T]) -> Callable[[Callable[[T], None]], Callable[..
             elif value is not None:
                 show(value)
 
-        return json_option(server_option(command))
+        return json_option(client_options(command))
 
     return decorate
 

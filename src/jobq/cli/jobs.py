@@ -23,7 +23,9 @@ from jobq.cli.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     STATUSES,
+    Remote,
     actor,
+    client_options,
     connected,
     duration_ms,
     fail,
@@ -34,7 +36,6 @@ from jobq.cli.common import (
     print_json,
     print_rows,
     reads,
-    server_option,
     short_time,
 )
 
@@ -136,7 +137,7 @@ def _rich_jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> An
 )
 @click.option("--cursor", default=None, help="Continue after a previous page (--json).")
 @json_option
-@server_option
+@client_options
 def list_command(
     statuses: tuple[str, ...],
     name: str | None,
@@ -145,7 +146,7 @@ def list_command(
     order: str,
     cursor: str | None,
     as_json: bool,
-    server: str,
+    server: Remote,
 ) -> None:
     """List jobs (newest first within each status)."""
     wanted = _statuses(statuses)
@@ -319,12 +320,12 @@ def _operate(verb: str, past: str) -> click.Command:
     @click.option("--schedule", default=None, metavar="NAME",
                   help="Every job of this schedule instead (PAUSE JOBS FOR SCHEDULE).")
     @click.option("--reason", default="", help="Why; kept in the job's history.")
-    @server_option
+    @client_options
     def command(
         job_id: str | None,
         schedule: str | None,
         reason: str,
-        server: str,
+        server: Remote,
         wait: bool = False,
         timeout: str = "",
     ) -> None:
@@ -424,8 +425,8 @@ jobs_group.add_command(_operate("cancel", "canceled"))
 
 @jobs_group.command("delete")
 @click.argument("job_id", metavar="ID")
-@server_option
-def delete_command(job_id: str, server: str) -> None:
+@client_options
+def delete_command(job_id: str, server: Remote) -> None:
     """Delete a job whatever its state (workq's delete)."""
     with connected(server) as client:
         job = client.job(job_id)
@@ -476,8 +477,8 @@ def _plain_frame(jobs: list[dict[str, Any]]) -> str:
 @click.option("--once", is_flag=True, help="Draw one frame and exit.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between refreshes.")
-@server_option
-def watch_command(job_id: str | None, once: bool, interval: float, server: str) -> None:
+@client_options
+def watch_command(job_id: str | None, once: bool, interval: float, server: Remote) -> None:
     """Live progress of a job, or of all running, pending and paused jobs.
 
     With ID it exits when the job finishes: 0 if it succeeded, 1 if it failed or was

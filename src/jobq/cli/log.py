@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import click
 
-from jobq.cli.common import EXIT_FAILURE, EXIT_USAGE, fail
+from jobq.cli.common import EXIT_FAILURE, EXIT_USAGE, PathType, fail
 from jobq.cmdlog.cursor import Cursor
 from jobq.cmdlog.errors import (
     CmdlogError,
@@ -175,7 +175,7 @@ def log_group() -> None:
 
 
 @log_group.command("dump")
-@click.argument("directory", type=click.Path())
+@click.argument("directory", type=PathType())
 @click.option(
     "--format",
     "output_format",
@@ -207,7 +207,7 @@ def _scan(directory: str, segments: list[tuple[int, str]]) -> Iterator[_Scanned]
 
 
 @log_group.command("verify")
-@click.argument("directory", type=click.Path())
+@click.argument("directory", type=PathType())
 def verify(directory: str) -> None:
     """Check every record of DIRECTORY; exit 1 naming the first bad one. Changes nothing."""
     with _reading(directory, bad_header=EXIT_BAD_DATA):
@@ -243,7 +243,7 @@ def _cut(path: str, offset: int) -> None:
 
 
 @log_group.command("repair")
-@click.argument("directory", type=click.Path())
+@click.argument("directory", type=PathType())
 def repair(directory: str) -> None:
     """Cut each damaged segment of DIRECTORY at its first bad record (keeping a copy)."""
     with _reading(directory):
@@ -270,7 +270,7 @@ def repair(directory: str) -> None:
 
 
 @log_group.command("stats")
-@click.argument("directory", type=click.Path())
+@click.argument("directory", type=PathType())
 def stats(directory: str) -> None:
     """Count the segments, records, bytes and records per command type of DIRECTORY."""
     with _reading(directory):

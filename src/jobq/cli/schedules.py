@@ -9,7 +9,9 @@ import click
 
 from jobq.cli.common import (
     EXIT_USAGE,
+    Remote,
     actor,
+    client_options,
     connected,
     duration_ms,
     fail,
@@ -21,7 +23,6 @@ from jobq.cli.common import (
     print_rows,
     read_file,
     reads,
-    server_option,
     short_time,
     user,
 )
@@ -91,12 +92,12 @@ def _catchup_ms(catchup: str | None) -> int | None:
               help="Make up a run missed while down if it is at most this old [1d]; 0: never.")
 @click.option("--paused", is_flag=True, help="Create it paused.")
 @json_option
-@server_option
+@client_options
 def create_command(
     name: str, cron: str | None, tz: str | None, every: str | None, at: str | None,
     job: str, payload: str | None, priority: int, ttr: str, ttl: str | None,
     max_attempts: int, max_fails: int, description: str, wait: str, on_error: str,
-    catchup: str | None, paused: bool, as_json: bool, server: str,
+    catchup: str | None, paused: bool, as_json: bool, server: Remote,
 ) -> None:
     """Create schedule NAME: --cron EXPR [--tz ZONE] | --every DURATION | --at TIME."""
     if sum(x is not None for x in (cron, every)) + (at is not None and every is None) != 1:
@@ -172,8 +173,8 @@ def _simple(verb: str, word: str, past: str, help_text: str) -> click.Command:
     @click.command(verb, help=help_text)
     @click.argument("name")
     @click.option("--reason", default="", help="Why; kept in the schedule's history.")
-    @server_option
-    def command(name: str, reason: str, server: str) -> None:
+    @client_options
+    def command(name: str, reason: str, server: Remote) -> None:
         with connected(server) as client:
             method = getattr(client, word)
             schedule = method(name, reason=reason, actor=actor())
@@ -193,8 +194,8 @@ schedules_group.add_command(
 
 @schedules_group.command("trigger")
 @click.argument("name")
-@server_option
-def trigger_command(name: str, server: str) -> None:
+@client_options
+def trigger_command(name: str, server: Remote) -> None:
     """One run now, whatever the policies; the next run stays."""
     with connected(server) as client:
         job_id = client.trigger_schedule(name)
@@ -205,8 +206,8 @@ def trigger_command(name: str, server: str) -> None:
 @click.argument("name")
 @click.option("--from", "start", required=True, metavar="TIME")
 @click.option("--to", "end", required=True, metavar="TIME")
-@server_option
-def backfill_command(name: str, start: str, end: str, server: str) -> None:
+@client_options
+def backfill_command(name: str, start: str, end: str, server: Remote) -> None:
     """One run for each scheduled time from --from to --to (inclusive)."""
     with connected(server) as client:
         ids = client.backfill_schedule(
@@ -232,10 +233,10 @@ def history_command(changes: list[dict[str, Any]]) -> None:
 @click.option("--on-error", type=click.Choice(ERROR_POLICIES), default=None)
 @click.option("--catchup", default=None, metavar="DURATION")
 @click.option("--reason", default="")
-@server_option
+@client_options
 def alter_command(
     name: str, wait: str | None, on_error: str | None, catchup: str | None, reason: str,
-    server: str,
+    server: Remote,
 ) -> None:
     """Change a schedule's policies."""
     catchup_ms = _catchup_ms(catchup)
@@ -249,8 +250,8 @@ def alter_command(
 
 @schedules_group.command("drop")
 @click.argument("name")
-@server_option
-def drop_command(name: str, server: str) -> None:
+@client_options
+def drop_command(name: str, server: Remote) -> None:
     """Remove a schedule; the jobs it made stay."""
     with connected(server) as client:
         client.drop_schedule(name)

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from jobq.cli.common import AUTH_TOKEN_ENV, F
+from jobq.cli.common import AUTH_TOKEN_ENV, F, PathType
 from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import (
     DEFAULT_CLEAN_INTERVAL_MS,
@@ -60,6 +60,7 @@ def build_config(
     auth_token: str | None = None,
     tls_cert: str | None = None,
     tls_key: str | None = None,
+    listen_plain: str | None = None,
 ) -> ServerConfig:
     """The server's settings from its options' values (named as the options; integers come
     checked against their ranges by click); :class:`ConfigError` says what is wrong."""
@@ -73,8 +74,7 @@ def build_config(
     if segment_size_bytes < 1:
         raise ConfigError("the segment size must be at least 1 byte")
     http = parse_listen(http_address) if http_address is not None else None
-    if (tls_cert is None) != (tls_key is None):
-        raise ConfigError("--tls-cert and --tls-key go together")
+    plain = check_tls(tls_cert, tls_key, listen_plain, (host, port))
     if auth_token:
         from jobq.auth import encode_token
 
@@ -103,7 +103,33 @@ def build_config(
         http=http,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        listen_plain=plain,
     )
+
+
+def check_tls(
+    tls_cert: str | None, tls_key: str | None, listen_plain: str | None, listen: tuple[str, int]
+) -> tuple[str, int] | None:
+    """The ``--listen-plain`` address (None: none), once the TLS options check out: the
+    certificate and its key go together and load (PEM), and a plain listener is beside a
+    TLS ``--listen`` on an address of its own. :class:`ConfigError` says what is wrong."""
+    if (tls_cert is None) != (tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if tls_cert is not None and tls_key is not None:
+        from jobq.server.listeners import server_tls_context
+
+        server_tls_context(tls_cert, tls_key)
+    if listen_plain is None:
+        return None
+    plain = parse_listen(listen_plain)
+    if tls_cert is None:
+        raise ConfigError(
+            "--listen-plain is a plain listener beside a TLS --listen: give --tls-cert and "
+            "--tls-key too (without them --listen is plain already)"
+        )
+    if plain == listen and plain[1] != 0:
+        raise ConfigError("--listen-plain must differ from --listen")
+    return plain
 
 
 def _option(*names: str, **attrs: Any) -> Callable[[F], F]:
@@ -122,14 +148,14 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
 )
 @click.option(
     "--data-dir",
-    type=click.Path(path_type=Path),
+    type=PathType(path_type=Path),
     default=None,
     help="Where the server keeps its state [default: ./.jobq or $JOBQ_HOME].",
 )
 @click.option(
     "--cmdlog-path",
     "-cmdlog-path",
-    type=click.Path(path_type=Path),
+    type=PathType(path_type=Path),
     default=None,
     help="Command log directory (a workq log directory works) [default: DATA_DIR/cmdlog].",
 )
@@ -221,15 +247,22 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
 )
 @click.option(
     "--tls-cert",
-    type=click.Path(exists=True, dir_okay=False),
+    type=PathType(exists=True, dir_okay=False),
     default=None,
-    help="PEM certificate: serve HTTPS.",
+    help="PEM certificate: serve TLS on --listen (and HTTPS with --http).",
 )
 @click.option(
     "--tls-key",
-    type=click.Path(exists=True, dir_okay=False),
+    type=PathType(exists=True, dir_okay=False),
     default=None,
     help="PEM private key for --tls-cert.",
+)
+@click.option(
+    "--listen-plain",
+    default=None,
+    metavar="HOST:PORT",
+    help="With --tls-cert, also serve plain TCP here, for workq clients without TLS "
+    "(what they send, a token too, is readable on the network).",
 )
 def server_command(**options: Any) -> None:
     """Run the job server (a drop-in for workq-server)."""

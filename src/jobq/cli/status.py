@@ -2,7 +2,7 @@
 now with its progress, recent failures and the schedules.
 
 Rich on a terminal, plain text otherwise, JSON with ``--json``. Exit codes: 0 ok, 1 the
-server cannot be reached or fails, 2 bad input.
+server cannot be reached or fails, 2 bad input (a refused token too).
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from typing import Any
 import click
 
 from jobq.cli.common import (
-    AUTH_TOKEN_ENV,
     EXIT_FAILURE,
     STATUSES,
+    Remote,
+    client_options,
+    connected,
     fail,
     is_tty,
     json_option,
-    open_client,
     percent,
     print_json,
-    server_option,
 )
 
 #: jobs counted per status before "N+" is shown
@@ -163,24 +163,22 @@ def _rich(data: dict[str, Any]) -> None:
 
 
 @click.command("status")
-@server_option
-@click.option("--auth-token", envvar=AUTH_TOKEN_ENV, default=None, metavar="TOKEN",
-              help="The server's token, if it has one.")
+@client_options
 @json_option
-def status_command(server: str, auth_token: str | None, as_json: bool) -> None:
+def status_command(server: Remote, as_json: bool) -> None:
     """A one-screen summary of the server: jobs by status, what runs now, failures and
     schedules."""
-    from jobq.client import ClientError, JobqError
+    from jobq.client import AuthenticationFailed, ClientError, ConnectionLost, JobqError
 
-    client = open_client(server, auth_token)
-    try:
-        data = gather(client)
-    except ClientError as exc:
-        fail(exc.text or str(exc), EXIT_FAILURE)
-    except JobqError as exc:
-        fail(f"cannot reach the server at {server}: {exc}", EXIT_FAILURE)
-    finally:
-        client.close()
+    with connected(server) as client:
+        try:
+            data = gather(client)
+        except (AuthenticationFailed, ConnectionLost):
+            raise  # connected's exits: 2, and 1 "cannot reach"
+        except ClientError as exc:  # a server without jobq's extensions, say
+            fail(exc.text or str(exc), EXIT_FAILURE)
+        except JobqError as exc:
+            fail(f"cannot reach the server at {server.address}: {exc}", EXIT_FAILURE)
     if as_json:
         print_json(data)
     elif is_tty():

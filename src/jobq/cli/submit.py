@@ -11,13 +11,14 @@ import click
 
 from jobq.cli.common import (
     EXIT_USAGE,
+    Remote,
+    client_options,
     connected,
     duration_ms,
     fail,
     job_options,
     parse_when,
     read_file,
-    server_option,
     user,
 )
 
@@ -72,7 +73,7 @@ def _spark_arguments(
 @click.option("--id", "job_id", default=None, help="The job id (a UUID) [default: new].")
 @click.option("--dry-run", is_flag=True,
               help="spark.pipeline: validate the pipeline graph without running it.")
-@server_option
+@client_options
 def submit_command(
     name: str,
     payload: str | None,
@@ -86,7 +87,7 @@ def submit_command(
     creator: str | None,
     job_id: str | None,
     dry_run: bool,
-    server: str,
+    server: Remote,
 ) -> None:
     """Submit a job NAME; prints its id.
 

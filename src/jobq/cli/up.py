@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from jobq.cli.common import AUTH_TOKEN_ENV
+from jobq.cli.common import AUTH_TOKEN_ENV, PathType
 from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import DEFAULT_LISTEN, ConfigError, ServerConfig, default_data_dir, parse_listen
 
@@ -19,7 +19,7 @@ DEFAULT_HTTP = "127.0.0.1:8080"
 
 
 @click.command("up")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--data-dir", type=PathType(file_okay=False, path_type=Path), default=None,
               help="Where all state lives  [default: ./.jobq or $JOBQ_HOME]")
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
               help="The TCP address for workers and clients.")
@@ -35,10 +35,13 @@ DEFAULT_HTTP = "127.0.0.1:8080"
 @click.option("--auth-token", envvar=AUTH_TOKEN_ENV, default=None, metavar="TOKEN",
               help="Require this token (printable ASCII, no spaces) on TCP (auth <token>) "
                    "and HTTP (Bearer).")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Serve HTTPS with this certificate (PEM).")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
+@click.option("--tls-cert", type=PathType(exists=True, dir_okay=False), default=None,
+              help="Serve TLS on --listen and HTTPS with this certificate (PEM).")
+@click.option("--tls-key", type=PathType(exists=True, dir_okay=False), default=None,
               help="The certificate's private key (PEM).")
+@click.option("--listen-plain", default=None, metavar="HOST:PORT",
+              help="With --tls-cert, also serve plain TCP here, for workq clients without "
+                   "TLS (readable on the network).")
 @click.option("--cmdlog-sync", type=click.Choice(SYNC_POLICIES),
               default="interval", show_default=True, help="When the command log is fsynced.")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
@@ -54,11 +57,13 @@ def up_command(
     auth_token: str | None,
     tls_cert: str | None,
     tls_key: str | None,
+    listen_plain: str | None,
     cmdlog_sync: str,
     verbose: bool,
 ) -> None:
     """Run the server, the scheduler, a worker and the web UI in one process."""
     from jobq.auth import encode_token
+    from jobq.cli.server import check_tls
     from jobq.server.app import configure_logging
     from jobq.server.start import run_event_loop
     from jobq.up import Up, UpOptions, is_fresh
@@ -67,10 +72,9 @@ def up_command(
         host, port = parse_listen(listen)
         http_address = None if no_http else parse_listen(http)
         encode_token(auth_token)
+        plain = check_tls(tls_cert, tls_key, listen_plain, (host, port))
     except (ConfigError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
-    if (tls_cert is None) != (tls_key is None):
-        raise click.UsageError("--tls-cert and --tls-key go together")
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     for module in imports:
         try:
@@ -81,7 +85,8 @@ def up_command(
     fresh = is_fresh(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(
-        host=host, port=port, data_dir=directory, sync=cmdlog_sync, auth_token=auth_token or None
+        host=host, port=port, data_dir=directory, sync=cmdlog_sync, auth_token=auth_token or None,
+        tls_cert=tls_cert, tls_key=tls_key, listen_plain=plain,
     )
     options = UpOptions(
         http=http_address,

@@ -1,7 +1,8 @@
 """``jobq worker``: import handler modules and run their jobs until SIGTERM/SIGINT.
 
 Exit codes: 0 after a graceful stop; 1 a module failed to import; 2 bad input (a name
-without a handler, a bad option value).
+without a handler, a bad option value, a token the server refuses or a TLS certificate it
+cannot verify: one line, at start or when the worker next connects).
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import click
 from jobq.cli.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
+    PathType,
+    Remote,
+    client_options,
     duration_ms,
     fail,
-    server_address,
-    server_option,
+    refused,
+    unreachable,
 )
 
 
@@ -37,7 +41,7 @@ from jobq.cli.common import (
               "are released.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+@click.option("--data-dir", type=PathType(file_okay=False), default=None,
               help="Data directory (Spark's embedded warehouse and metastore) [default: "
               "$JOBQ_HOME or ./.jobq].")
 @click.option("--spark-master", default=None, metavar="URL",
@@ -49,7 +53,7 @@ from jobq.cli.common import (
 @click.option("--spark-root", "spark_roots", multiple=True, metavar="PATH",
               help="A directory Spark jobs may read and write; repeatable [default: the data "
               "directory].")
-@server_option
+@client_options
 def worker_command(
     imports: tuple[str, ...],
     names: str | None,
@@ -62,7 +66,7 @@ def worker_command(
     spark_remote: str | None,
     spark_conf: tuple[str, ...],
     spark_roots: tuple[str, ...],
-    server: str,
+    server: Remote,
 ) -> None:
     """Lease jobs and run their handlers until SIGTERM/SIGINT.
 
@@ -72,7 +76,6 @@ def worker_command(
     from jobq.worker.runtime import Runtime
 
     grace_s = duration_ms(grace, "--grace", positive=False) / 1000
-    server_address(server)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m`: modules next to you import
     for module in imports:
@@ -105,15 +108,18 @@ def worker_command(
     )
     try:
         runtime = Runtime(
-            server,
+            server.address,
             REGISTRY,
             names=chosen,
             concurrency=concurrency,
             worker_id=worker_id,
             grace_s=grace_s,
+            token=server.token,
+            tls=server.tls,
         )
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
+    _check_access(server)
     status = runtime.run()
     if "jobq.spark.session" in sys.modules and not runtime.running_jobs():
         from jobq.spark.session import holder
@@ -126,6 +132,32 @@ def worker_command(
         sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
+
+
+def _check_access(server: Remote) -> None:
+    """Exit 2 with one line if the server refuses the token (or asks for one) or its TLS
+    certificate cannot be verified, before the worker starts. A server that cannot be
+    reached is left to the worker, which retries until it can."""
+    import ssl
+
+    from jobq.client import AuthenticationFailed, ConnectionLost, JobqError
+
+    client = server.client()
+    try:
+        if server.token:
+            client.connect()
+        else:
+            client.inspect_server()  # refused at once by a server that has a token
+    except AuthenticationFailed as exc:
+        refused(server, exc)
+    except ConnectionLost as exc:
+        if isinstance(exc.__cause__, ssl.SSLError):
+            unreachable(server, exc)
+        # else the server is not up yet: the worker retries until it is
+    except JobqError:
+        pass  # any other answer: the token is fine
+    finally:
+        client.close()
 
 
 def _configure_spark(

@@ -12,6 +12,15 @@
 
 ``AsyncClient`` has the same methods as coroutines. ``docs/client.md`` has more examples.
 
+Authentication and TLS
+----------------------
+``Client(host, port, token="...")`` sends ``auth <token>`` first on each new connection, in
+the same write as the connection's first requests; a server that refuses it raises
+:class:`AuthenticationFailed`. ``tls=True`` connects with TLS trusting the system's CAs,
+``tls_ca="ca.pem"`` trusting that file's certificates, ``tls=context`` with an
+``ssl.SSLContext`` of your own. ``connect()`` opens (and authenticates) the connection
+before the first request, to learn at once that an address or token is wrong.
+
 Connections
 -----------
 A client holds one connection, opened at the first request and kept for the next ones. If
@@ -35,7 +44,8 @@ within the wait-timeout) raises :class:`JobTimeout`.
 
 Errors
 ------
-Each error reply has its class: ``-CLIENT-ERROR`` :class:`ClientError`, ``-SERVER-ERROR``
+Each error reply has its class: ``-CLIENT-ERROR`` :class:`ClientError` (a refused token
+:class:`AuthenticationFailed`, a lost lease :class:`LeaseLost`), ``-SERVER-ERROR``
 :class:`ServerError`, ``-TIMEOUT`` :class:`JobTimeout`, ``-NOT-FOUND`` :class:`NotFound`;
 all are :class:`JobqError`, with the reply's ``kind`` and ``text``. A dropped connection,
 a failed connect or a reply that breaks the protocol raises :class:`ConnectionLost`.
@@ -52,8 +62,8 @@ Modules
 converts); :mod:`~jobq.client.sync` (``Client``) and :mod:`~jobq.client.aio`
 (``AsyncClient``) run them, on what :mod:`~jobq.client.base` gives both.
 :mod:`~jobq.client.calls` holds what a call is, :mod:`~jobq.client.arguments` the checking
-of arguments, :mod:`~jobq.client.models` the result types and :mod:`~jobq.client.errors`
-the exceptions. Import from ``jobq.client``.
+of arguments, :mod:`~jobq.client.models` the result types, :mod:`~jobq.client.errors`
+the exceptions and :mod:`~jobq.client.tls` the TLS context. Import from ``jobq.client``.
 """
 
 from jobq.client.aio import AsyncClient
@@ -72,6 +82,7 @@ from jobq.client.arguments import (
 from jobq.client.base import DEFAULT_TIMEOUT_S
 from jobq.client.errors import (
     LEASE_NOT_HELD,
+    AuthenticationFailed,
     ClientError,
     ConnectionLost,
     JobqError,
@@ -109,6 +120,7 @@ __all__ = [
     "DEFAULT_TTR_MS",
     "LEASE_NOT_HELD",
     "AsyncClient",
+    "AuthenticationFailed",
     "Client",
     "ClientError",
     "ConnectionLost",

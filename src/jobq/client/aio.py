@@ -2,8 +2,9 @@
 
 Its operations come from :class:`~jobq.client.operations.Operations`, as coroutine methods;
 this module runs their calls over asyncio streams, with the same connection rules as
-:class:`~jobq.client.sync.Client`. A request cancelled while waiting for its reply closes
-the connection. The behaviour is described in :mod:`jobq.client`.
+:class:`~jobq.client.sync.Client` (TLS when asked, the token sent first). A request
+cancelled while waiting for its reply closes the connection. The behaviour is described in
+:mod:`jobq.client`.
 """
 
 from __future__ import annotations
@@ -28,24 +29,58 @@ from jobq.client.models import Heartbeat, HeartbeatReply
 from jobq.client.operations import heartbeat_calls
 from jobq.server import protocol as p
 
+#: event-loop turns a TLS connection whose socket is readable is given to show whether
+#: the bytes were only TLS records (session tickets) or an end
+_TLS_SETTLE_TURNS = 3
+
 
 class _AsyncConn:
-    __slots__ = ("parser", "reader", "writer")
+    __slots__ = ("greeting", "parser", "reader", "tls", "writer")
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        greeting: Call[None] | None,
+        tls: bool,
+    ) -> None:
         self.reader = reader
         self.writer = writer
         self.parser = p.ReplyParser()
+        self.greeting = greeting
+        self.tls = tls
 
-    def stale(self) -> bool:
-        """True if the server closed the idle connection (or sent bytes nobody asked for)."""
+    def ended(self) -> bool:
+        """True once the stream knows the connection ended."""
+        return self.writer.is_closing() or self.reader.at_eof() or bool(self.reader.exception())
+
+    def unread(self) -> bool:
+        """True if the socket holds bytes (or an EOF) the event loop has not read yet."""
+        sock = self.writer.get_extra_info("socket")
+        return sock is not None and readable_now(sock.fileno())
+
+    def stale(self) -> bool | None:
+        """True if the server closed the idle connection (or sent bytes nobody asked for);
+        None when only the event loop can tell (:meth:`settle`)."""
         if self.writer.is_closing() or self.reader.at_eof() or self.reader.exception():
             return True
-        sock = self.writer.get_extra_info("socket")
-        if sock is None:
-            return False
         # bytes or an EOF the event loop has not read yet
-        return readable_now(sock.fileno())
+        sock = self.writer.get_extra_info("socket")
+        if sock is None or not readable_now(sock.fileno()):
+            return False
+        return None if self.tls else True
+
+    async def settle(self) -> bool:
+        """:meth:`stale` for a TLS connection whose socket holds unread bytes: they may be
+        TLS records only (a TLS 1.3 server's session tickets), so the event loop is given a
+        few turns to read them, after which the stream has ended or the socket is empty."""
+        for _ in range(_TLS_SETTLE_TURNS):
+            await asyncio.sleep(0)
+            if self.ended():
+                return True
+            if not self.unread():
+                return False
+        return True
 
     def abort(self) -> None:
         transport = self.writer.transport
@@ -58,6 +93,7 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
 
     Requests of concurrent tasks sharing a client run one at a time. A request cancelled
     while waiting for its reply closes the connection (the next request reconnects).
+    ``token``, ``tls`` and ``tls_ca`` are as :class:`Client`'s.
     """
 
     def _new_lock(self) -> asyncio.Lock:
@@ -82,6 +118,13 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
             with contextlib.suppress(Exception):
                 await conn.writer.wait_closed()
 
+    async def connect(self) -> None:
+        """As :meth:`Client.connect`: connect and authenticate now."""
+        async with self._lock:
+            conn = await self._usable_conn()
+            if conn.greeting is not None:
+                await self._run(conn, ())
+
     # -- what the operations cannot say alone
 
     async def heartbeats(self, beats: Sequence[Heartbeat]) -> list[HeartbeatReply | JobqError]:
@@ -96,20 +139,30 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
         conn.abort()
 
     async def _connect(self) -> _AsyncConn:
+        tls = self.tls
         try:
             async with asyncio.timeout(self.timeout_s):
-                reader, writer = await asyncio.open_connection(self.host, self.port)
-        except OSError as exc:  # TimeoutError too
+                if tls is None:
+                    reader, writer = await asyncio.open_connection(self.host, self.port)
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        self.host, self.port, ssl=tls, server_hostname=self.host
+                    )
+        except OSError as exc:  # TimeoutError and ssl.SSLError too
             raise self._cannot_connect(exc) from exc
-        conn = _AsyncConn(reader, writer)
+        conn = _AsyncConn(reader, writer, self._greeting, tls is not None)
         self._conn = conn
         return conn
 
     async def _usable_conn(self) -> _AsyncConn:
         conn = self._conn
-        if conn is not None and conn.stale():
-            self._drop(conn)
-            conn = None
+        if conn is not None:
+            stale = conn.stale()
+            if stale is None:
+                stale = await conn.settle()
+            if stale:
+                self._drop(conn)
+                conn = None
         return conn if conn is not None else await self._connect()
 
     async def _call(self, call: Call[T]) -> T:
@@ -123,13 +176,20 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
         if not calls:
             return []
         async with self._lock:
-            conn = await self._usable_conn()
-            try:
-                results = outcomes(calls, await self._exchange_many(conn, calls))
-            except BaseException as exc:
-                self._abandon(conn, exc)
-                raise
-            return self._in_step(conn, results)
+            return await self._run(await self._usable_conn(), calls)
+
+    async def _run(self, conn: _AsyncConn, calls: Sequence[Call[Any]]) -> list[Any]:
+        """As :meth:`Client._run`: after the connection's greeting, if it has one."""
+        greeting = conn.greeting
+        sent = calls if greeting is None else (greeting, *calls)
+        try:
+            results = outcomes(sent, await self._exchange_many(conn, sent))
+        except BaseException as exc:
+            self._abandon(conn, exc)
+            raise
+        if sent is not calls:
+            results = self._after_greeting(conn, results)
+        return self._in_step(conn, results)
 
     async def _exchange_many(self, conn: _AsyncConn, calls: Sequence[Call[Any]]) -> list[p.Reply]:
         parser = conn.parser

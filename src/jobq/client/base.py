@@ -1,20 +1,38 @@
 """What Client and AsyncClient share besides their operations: where the server is, how
-long a reply may take, one connection behind a lock, and the steps of the request cycle that
-do no I/O (the bytes to send, what the parser expects, sorting replies into values and
-errors, telling that a connection is out of step).
+long a reply may take, the token and TLS context, one connection behind a lock, and the
+steps of the request cycle that do no I/O (the bytes to send, what the parser expects,
+sorting replies into values and errors, telling that a connection is out of step).
+
+A client with a token sends ``auth <token>`` first on each new connection, in the same
+write as that connection's first requests (so it costs no round trip of its own), and
+never again on it: each client's ``_run`` puts it in front of the first calls,
+:meth:`ClientBase._after_greeting` takes its reply out.
 """
 
 from __future__ import annotations
 
 import select
+import ssl
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, Self, TypeVar
 
+from jobq.auth import encode_token
 from jobq.client.arguments import DEFAULT_HOST, DEFAULT_PORT, parse_address
-from jobq.client.calls import Call, T
-from jobq.client.errors import ConnectionLost, JobqError, ReplyTimeout, error_from_reply
+from jobq.client.calls import Call, T, ok
+from jobq.client.errors import (
+    AuthenticationFailed,
+    ClientError,
+    ConnectionLost,
+    JobqError,
+    ReplyTimeout,
+    error_from_reply,
+)
 from jobq.client.operations import Operations
+from jobq.client.tls import CAFile, TLSOption, client_context
 from jobq.server import protocol as p
+from jobq.server.auth import Auth, register_auth_command
+
+register_auth_command()  # the parser of replies knows the shape of auth's
 
 #: the longest wait to connect and for a reply, unless a client is told otherwise
 DEFAULT_TIMEOUT_S = 10.0
@@ -23,9 +41,11 @@ RECV_BYTES = 65_536
 
 
 class Connection(Protocol):
-    """What the shared steps need of a client's connection: its reply parser."""
+    """What the shared steps need of a client's connection: its reply parser, and the
+    ``auth`` call still to send first on it (None once sent, or without a token)."""
 
     parser: p.ReplyParser
+    greeting: Call[None] | None
 
 
 #: a client's connection
@@ -35,8 +55,15 @@ L = TypeVar("L")
 
 
 class ClientBase(Operations, Generic[C, L]):
-    """A client's state: the server's address, the reply timeout, and the connection, opened
-    at the first request (``_conn``, None while there is none) behind ``_lock``."""
+    """A client's state: the server's address, the reply timeout, the token and TLS context,
+    and the connection, opened at the first request (``_conn``, None while there is none)
+    behind ``_lock``.
+
+    ``token`` (1-4096 printable ASCII characters, else ValueError) is sent as
+    ``auth <token>`` first on each new connection. ``tls=True`` connects with TLS, trusting
+    the system's CAs; ``tls_ca`` (a PEM file) trusts its certificates instead and turns TLS
+    on by itself; ``tls`` may also be an ``ssl.SSLContext`` of the caller's.
+    """
 
     def __init__(
         self,
@@ -44,12 +71,25 @@ class ClientBase(Operations, Generic[C, L]):
         port: int = DEFAULT_PORT,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        token: str | None = None,
+        tls: TLSOption = False,
+        tls_ca: CAFile | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
+        try:
+            encoded = encode_token(token)
+        except ValueError as exc:
+            raise ValueError(f"token: {exc}") from None
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
+        #: the context TLS connections are made with; None: plain TCP
+        self.tls: ssl.SSLContext | None = client_context(tls, tls_ca)
+        #: the ``auth`` call each new connection sends first; None without a token
+        self._greeting: Call[None] | None = (
+            None if encoded is None else Call(Auth(encoded.decode("ascii")), 0.0, ok(None))
+        )
         self._lock: L = self._new_lock()
         self._conn: C | None = None
 
@@ -57,10 +97,18 @@ class ClientBase(Operations, Generic[C, L]):
         raise NotImplementedError
 
     @classmethod
-    def from_address(cls, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Self:
+    def from_address(
+        cls,
+        address: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        token: str | None = None,
+        tls: TLSOption = False,
+        tls_ca: CAFile | None = None,
+    ) -> Self:
         """A client for ``"host:port"`` (also ``"[::1]:9922"``, ``":9922"``, ``"host"``)."""
         host, port = parse_address(address)
-        return cls(host, port, timeout_s=timeout_s)
+        return cls(host, port, timeout_s=timeout_s, token=token, tls=tls, tls_ca=tls_ca)
 
     @property
     def connected(self) -> bool:
@@ -80,6 +128,20 @@ class ClientBase(Operations, Generic[C, L]):
         self._drop(conn)
         if isinstance(exc, p.MalformedReplyError):
             raise ConnectionLost(f"malformed reply: {exc}") from exc
+
+    def _after_greeting(self, conn: C, results: list[Any]) -> list[Any]:
+        """The outcomes of the requests sent after ``conn``'s greeting (``results[0]`` is
+        the greeting's own; a refused token was raised by :func:`outcomes`). Any other
+        error to ``auth`` (a workq-server, which has no such command) drops the connection
+        and is raised as :class:`AuthenticationFailed`."""
+        outcome = results[0]
+        if isinstance(outcome, JobqError):
+            self._drop(conn)
+            if isinstance(outcome, ClientError):
+                raise AuthenticationFailed(outcome.text) from outcome
+            raise outcome
+        conn.greeting = None
+        return results[1:]
 
     def _in_step(self, conn: C, results: list[Any]) -> list[Any]:
         """``results``, after dropping ``conn`` if it is out of step: a reply was not of the
@@ -139,13 +201,19 @@ def _finish(call: Call[T], reply: p.Reply) -> T:
 
 def outcomes(calls: Sequence[Call[Any]], replies: Sequence[p.Reply]) -> list[Any]:
     """Each call's value, or the error its reply carries as an exception object (for
-    pipelined calls, where one error must not hide the other replies)."""
+    pipelined calls, where one error must not hide the other replies). A refused token
+    is raised instead, for them all: it is the connection's, not a call's."""
     results: list[Any] = []
+    refused: AuthenticationFailed | None = None
     for call, reply in zip(calls, replies, strict=True):
         try:
             results.append(_finish(call, reply))
         except JobqError as exc:
+            if refused is None and isinstance(exc, AuthenticationFailed):
+                refused = exc
             results.append(exc)
+    if refused is not None:
+        raise refused
     return results
 
 

@@ -2,10 +2,14 @@
 
 Every error of a request is a :class:`JobqError` carrying the reply's ``kind`` and ``text``;
 a connection that fails (or a reply that breaks the protocol) is a :class:`ConnectionLost`.
+The protocol's replies carry a kind and a text only, so the two refusals that have a class
+of their own (:class:`LeaseLost`, :class:`AuthenticationFailed`) are told by their text, in
+one table (``_BY_TEXT``).
 """
 
 from __future__ import annotations
 
+from jobq.auth import AUTH_REQUIRED, INVALID_TOKEN
 from jobq.server import protocol as p
 
 #: the error text of :class:`LeaseLost`
@@ -38,6 +42,12 @@ class ClientError(JobqError):
 class LeaseLost(ClientError):
     """``-CLIENT-ERROR Lease not held``: this worker no longer holds the job's lease (it ran
     out and another worker adopted the job, or the job finished or was released)."""
+
+
+class AuthenticationFailed(ClientError):
+    """The server refused this client's token: ``-CLIENT-ERROR Invalid token`` to its
+    ``auth``, or ``-CLIENT-ERROR Authentication required`` (the server has a token and the
+    client gave none). Raised for the whole request or batch; the connection is closed."""
 
 
 class ServerError(JobqError):
@@ -77,10 +87,20 @@ _ERRORS: dict[str, type[JobqError]] = {
 }
 
 
+#: the ``-CLIENT-ERROR`` texts that have a class of their own
+_BY_TEXT: dict[str, type[ClientError]] = {
+    LEASE_NOT_HELD: LeaseLost,
+    AUTH_REQUIRED: AuthenticationFailed,
+    INVALID_TOKEN: AuthenticationFailed,
+}
+
+
 def error_from_reply(reply: p.Error) -> JobqError:
     """The exception an error reply stands for."""
-    if reply.kind == p.CLIENT_ERROR and reply.text == LEASE_NOT_HELD:
-        return LeaseLost(reply.text)
+    if reply.kind == p.CLIENT_ERROR:
+        special = _BY_TEXT.get(reply.text)
+        if special is not None:
+            return special(reply.text)
     cls = _ERRORS.get(reply.kind)
     if cls is None:  # a kind workq does not define: keep it on the base class
         return JobqError(reply.text, kind=reply.kind)

@@ -1,15 +1,17 @@
 """``Client``: the blocking client, one persistent TCP connection behind a lock.
 
 Its operations come from :class:`~jobq.client.operations.Operations`; this module runs
-their calls over a socket: connecting, reconnecting an idle connection the server closed,
-pipelining a batch of requests in one write, timeouts, and dropping a connection that can
-no longer be trusted. The behaviour is described in :mod:`jobq.client`.
+their calls over a socket: connecting (with TLS when asked, and the token sent first),
+reconnecting an idle connection the server closed, pipelining a batch of requests in one
+write, timeouts, and dropping a connection that can no longer be trusted. The behaviour is
+described in :mod:`jobq.client`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -28,15 +30,18 @@ from jobq.client.calls import Call, T
 from jobq.client.errors import JobqError
 from jobq.client.models import Heartbeat, HeartbeatReply
 from jobq.client.operations import heartbeat_calls
+from jobq.client.tls import closed_while_idle
 from jobq.server import protocol as p
 
 
 class _SyncConn:
-    __slots__ = ("parser", "sock")
+    __slots__ = ("greeting", "parser", "sock", "tls")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, greeting: Call[None] | None) -> None:
         self.sock = sock
         self.parser = p.ReplyParser()
+        self.greeting = greeting
+        self.tls = isinstance(sock, ssl.SSLSocket)
 
 
 def _close_socket(sock: socket.socket) -> None:
@@ -53,6 +58,11 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
     :param port: the server's port (workq's default 9922)
     :param timeout_s: the longest wait to connect and for each reply, in seconds; blocking
         commands add their own wait-timeout to it
+    :param token: sent as ``auth <token>`` first on each new connection (a server with a
+        token refuses everything else: :class:`AuthenticationFailed`)
+    :param tls: connect with TLS (True: trusting the system's CAs), or an
+        ``ssl.SSLContext`` to connect with
+    :param tls_ca: a PEM file of the certificates to trust (turns TLS on)
     """
 
     def _new_lock(self) -> threading.Lock:
@@ -74,6 +84,15 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         conn, self._conn = self._conn, None
         if conn is not None:
             _close_socket(conn.sock)
+
+    def connect(self) -> None:
+        """Open the connection now rather than at the first request, and authenticate
+        with the token: a wrong address raises ConnectionLost and a refused token
+        AuthenticationFailed at once. An open connection is kept."""
+        with self._lock:
+            conn = self._usable_conn()
+            if conn.greeting is not None:
+                self._run(conn, ())
 
     # -- what the operations cannot say alone
 
@@ -99,7 +118,13 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
             raise self._cannot_connect(exc) from exc
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _SyncConn(sock)
+        if self.tls is not None:
+            try:  # the handshake, within the socket's timeout
+                sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+            except OSError as exc:
+                _close_socket(sock)
+                raise self._cannot_connect(exc) from exc
+        conn = _SyncConn(sock, self._greeting)
         self._conn = conn
         return conn
 
@@ -107,7 +132,12 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         conn = self._conn
         # No request is outstanding, so anything readable (EOF, reset, stray bytes) means
         # the server has dropped the connection: nothing was sent on it, reconnect once.
-        if conn is not None and readable_now(conn.sock.fileno()):
+        # Over TLS it may be records of the server's own (session tickets): closed_while_idle.
+        if (
+            conn is not None
+            and readable_now(conn.sock.fileno())
+            and (not conn.tls or closed_while_idle(conn.sock))  # type: ignore[arg-type]
+        ):
             self._drop(conn)
             conn = None
         return conn if conn is not None else self._connect()
@@ -125,13 +155,20 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         if not calls:
             return []
         with self._lock:
-            conn = self._usable_conn()
-            try:
-                results = outcomes(calls, self._exchange_many(conn, calls))
-            except BaseException as exc:
-                self._abandon(conn, exc)
-                raise
-            return self._in_step(conn, results)
+            return self._run(self._usable_conn(), calls)
+
+    def _run(self, conn: _SyncConn, calls: Sequence[Call[Any]]) -> list[Any]:
+        """The outcomes of ``calls`` on ``conn``, after its greeting if it has one to send."""
+        greeting = conn.greeting
+        sent = calls if greeting is None else (greeting, *calls)
+        try:
+            results = outcomes(sent, self._exchange_many(conn, sent))
+        except BaseException as exc:
+            self._abandon(conn, exc)
+            raise
+        if sent is not calls:
+            results = self._after_greeting(conn, results)
+        return self._in_step(conn, results)
 
     def _exchange_many(self, conn: _SyncConn, calls: Sequence[Call[Any]]) -> list[p.Reply]:
         sock, parser = conn.sock, conn.parser

@@ -1,5 +1,5 @@
-"""``jobq server``: open and replay the log, serve the workq protocol, clean the log, stop
-cleanly on SIGTERM or SIGINT."""
+"""``jobq server``: open and replay the log, serve the workq protocol (over TLS when the server
+has a certificate; ``listeners.py``), clean the log, stop cleanly on SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import register_job_type_validator
 from jobq.server.core import Core, WallClock
 from jobq.server.history import read_history
+from jobq.server.listeners import open_listeners
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
 from jobq.server.snapshot import position_at, vouched_place, write_snapshot
@@ -212,14 +213,11 @@ async def serve(
     if snapshotter is not None:
         snapshotter.start_checking()
     token = encode_token(config.auth_token)
-    server = await loop.create_server(
+    servers = await open_listeners(
         lambda: Connection(core, max_connections=config.max_connections, auth_token=token),
-        config.host,
-        config.port,
-        backlog=1024,
-        reuse_address=True,
+        config,
     )
-    host, port = server.sockets[0].getsockname()[:2]
+    host, port = servers[0].sockets[0].getsockname()[:2]
     for signum in (signal.SIGTERM, signal.SIGINT):
         try:
             loop.add_signal_handler(signum, stop_event.set)
@@ -231,7 +229,8 @@ async def serve(
         else None
     )
     where = "memory only" if log is None else f"log {config.log_dir} (sync {config.sync})"
-    logger.info("listening on %s:%d, %s", host, port, where)
+    tls = " (TLS)" if config.tls_cert is not None else ""
+    logger.info("listening on %s:%d%s, %s", host, port, tls, where)
     stop_http = None
     if config.http is not None:
         from jobq.http import start_http  # FastAPI is imported only when HTTP is on
@@ -261,7 +260,8 @@ async def serve(
         logger.info("stopping: no new connections, flushing the command log")
         if stop_http is not None:
             await stop_http()
-        server.close()
+        for server in servers:
+            server.close()
         for conn in list(core.connections):
             if isinstance(conn, Connection):
                 conn.closing = True  # no more requests run: the replies owed still go out

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
-from jobq.config import ServerConfig
+from jobq.config import ConfigError, ServerConfig
 
 
 def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
@@ -29,12 +29,13 @@ def run_server(config: ServerConfig) -> int:
     one line on stderr and status 1)."""
     from jobq.cmdlog.errors import CmdlogError
     from jobq.server.app import configure_logging, serve
+    from jobq.server.listeners import ListenError
     from jobq.server.replay import ReplayError
 
     configure_logging()
     try:
         return run_event_loop(serve(config))
-    except (CmdlogError, ReplayError) as exc:
+    except (CmdlogError, ReplayError, ListenError, ConfigError) as exc:
         print(f"jobq server: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

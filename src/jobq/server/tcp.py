@@ -35,6 +35,8 @@ class Connection(asyncio.Protocol):
 
     #: set once the connection sent the server's token (see ``jobq.server.auth``)
     authenticated = False
+    #: whether the transport is TLS (it cannot stay open to write after the client's EOF)
+    tls = False
 
     def __init__(
         self, core: Core, *, max_connections: int, auth_token: bytes | None = None
@@ -60,6 +62,7 @@ class Connection(asyncio.Protocol):
         # uvloop's transports have the same methods but do not subclass asyncio.Transport
         self.transport = cast(asyncio.Transport, transport)
         transport = self.transport
+        self.tls = transport.get_extra_info("sslcontext") is not None
         if len(self.core.connections) >= self.max_connections:
             transport.write(p.server_error("Too many connections"))
             transport.close()
@@ -84,7 +87,9 @@ class Connection(asyncio.Protocol):
                 self.core.cancel(slot)
                 slot.data = p.timeout()
         self.slot_ready()
-        return True
+        # TLS has no half-close in asyncio: its transport closes whatever this returns (and
+        # warns if it is True), so only the replies ready now go out
+        return None if self.tls else True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True

@@ -7,6 +7,9 @@ that keeps their leases, and a graceful stop (``docs/worker.md``, "The runtime")
 
     runtime = Runtime("127.0.0.1:9922", concurrency=4)   # handlers: the default registry
     runtime.run()                                        # until SIGTERM/SIGINT; returns 0
+
+A server that refuses the worker's token (``token=``) stops it: :meth:`Runtime.run` returns 2
+and :attr:`Runtime.error` holds the refusal.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from jobq.client import (
     DEFAULT_PORT,
+    AuthenticationFailed,
     Client,
     ConnectionLost,
     HeartbeatReply,
@@ -35,6 +39,7 @@ from jobq.client import (
     WorkerLease,
     parse_address,
 )
+from jobq.client.tls import CAFile, TLSOption, client_context
 from jobq.worker.context import Canceled, JobContext, Paused
 from jobq.worker.registry import REGISTRY, Handler, Registry
 
@@ -50,6 +55,8 @@ DEFAULT_LEASE_WAIT_MS = 1000
 MAX_ERROR_CHARS = 4096
 #: tries of a finishing call (xcomplete, xfail, release) when the connection fails
 _FINISH_TRIES = 3
+#: :meth:`Runtime.run`'s status when the server refused the token
+EXIT_REFUSED = 2
 
 
 def default_worker_id() -> str:
@@ -77,8 +84,13 @@ def _result_bytes(value: object) -> bytes | None:
 class _Heartbeats:
     """The worker's heartbeat thread: one client, every running job."""
 
-    def __init__(self, make_client: Callable[[], Client]) -> None:
+    def __init__(
+        self,
+        make_client: Callable[[], Client],
+        refused: Callable[[AuthenticationFailed], None],
+    ) -> None:
         self._make_client = make_client
+        self._refused = refused
         self._jobs: dict[str, JobContext] = {}
         self._wake = threading.Condition()
         self._stopped = False
@@ -149,8 +161,7 @@ class _Heartbeats:
         finally:
             client.close()
 
-    @staticmethod
-    def _send(client: Client, batch: list[JobContext]) -> None:
+    def _send(self, client: Client, batch: list[JobContext]) -> None:
         """One round trip for the whole batch: every request in one write, the replies
         read in order (jobs whose heartbeat another thread is sending are skipped)."""
         beats = []
@@ -164,6 +175,8 @@ class _Heartbeats:
         try:
             outcomes = client.heartbeats([beat.heartbeat for _, beat in beats])
         except JobqError as exc:  # the connection: every heartbeat of the batch failed
+            if isinstance(exc, AuthenticationFailed):
+                self._refused(exc)
             outcomes = [exc] * len(beats)
         except BaseException:
             for ctx, _ in beats:
@@ -198,6 +211,10 @@ class Runtime:
         jobs are released
     :param lease_wait_ms: how long one ``xlease`` waits for a job
     :param timeout_s: the clients' connect and reply timeout
+    :param token: the server's token, sent first on each of the worker's connections
+    :param tls: connect with TLS (True: trusting the system's CAs), or an
+        ``ssl.SSLContext`` to connect with
+    :param tls_ca: a PEM file of the certificates to trust (turns TLS on)
     """
 
     def __init__(
@@ -211,8 +228,13 @@ class Runtime:
         *,
         lease_wait_ms: int = DEFAULT_LEASE_WAIT_MS,
         timeout_s: float = 10.0,
+        token: str | None = None,
+        tls: TLSOption = False,
+        tls_ca: CAFile | None = None,
     ) -> None:
         self.host, self.port = parse_address(server)
+        self._token = token
+        self._tls = client_context(tls, tls_ca)  # read once, shared by every connection
         registry = REGISTRY if handlers is None else handlers
         self._handlers: dict[str, Handler] = {h.name: h for h in registry}
         self.names = list(names) if names is not None else sorted(self._handlers)
@@ -236,7 +258,9 @@ class Runtime:
         self._hurry = threading.Event()
         self._running: dict[str, JobContext] = {}
         self._threads: list[threading.Thread] = []
-        self._heartbeats = _Heartbeats(self._client)
+        self._heartbeats = _Heartbeats(self._client, self._refused)
+        #: why the worker stopped by itself: the server refused its token
+        self.error: AuthenticationFailed | None = None
         self._started = False
         self._stopped = False
         #: counts of outcomes, for logs and tests
@@ -260,7 +284,21 @@ class Runtime:
             self.stats[outcome] += 1
 
     def _client(self) -> Client:
-        return Client(self.host, self.port, timeout_s=self.timeout_s)
+        return Client(
+            self.host, self.port, timeout_s=self.timeout_s, token=self._token, tls=self._tls
+        )
+
+    def _refused(self, exc: AuthenticationFailed) -> None:
+        """The server refused the token: say so once and stop (retrying cannot help)."""
+        with self._lock:
+            first = self.error is None
+            if first:
+                self.error = exc
+        if first:
+            log.error(
+                "worker %s: authentication failed: %s; stopping", self.worker_id, exc.text
+            )
+        self.request_stop()
 
     # -- lifecycle
 
@@ -330,7 +368,8 @@ class Runtime:
 
     def run(self, *, install_signals: bool = True) -> int:
         """Start, wait for SIGTERM/SIGINT (or :meth:`request_stop`), stop gracefully;
-        returns the exit status, 0."""
+        returns the exit status: 0, or 2 (``EXIT_REFUSED``) if the server refused the
+        token (:attr:`error`)."""
         previous: dict[int, Any] = {}
         if install_signals and threading.current_thread() is threading.main_thread():
 
@@ -356,7 +395,7 @@ class Runtime:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-        return 0
+        return EXIT_REFUSED if self.error is not None else 0
 
     def _release_running(self) -> list[str]:
         released: list[str] = []
@@ -397,6 +436,9 @@ class Runtime:
                     )
                 except JobTimeout:
                     continue
+                except AuthenticationFailed as exc:
+                    self._refused(exc)
+                    return
                 except (ConnectionLost, ServerError) as exc:
                     log.warning("worker %s: lease failed: %s", self.worker_id, exc)
                     self._stopping.wait(backoff)
@@ -511,6 +553,9 @@ class Runtime:
                     log.error("job %s: %s failed: %s", ctx.id, what, exc)
                     return None
                 time.sleep(0.2 * 2**attempt)
+            except AuthenticationFailed as exc:
+                self._refused(exc)
+                return None
             except JobqError as exc:
                 log.error("job %s: %s refused: %s", ctx.id, what, exc)
                 return None
