@@ -1,28 +1,30 @@
 """``jobq server``: open and replay the log, serve the workq protocol, clean the log, stop
-cleanly on SIGTERM or SIGINT."""
+cleanly on SIGTERM or SIGINT, reload the tokens on SIGHUP."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 from collections.abc import Callable
 
-from jobq.auth import encode_token
 from jobq.cmdlog.log import CommandLog
 from jobq.cmdlog.record import Record
-from jobq.config import ServerConfig
+from jobq.config import ConfigError, ServerConfig, exposure_error
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import register_job_type_validator
 from jobq.server.core import Core, WallClock
+from jobq.server.gate import Gate
 from jobq.server.history import read_history
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
 from jobq.server.snapshot import position_at, vouched_place, write_snapshot
 from jobq.server.snapshotter import Snapshotter
 from jobq.server.tcp import Connection
+from jobq.server.tokens import Access
 
 logger = logging.getLogger("jobq.server")
 
@@ -142,8 +144,24 @@ async def serve(
     """Run a server until ``stop`` is set or a signal arrives; return the exit status.
 
     ``on_listening`` learns the address; ``on_core`` (for tests and embedding) the core.
+    A setting it cannot start with (a tokens file that does not parse, a non-loopback
+    address without a token) is a :class:`ConfigError`, raised before anything is opened.
     """
     loop = asyncio.get_running_loop()
+    refusal = exposure_error(
+        (config.host, config.port), config.http, authenticates=config.authenticates,
+        insecure=config.insecure_no_auth,
+    )
+    if refusal is not None:
+        raise ConfigError(refusal)
+    access = (
+        Access(
+            token=config.auth_token, token_file=config.auth_token_file,
+            auth_file=config.auth_file,
+        )
+        if config.authenticates
+        else None
+    )
     clock = WallClock()
     engine = Engine(
         retention_ms=config.retention_ms,
@@ -190,6 +208,8 @@ async def serve(
             return read_history(log_dir, job_id, created_ns)
 
     core = Core(engine, log, sync_always=config.sync == "always", clock=clock, history=history)
+    core.set_access(access)
+    core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
     core.replay_seconds = stats.seconds if log is not None else 0.0
     snapshotter = None
     if log is not None:
@@ -211,9 +231,16 @@ async def serve(
     core.start_housekeeping()
     if snapshotter is not None:
         snapshotter.start_checking()
-    token = encode_token(config.auth_token)
+    gate = Gate(
+        core,
+        max_connections=config.max_connections,
+        max_per_address=config.max_connections_per_address,
+        auth_deadline_s=config.auth_deadline_ms / 1000,
+        idle_timeout_s=config.idle_timeout_ms / 1000 or None,
+    )
+    core.gate = gate
     server = await loop.create_server(
-        lambda: Connection(core, max_connections=config.max_connections, auth_token=token),
+        lambda: Connection(core, gate=gate),
         config.host,
         config.port,
         backlog=1024,
@@ -225,13 +252,21 @@ async def serve(
             loop.add_signal_handler(signum, stop_event.set)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (tests): the caller sets ``stop``
+    if access is not None:
+        access.on_change.append(gate.tokens_changed)
+        if config.auth_file is not None or config.auth_token_file is not None:
+            try:
+                loop.add_signal_handler(signal.SIGHUP, access.reload)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread: the caller reloads ``core.access``
     cleaner = (
         asyncio.create_task(_clean_periodically(core, log, config.clean_interval_ms))
         if log is not None and config.clean_interval_ms > 0
         else None
     )
     where = "memory only" if log is None else f"log {config.log_dir} (sync {config.sync})"
-    logger.info("listening on %s:%d, %s", host, port, where)
+    who = "no authentication" if access is None else f"{len(access)} tokens"
+    logger.info("listening on %s:%d, %s, %s", host, port, where, who)
     stop_http = None
     if config.http is not None:
         from jobq.http import start_http  # FastAPI is imported only when HTTP is on
@@ -241,7 +276,6 @@ async def serve(
             core,
             host=http_host,
             port=http_port,
-            auth_token=config.auth_token,
             tls_cert=config.tls_cert,
             tls_key=config.tls_key,
         )
@@ -257,11 +291,15 @@ async def serve(
     try:
         await stop_event.wait()
     finally:
+        if access is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signal.SIGHUP)
         sys.setswitchinterval(switch_interval_s)
         logger.info("stopping: no new connections, flushing the command log")
         if stop_http is not None:
             await stop_http()
         server.close()
+        gate.close()
         for conn in list(core.connections):
             if isinstance(conn, Connection):
                 conn.closing = True  # no more requests run: the replies owed still go out

@@ -26,14 +26,18 @@ def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
 
 def run_server(config: ServerConfig) -> int:
     """Serve until stopped; the process's exit status (an error it cannot start with is
-    one line on stderr and status 1)."""
+    one line on stderr and status 1; a setting it cannot start with, status 2)."""
     from jobq.cmdlog.errors import CmdlogError
+    from jobq.config import ConfigError
     from jobq.server.app import configure_logging, serve
     from jobq.server.replay import ReplayError
 
     configure_logging()
     try:
         return run_event_loop(serve(config))
+    except ConfigError as exc:  # a tokens file that does not parse, an open address...
+        print(f"jobq server: {exc}", file=sys.stderr)
+        return 2
     except (CmdlogError, ReplayError) as exc:
         print(f"jobq server: {exc}", file=sys.stderr)
         return 1
