@@ -134,7 +134,8 @@ def test_a_worker_works_and_operates_nothing(roles: RunningServer) -> None:
 
 def test_the_refusal_is_one_line_naming_the_role_needed(roles: RunningServer) -> None:
     add = b"add 00000000-0000-4000-8000-0000000000a1 q 60000 60000 1\r\nx\r\n"
-    assert raw(roles, TOKENS["grafana"], add) == "-CLIENT-ERROR Forbidden: add needs the worker role"
+    forbidden = "-CLIENT-ERROR Forbidden: add needs the worker role"
+    assert raw(roles, TOKENS["grafana"], add) == forbidden
     assert raw(roles, TOKENS["ci"], b"delete 00000000-0000-4000-8000-0000000000a1\r\n") == (
         "-CLIENT-ERROR Forbidden: delete needs the admin role"
     )

@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,3 +142,27 @@ def test_jobq_audit_is_documented() -> None:
     root = Path(__file__).resolve().parents[2]
     assert "jobq audit" in (root / "docs" / "cli.md").read_text()
     assert "## Security" in (root / "docs" / "server.md").read_text()
+
+
+def test_wrong_http_tokens_wait_and_are_counted(caplog: pytest.LogCaptureFixture) -> None:
+    server = RunningServer(with_http=True, auth_token="the-http-token")
+    try:
+        with caplog.at_level(logging.INFO), httpx.Client(base_url=server.http_url) as http:
+            assert http.get("/api/jobs").status_code == 401  # no token: no guess, no wait
+            waits = []
+            for _ in range(3):
+                started = time.monotonic()
+                response = http.get("/api/jobs", headers={"Authorization": "Bearer guess"})
+                waits.append(time.monotonic() - started)
+                assert response.status_code == 401
+                assert response.json() == {"error": "Invalid token"}
+            right = http.get("/api/jobs", headers={"Authorization": "Bearer the-http-token"})
+            assert right.status_code == 200
+        assert waits[0] >= 0.09 and waits[1] >= 0.19 and waits[2] >= 0.39, waits
+        failures = server.core.audit.failures()
+        assert [(f["address"], f["total"]) for f in failures] == [("127.0.0.1", 3)]
+        entry = server.core.audit.recent()[-1]
+        assert (entry["event"], entry["via"], entry["count"]) == ("auth_failure", "http", 1)
+        assert "the-http-token" not in caplog.text and "guess" not in caplog.text
+    finally:
+        server.stop()

@@ -20,6 +20,10 @@ from tests.server.test_access import TOKENS, write_tokens
 SECRET = "a-secret-that-must-never-show"
 
 
+def with_secret(text: str, secret: str = SECRET) -> str:
+    return text.replace("$S", secret)
+
+
 def by_token(access: Access, token: str) -> Principal | None:
     return access.principal(token.encode())
 
@@ -36,8 +40,8 @@ def test_a_toml_file_names_tokens_and_roles(tmp_path: Path) -> None:
 def test_json_and_digests_work_too(tmp_path: Path) -> None:
     hashed = hashlib.sha256(SECRET.encode()).hexdigest()
     path = tmp_path / "t.json"
-    path.write_text('{"tokens": {"ops": {"token_sha256": "%s", "role": "admin"},\n'
-                    ' "bot": {"token": "bot-token", "role": "worker"}}}' % hashed)
+    path.write_text(with_secret('{"tokens": {"ops": {"token_sha256": "$S", "role": "admin"},\n'
+                                ' "bot": {"token": "bot-token", "role": "worker"}}}', hashed))
     access = Access(auth_file=path)
     assert by_token(access, SECRET) == Principal("ops", Role.ADMIN)
     assert by_token(access, "bot-token") == Principal("bot", Role.WORKER)
@@ -65,22 +69,24 @@ def test_a_token_file_holds_one_token(tmp_path: Path) -> None:
 
 BAD_FILES = [
     # (file name, text, line in the message, what the message says)
-    ("t.toml", '[tokens]\nalice = { token = "%s", role = "admin" }\nbob = {\n' % SECRET,
+    ("t.toml", with_secret('[tokens]\nalice = { token = "$S", role = "admin" }\nbob = {\n'),
      3, "Invalid"),
-    ("t.toml", '[tokens]\nalice = { token = "%s", role = "root" }\n' % SECRET, 2,
+    ("t.toml", with_secret('[tokens]\nalice = { token = "$S", role = "root" }\n'), 2,
      "role must be admin, worker or viewer"),
     ("t.toml", '[tokens]\n\n[tokens.alice]\nrole = "admin"\n', 3,
      "give token or token_sha256"),
-    ("t.toml", '[tokens]\na = { token = "%s", role = "admin" }\nb = { token = "%s", '
-     'role = "viewer" }\n' % (SECRET, SECRET), 3, "the same token as tokens.a"),
-    ("t.toml", '[tokens]\n"bad name" = { token = "%s", role = "admin" }\n' % SECRET, 2,
+    ("t.toml", with_secret('[tokens]\na = { token = "$S", role = "admin" }\n'
+                           'b = { token = "$S", role = "viewer" }\n'), 3,
+     "the same token as tokens.a"),
+    ("t.toml", with_secret('[tokens]\n"bad name" = { token = "$S", role = "admin" }\n'), 2,
      "invalid name"),
-    ("t.toml", '[tokens]\nalice = { token = "%s", role = "admin", rol = "x" }\n' % SECRET, 2,
+    ("t.toml",
+     with_secret('[tokens]\nalice = { token = "$S", role = "admin", rol = "x" }\n'), 2,
      "unknown key 'rol'"),
-    ("t.toml", '[tokens]\nalice = { token = "%s x", role = "admin" }\n' % SECRET, 2,
+    ("t.toml", with_secret('[tokens]\nalice = { token = "$S x", role = "admin" }\n'), 2,
      "printable ASCII"),
-    ("t.toml", 'secret = "%s"\n' % SECRET, 1, "expected one table, tokens"),
-    ("t.json", '{"tokens": {\n  "alice": {"token": "%s", "role": "admin"},\n}}' % SECRET, 3,
+    ("t.toml", with_secret('secret = "$S"\n'), 1, "expected one table, tokens"),
+    ("t.json", with_secret('{"tokens": {\n  "alice": {"token": "$S", "role": "admin"},\n}}'), 3,
      "Expecting property name"),
     ("t.toml", "[tokens]\nops = { token_sha256 = \"abc\", role = \"admin\" }\n", 2,
      "64 hex digits"),
@@ -113,7 +119,7 @@ def test_a_reload_that_fails_keeps_the_old_tokens_and_logs_where(
     path = write_tokens(tmp_path / "t.toml")
     access = Access(auth_file=path)
     internal = access.issue("up-worker", Role.WORKER)
-    path.write_text('[tokens]\nalice = { token = "%s", role = "admin"\n' % SECRET)
+    path.write_text(with_secret('[tokens]\nalice = { token = "$S", role = "admin"\n'))
     with caplog.at_level(logging.ERROR, logger="jobq.server"):
         assert access.reload() is False
     assert by_token(access, TOKENS["alice"]) == Principal("alice", Role.ADMIN)
@@ -154,8 +160,9 @@ def test_a_revoked_token_signs_its_connections_out(tmp_path: Path) -> None:
         complete = b"complete 00000000-0000-4000-8000-000000000001 1\r\nx\r\n"
         assert ci.send(complete) == "-NOT-FOUND"
         # ci is revoked, alice becomes a viewer
-        path.write_text('[tokens]\nalice = { token = "%s", role = "viewer" }\n'
-                        % TOKENS["alice"])
+        path.write_text(
+            with_secret('[tokens]\nalice = { token = "$S", role = "viewer" }\n', TOKENS["alice"])
+        )
         assert server.in_loop(lambda: server.core.access.reload()) is True  # as SIGHUP does
         assert ci.send(complete) == "-CLIENT-ERROR Authentication required"
         assert ci.send(f"auth {TOKENS['ci']}\r\n".encode()) == "-CLIENT-ERROR Invalid token"

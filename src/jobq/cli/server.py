@@ -163,6 +163,7 @@ def security_options(fn: F) -> F:
         _option(
             "--auth-deadline",
             default=f"{DEFAULT_AUTH_DEADLINE_MS // 1000}s",
+            metavar="DURATION",
             help="With tokens: how long a new TCP connection has to send `auth`.",
         ),
         click.option(
