@@ -158,6 +158,9 @@ def test_wrong_http_tokens_wait_and_are_counted(caplog: pytest.LogCaptureFixture
                 assert response.json() == {"error": "Invalid token"}
             right = http.get("/api/jobs", headers={"Authorization": "Bearer the-http-token"})
             assert right.status_code == 200
+            metrics = http.get("/metrics", headers={"Authorization": "Bearer the-http-token"})
+            assert "jobq_auth_failures_total 3.0" in metrics.text
+            assert "jobq_connections_pending 0.0" in metrics.text
         assert waits[0] >= 0.09 and waits[1] >= 0.19 and waits[2] >= 0.39, waits
         failures = server.core.audit.failures()
         assert [(f["address"], f["total"]) for f in failures] == [("127.0.0.1", 3)]

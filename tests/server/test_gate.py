@@ -209,15 +209,21 @@ def test_a_half_closed_guess_still_waits_for_its_answer() -> None:
         server.stop()
 
 
-def test_requests_before_auth_are_refused_then_the_connection_closes() -> None:
+@pytest.mark.parametrize(
+    ("line", "reply"),
+    [(b"inspect server\r\n", b"-CLIENT-ERROR Authentication required\r\n"),
+     (b"auth\r\n", b"-CLIENT-ERROR Invalid command args\r\n"),
+     (b"nonsense\r\n", b"-CLIENT-ERROR Unknown command\r\n")],
+    ids=["a-request", "auth-without-a-token", "no-command"],
+)
+def test_requests_before_auth_are_refused_then_the_connection_closes(
+    line: bytes, reply: bytes
+) -> None:
     server = RunningServer(auth_token=TOKEN)
     try:
         sock = connect(server)
-        sock.sendall(b"inspect server\r\n" * 1000)
-        replies = read_all(sock)
-        assert replies == b"-CLIENT-ERROR Authentication required\r\n" * (
-            MAX_UNAUTHENTICATED_REQUESTS
-        )
+        sock.sendall(line * 100_000)
+        assert read_all(sock) == reply * MAX_UNAUTHENTICATED_REQUESTS
     finally:
         server.stop()
 

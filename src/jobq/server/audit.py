@@ -87,6 +87,8 @@ class AuditTrail:
     ) -> None:
         self.entries: deque[dict[str, Any]] = deque(maxlen=capacity)
         self.first_failure_delay_s = first_failure_delay_s
+        #: failed authentications since the server started (for /metrics)
+        self.failures_total = 0
         self._addresses: OrderedDict[str, _Address] = OrderedDict()
         self._clock_ns = clock_ns
         self._monotonic_s = monotonic_s
@@ -119,6 +121,7 @@ class AuditTrail:
         """Count a failed authentication from ``address`` (``via`` tcp or http; ``why``: no
         token, invalid token...); log it, rate-limited. Returns how long to wait before
         answering it, in seconds."""
+        self.failures_total += 1
         now_s = self._monotonic_s()
         addresses = self._addresses
         state = addresses.get(address)

@@ -42,6 +42,8 @@ WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 #: bytes of requests read ahead while a request waits, after which reading pauses (one
 #: whole command with its largest payload always fits)
 READ_AHEAD_BYTES = 2 * 1024 * 1024
+#: how long a refused connection's input is still read (and dropped) before it is closed
+LINGER_S = 2.0
 
 
 class Connection(asyncio.Protocol):
@@ -79,6 +81,12 @@ class Connection(asyncio.Protocol):
         self.held_slot: Slot | None = None
         #: idle-timeout sweeps since it last sent something (``Gate``)
         self.idle_sweeps = 0
+        #: whether to close by ``_linger`` (a connection closed for its refusals)
+        self.linger_on_close = False
+        #: whether the client ended its side (eof_received)
+        self.input_ended = False
+        #: refused and closing: reading only to drop the input (``_linger``)
+        self.lingering = False
         self.parser = p.RequestParser()
         self.transport: asyncio.Transport | None = None
         self.slots: deque[Slot] = deque()
@@ -115,6 +123,9 @@ class Connection(asyncio.Protocol):
         self._process()
 
     def eof_received(self) -> bool | None:
+        if self.lingering:
+            return False  # refused and answered: close now
+        self.input_ended = True  # nothing left to drop before a close
         # The client sends no more. A waiting request (lease, result, run) is withdrawn, so
         # no job is leased to a client that may be gone; replies already owed still go out,
         # then the connection closes (see slot_ready).
@@ -172,7 +183,10 @@ class Connection(asyncio.Protocol):
             if held >= WRITE_HIGH_WATER_BYTES > self.unsent:
                 self._resume_soon()
         if self.closing and not slots and transport is not None:
-            transport.close()
+            if self.linger_on_close:
+                self._linger(transport)
+            else:
+                transport.close()
 
     def unblock(self) -> None:
         self.blocked = False
@@ -206,6 +220,8 @@ class Connection(asyncio.Protocol):
                 self.unsent += len(slot.data)
                 if event.fatal:
                     self.closing = True
+                elif self.gatekeeping:
+                    self._count_refusal()
                 self.slot_ready()
                 continue
             if self.gatekeeping or isinstance(event, Auth):
@@ -238,9 +254,7 @@ class Connection(asyncio.Protocol):
         """
         access = self.core.access
         if not isinstance(request, Auth):
-            self.refusals += 1
-            if self.refusals >= MAX_UNAUTHENTICATED_REQUESTS:
-                self.closing = True
+            self._count_refusal()
             self._answer(slot, p.client_error(AUTH_REQUIRED))
             return
         if access is None:
@@ -263,6 +277,13 @@ class Connection(asyncio.Protocol):
         self.blocked = True
         self.core.loop.call_later(delay_s, self._answer_held, slot)
 
+    def _count_refusal(self) -> None:
+        """A request before ``auth`` (or one that did not parse) was refused."""
+        self.refusals += 1
+        if self.refusals >= MAX_UNAUTHENTICATED_REQUESTS:
+            self.closing = True
+            self.linger_on_close = True
+
     def _answer(self, slot: Slot, reply: bytes) -> None:
         slot.data = reply
         self.unsent += len(reply)
@@ -276,6 +297,7 @@ class Connection(asyncio.Protocol):
         self.held_slot = None
         if self.auth_failures >= MAX_AUTH_FAILURES:
             self.closing = True
+            self.linger_on_close = True
         slot.data = p.client_error(INVALID_TOKEN)
         self.slot_ready()
         self.unblock()
@@ -289,7 +311,27 @@ class Connection(asyncio.Protocol):
         self.core.audit.auth_failed(self.address or "", "tcp", "no token in time")
         self.closing = True
         transport.write(p.client_error(AUTH_TIMED_OUT))
-        transport.close()
+        self._linger(transport)
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """Close a refused connection after its last reply: end our side (FIN), then read
+        and drop what the client still sends until it ends its side, for up to
+        ``LINGER_S``. Closing a socket with unread input resets the connection, and a reset
+        can destroy the replies still on their way (the one saying why)."""
+        if self.lingering or transport.is_closing():
+            return
+        if self.input_ended:
+            transport.close()
+            return
+        self.lingering = True
+        try:
+            transport.write_eof()
+            transport.resume_reading()
+        except (NotImplementedError, RuntimeError, OSError):
+            transport.close()
+            return
+        self.reading_paused = False
+        self.core.loop.call_later(LINGER_S, transport.close)
 
     def close_if_idle(self, sweeps: float) -> None:
         """One of the gate's idle sweeps: close the connection if it sent nothing for
