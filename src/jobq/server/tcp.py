@@ -53,14 +53,6 @@ class Connection(asyncio.Protocol):
     of this connection's own, with ``max_connections``).
     """
 
-    #: whom the connection authenticated as (None: not yet, or a server without tokens)
-    principal: Principal | None = None
-    #: the digest of the token it authenticated with (to find its principal again when
-    #: the tokens are reloaded)
-    token_digest: bytes | None = None
-    #: whether its requests are screened: a server with tokens, and no right one sent yet
-    gatekeeping = False
-
     def __init__(
         self,
         core: Core,
@@ -70,6 +62,14 @@ class Connection(asyncio.Protocol):
     ) -> None:
         self.core = core
         self.gate = gate if gate is not None else Gate(core, max_connections=max_connections)
+        #: whom the connection authenticated as (None: not yet, or a server without tokens)
+        self.principal: Principal | None = None
+        #: the digest of the token it authenticated with (to find its principal again when
+        #: the tokens are reloaded)
+        self.token_digest: bytes | None = None
+        #: whether its requests are screened: a server with tokens, and no right one sent
+        #: yet (instance attributes, as these two are read for every request)
+        self.gatekeeping = False
         #: the peer's address, while the gate counts the connection
         self.address: str | None = None
         #: when it must have authenticated (a pending connection's timer)
