@@ -28,6 +28,12 @@ DEFAULT_AUTH_FAILURE_DELAY_MS = 100
 DEFAULT_SNAPSHOT_MIN_RECORDS = 100_000
 
 
+#: the refusal of a token given twice over
+BOTH_TOKEN_SOURCES = (
+    "give --auth-token ($JOBQ_AUTH_TOKEN) or --auth-token-file ($JOBQ_AUTH_TOKEN_FILE), not both"
+)
+
+
 class ConfigError(ValueError):
     """A setting that cannot be used; the message says which and why."""
 

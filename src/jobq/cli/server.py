@@ -17,6 +17,7 @@ import click
 from jobq.cli.common import AUTH_TOKEN_ENV, F
 from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import (
+    BOTH_TOKEN_SOURCES,
     DEFAULT_AUTH_DEADLINE_MS,
     DEFAULT_CLEAN_INTERVAL_MS,
     DEFAULT_LISTEN,
@@ -93,7 +94,7 @@ def build_config(
         except ValueError as exc:
             raise ConfigError(f"invalid --auth-token: {exc}") from exc
     if auth_token and auth_token_file is not None:
-        raise ConfigError("give --auth-token or --auth-token-file, not both")
+        raise ConfigError(BOTH_TOKEN_SOURCES)
     auth_deadline_ms = parse_duration_ms(auth_deadline)
     if auth_deadline_ms < 1:
         raise ConfigError("the auth deadline must be positive")

@@ -15,6 +15,7 @@ from jobq.cli.common import AUTH_TOKEN_ENV, EXIT_USAGE, fail
 from jobq.cli.server import security_options
 from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import (
+    BOTH_TOKEN_SOURCES,
     DEFAULT_LISTEN,
     ConfigError,
     ServerConfig,
@@ -90,7 +91,7 @@ def up_command(
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     if auth_token and auth_token_file is not None:
-        raise click.UsageError("give --auth-token or --auth-token-file, not both")
+        raise click.UsageError(BOTH_TOKEN_SOURCES)
     if auth_deadline_ms < 1:
         raise click.UsageError("the auth deadline must be positive")
     refusal = exposure_error(

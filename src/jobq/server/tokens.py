@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jobq.auth import encode_token
-from jobq.config import ConfigError
+from jobq.config import BOTH_TOKEN_SOURCES, ConfigError
 from jobq.server.access import ROLES, Principal, Role
 
 logger = logging.getLogger("jobq.server")
@@ -194,7 +194,7 @@ class Access:
         auth_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if token and token_file is not None:
-            raise TokenFileError("give --auth-token or --auth-token-file, not both")
+            raise TokenFileError(BOTH_TOKEN_SOURCES)
         self.token = token
         self.token_file = Path(token_file) if token_file is not None else None
         self.auth_file = Path(auth_file) if auth_file is not None else None
