@@ -124,12 +124,27 @@ def allowed(role: Role, kind: str) -> bool:
     return role >= PERMISSIONS.get(kind, Role.ADMIN)
 
 
+#: the least role by request class, for the requests that are not extensions (filled from
+#: PERMISSIONS on first use: a request then costs one lookup)
+_NEEDED_BY_CLASS: dict[type[p.Request], Role] = {}
+
+
+def needed_role(request: p.Request) -> Role:
+    """The least role that may run ``request`` (:data:`PERMISSIONS`)."""
+    if isinstance(request, p.Extension):  # its word says what it is
+        return PERMISSIONS.get(request.word, Role.ADMIN)
+    cls = type(request)
+    role = _NEEDED_BY_CLASS.get(cls)
+    if role is None:
+        role = _NEEDED_BY_CLASS[cls] = PERMISSIONS.get(kind_of(request), Role.ADMIN)
+    return role
+
+
 def check(principal: Principal | None, request: p.Request) -> None:
     """Raise :class:`Forbidden` unless ``principal`` may run ``request`` (on a server that
     authenticates; None there is a request no token vouched for, refused too)."""
     if principal is None:
         raise Forbidden(f"{FORBIDDEN}: not authenticated")
-    kind = kind_of(request)
-    if not allowed(principal.role, kind):
-        needed = PERMISSIONS.get(kind, Role.ADMIN)
-        raise Forbidden(f"{FORBIDDEN}: {kind} needs the {needed.label} role")
+    needed = needed_role(request)
+    if principal.role < needed:
+        raise Forbidden(f"{FORBIDDEN}: {kind_of(request)} needs the {needed.label} role")
