@@ -120,8 +120,8 @@ def load_auth_file(path: str | os.PathLike[str]) -> dict[bytes, Principal]:
 
     if not isinstance(data, dict) or set(data) - {"tokens"}:
         extra = sorted(set(data) - {"tokens"}) if isinstance(data, dict) else []
-        return_name = extra[0] if extra else None
-        raise refuse(return_name, "expected one table, tokens, of NAME = {token, role}")
+        raise refuse(extra[0] if extra else None,
+                     "expected one table, tokens, of NAME = {token, role}")
     entries = data.get("tokens", {})
     if not isinstance(entries, dict):
         raise refuse("tokens", "tokens must be a table of NAME = {token, role}")
