@@ -188,6 +188,8 @@ def run_soak(
             "env", *allocator, jobq, "server", "--listen", f"{LOOPBACK}:{port}", "--data-dir", tmp,
             "--cmdlog-sync", sync, "--cmdlog-clean-int", "10000",
             "--http", f"{LOOPBACK}:{http_port}",
+            # every connection comes from one address (one address holds 100 by default)
+            "--max-connections-per-address", str(producers + consumers + 100),
         ]  # fmt: skip
         with ServerProcess("jobq", argv, port, Path(tmp) / "server.log") as server:
             _wait_http(http_port)

@@ -42,9 +42,10 @@ def live() -> Iterator[RunningServer]:
 
 @pytest.fixture(scope="module")
 def live_auth() -> Iterator[RunningServer]:
-    """:func:`live` with a token (:data:`~tests.harness.TOKEN`)."""
+    """:func:`live` with a token (:data:`~tests.harness.TOKEN`); wrong tokens are answered
+    at once (the growing delay is tests/server/test_gate.py's)."""
     register_auth_command()
-    running = RunningServer(with_http=True, auth_token=TOKEN)
+    running = RunningServer(with_http=True, auth_token=TOKEN, auth_failure_delay_ms=0)
     yield running
     running.stop()
 

@@ -9,6 +9,7 @@ make their own ``RunningServer``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import socket
 import threading
 import time
@@ -153,6 +154,21 @@ class RunningServer:
                 pass  # the loop closed between the check and the call: it stopped by itself
         self._thread.join(START_S)
         return self.status
+
+    def in_loop(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` in the server's event-loop thread (as a signal handler would) and
+        return what it returns."""
+        assert self._loop is not None
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                done.set_result(fn())
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(run)
+        return done.result(START_S)
 
     def connect(self) -> Conn:
         """A raw protocol connection."""

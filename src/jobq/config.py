@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -18,8 +19,19 @@ DEFAULT_SEGMENT_SIZE_BYTES = 64 * 1024 * 1024
 DEFAULT_CLEAN_INTERVAL_MS = 300_000
 #: most client connections served at once
 DEFAULT_MAX_CONNECTIONS = 10_000
+#: most TCP connections from one address (as HTTP's)
+DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 100
+#: how long a new connection of a server with tokens has to send ``auth``, ms
+DEFAULT_AUTH_DEADLINE_MS = 5000
+DEFAULT_AUTH_FAILURE_DELAY_MS = 100
 #: records logged between engine snapshots while running, at least (server/snapshotter.py)
 DEFAULT_SNAPSHOT_MIN_RECORDS = 100_000
+
+
+#: the refusal of a token given twice over
+BOTH_TOKEN_SOURCES = (
+    "give --auth-token ($JOBQ_AUTH_TOKEN) or --auth-token-file ($JOBQ_AUTH_TOKEN_FILE), not both"
+)
 
 
 class ConfigError(ValueError):
@@ -50,8 +62,23 @@ class ServerConfig(msgspec.Struct, frozen=True):
     scheduler_pace_ms: int = 60_000
     scheduler_initial_delay_ms: int = 0
     scheduler_max_per_pass: int = 10
+    #: connections from one address at most (server/gate.py)
+    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
     #: a shared token: TCP clients send ``auth <token>`` first, HTTP a Bearer header
     auth_token: str | None = None
+    #: a file holding that token (so that it is not in ``ps``)
+    auth_token_file: Path | None = None
+    #: a tokens file: named tokens with roles (server/tokens.py), reloaded on SIGHUP
+    auth_file: Path | None = None
+    #: serve a non-loopback address without any token all the same
+    insecure_no_auth: bool = False
+    #: how long a new connection has to authenticate, ms (a server with tokens)
+    auth_deadline_ms: int = DEFAULT_AUTH_DEADLINE_MS
+    #: the wait before answering an address's first wrong token, ms; it doubles with each
+    #: recent failure (server/audit.py; 0: answer at once, for tests)
+    auth_failure_delay_ms: int = DEFAULT_AUTH_FAILURE_DELAY_MS
+    #: close TCP connections idle this long, ms (0: never, as workq)
+    idle_timeout_ms: int = 0
     #: HOST, PORT of the HTTP API and web UI; None: no HTTP
     http: tuple[str, int] | None = None
     #: PEM files to serve TLS with: the workq protocol on ``host:port`` and HTTPS
@@ -63,6 +90,44 @@ class ServerConfig(msgspec.Struct, frozen=True):
     @property
     def log_dir(self) -> Path:
         return self.cmdlog_path if self.cmdlog_path is not None else self.data_dir / "cmdlog"
+
+    @property
+    def authenticates(self) -> bool:
+        """Whether clients must give a token."""
+        return bool(self.auth_token) or self.auth_token_file is not None or (
+            self.auth_file is not None
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``; any other
+    name counts as reachable from elsewhere."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_error(
+    listen: tuple[str, int] | None, http: tuple[str, int] | None, *, authenticates: bool,
+    insecure: bool, listen_plain: tuple[str, int] | None = None,
+) -> str | None:
+    """Why a server must not start as configured: a non-loopback address without a token
+    (unless ``insecure``); None if it may."""
+    if authenticates or insecure:
+        return None
+    addresses = (("--listen", listen), ("--listen-plain", listen_plain), ("--http", http))
+    for what, address in addresses:
+        if address is not None and not is_loopback(address[0]):
+            host = f"[{address[0]}]" if ":" in address[0] else address[0]
+            return (
+                f"refusing to serve {what} {host}:{address[1]} without authentication: give "
+                "--auth-token, --auth-token-file or --auth-file (or --insecure-no-auth to "
+                "serve it open)"
+            )
+    return None
 
 
 def default_data_dir() -> Path:

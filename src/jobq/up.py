@@ -71,7 +71,6 @@ class UpOptions(msgspec.Struct, frozen=True, kw_only=True):
 
     #: HOST, PORT of the HTTP API and web UI; None: no HTTP
     http: tuple[str, int] | None
-    auth_token: str | None
     #: PEM files to serve HTTPS (the TCP port's TLS is the ServerConfig's)
     tls_cert: str | None
     tls_key: str | None
@@ -99,6 +98,10 @@ class Up:
         self.tcp: tuple[str, int] | None = None
         self._serve_stop = asyncio.Event()
         self._http_ready: asyncio.Future[Any] | None = None
+        #: the token of this process's own worker (a server with tokens)
+        self._worker_token: str | None = None
+        #: whom the demo's requests act for (a server with tokens)
+        self._demo_principal: Any = None
         self._stopping = False
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -106,6 +109,12 @@ class Up:
 
     def _on_core(self, core: Any) -> None:
         self.core = core
+        if core.access is not None:
+            from jobq.server.access import Principal, Role
+
+            # the worker here gets a token of its own, made now and known to this process only
+            self._worker_token = core.access.issue("up-worker", Role.WORKER)
+            self._demo_principal = Principal("up", Role.ADMIN)
         loop = asyncio.get_running_loop()
         self._http_ready = loop.create_future()
         if self.options.http is not None:
@@ -120,8 +129,8 @@ class Up:
         assert self.options.http is not None
         host, port = self.options.http
         try:
-            self.http = await start_http(
-                core, host=host, port=port, auth_token=self.options.auth_token,
+            self.http = await start_http(  # the core's tokens, if it has any
+                core, host=host, port=port,
                 tls_cert=self.options.tls_cert, tls_key=self.options.tls_key,
             )
         except Exception as exc:
@@ -177,7 +186,7 @@ class Up:
             concurrency=self.options.concurrency,
             worker_id=f"{socket.gethostname()}-up",
             grace_s=GRACE_S,
-            token=self.options.auth_token,
+            token=self._worker_token,
             tls=self._own_tls(),
         )
         self.runtime.start()
@@ -217,13 +226,14 @@ class Up:
             spark_jobs, spark_schedule = demo.spark_requests(self.config.data_dir)
             jobs = [*jobs, *spark_jobs]
             schedules.append(spark_schedule)
+        who = self._demo_principal
         for body in jobs:
-            outcome = await bridge.extension(self.core, "submit", body)
+            outcome = await bridge.extension(self.core, "submit", body, who)
             if not outcome.ok:
                 logger.warning("demo job %s not submitted: %s", body["name"], outcome.body)
         if bridge.has_command(self.core, "screate"):
             for body in schedules:
-                outcome = await bridge.extension(self.core, "screate", body)
+                outcome = await bridge.extension(self.core, "screate", body, who)
                 if not outcome.ok:
                     logger.warning("demo schedule not created: %s", outcome.body.decode())
         logger.info("demo set up under %s", demo.demo_dir(self.config.data_dir))
@@ -249,7 +259,7 @@ class Up:
         lines += [
             "",
             "Try (with the token in $JOBQ_AUTH_TOKEN or $JOBQ_AUTH_TOKEN_FILE):"
-            if self.options.auth_token
+            if self.core is not None and self.core.access is not None
             else "Try:",
             *(f"  {command}" for command in self.commands()),
             "",

@@ -29,7 +29,8 @@ LOCAL = {"log", "server", "up"}
 
 @pytest.fixture(scope="module")
 def token_server() -> Iterator[RunningServer]:
-    running = RunningServer(auth_token=TOKEN)
+    # wrong tokens are this module's subject, not their growing delays (tests/server/test_gate)
+    running = RunningServer(auth_token=TOKEN, auth_failure_delay_ms=0)
     yield running
     running.stop()
 

@@ -15,6 +15,7 @@ def test_every_kind_has_a_status() -> None:
         ErrorKind.CONFLICT: 409,
         ErrorKind.TIMEOUT: 504,
         ErrorKind.UNAVAILABLE: 503,
+        ErrorKind.FORBIDDEN: 403,
     }
 
 

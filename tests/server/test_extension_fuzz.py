@@ -59,6 +59,7 @@ VALID: dict[str, dict[str, Any]] = {
                   "to": "2026-01-01T03:00:00Z"},
     "shistory": {"name": SCHEDULE},
     "sdrop": {"name": SCHEDULE, "reason": "r"},
+    "audit": {"limit": 10},
 }  # fmt: skip
 
 

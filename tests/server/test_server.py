@@ -278,8 +278,13 @@ def _server_log(running: RunningServer):  # type: ignore[no-untyped-def]
 def test_thousands_of_connections(server: RunningServer) -> None:
     conns = []
     try:
-        for _ in range(2000):
-            conns.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+        for n in range(2000):
+            # from 25 addresses: one address holds at most 100 connections (test_gate.py)
+            source = (f"127.0.1.{n % 25 + 1}", 0)
+            conns.append(
+                socket.create_connection(("127.0.0.1", server.port), timeout=10,
+                                         source_address=source)
+            )
         for sock in conns:
             sock.sendall(b"inspect server\r\n")
         for sock in conns:

@@ -21,7 +21,8 @@ from tests.worker.conftest import status_is, stop_process, worker_process
 
 @pytest.fixture(scope="module")
 def token_server() -> Iterator[RunningServer]:
-    running = RunningServer(auth_token=TOKEN)
+    # wrong tokens are this module's subject, not their growing delays (tests/server/test_gate)
+    running = RunningServer(auth_token=TOKEN, auth_failure_delay_ms=0)
     yield running
     running.stop()
 

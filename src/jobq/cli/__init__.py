@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "up": "jobq.cli.up:up_command",
     "status": "jobq.cli.status:status_command",
     "schedules": "jobq.cli.schedules:schedules_group",
+    "audit": "jobq.cli.audit:audit_command",
 }
 
 

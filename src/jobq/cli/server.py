@@ -17,9 +17,12 @@ import click
 from jobq.cli.common import AUTH_TOKEN_ENV, F, PathType
 from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import (
+    BOTH_TOKEN_SOURCES,
+    DEFAULT_AUTH_DEADLINE_MS,
     DEFAULT_CLEAN_INTERVAL_MS,
     DEFAULT_LISTEN,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     DEFAULT_SEGMENT_SIZE_BYTES,
     DEFAULT_SNAPSHOT_MIN_RECORDS,
     DEFAULT_SYNC,
@@ -37,6 +40,8 @@ DEFAULT_RETENTION = "14d"
 DEFAULT_SCHEDULER_PACE = "60s"
 DEFAULT_SCHEDULER_INITIAL_DELAY = "0s"
 DEFAULT_SCHEDULER_MAX_PER_PASS = 10
+#: the environment variable ``--auth-token-file`` reads
+AUTH_TOKEN_FILE_ENV = "JOBQ_AUTH_TOKEN_FILE"
 
 
 def build_config(
@@ -58,6 +63,12 @@ def build_config(
     scheduler_max_per_pass: int = DEFAULT_SCHEDULER_MAX_PER_PASS,
     http_address: str | None = None,
     auth_token: str | None = None,
+    auth_token_file: Path | None = None,
+    auth_file: Path | None = None,
+    insecure_no_auth: bool = False,
+    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    auth_deadline: str = f"{DEFAULT_AUTH_DEADLINE_MS}ms",
+    idle_timeout: str | None = None,
     tls_cert: str | None = None,
     tls_key: str | None = None,
     listen_plain: str | None = None,
@@ -82,6 +93,12 @@ def build_config(
             encode_token(auth_token)
         except ValueError as exc:
             raise ConfigError(f"invalid --auth-token: {exc}") from exc
+    if auth_token and auth_token_file is not None:
+        raise ConfigError(BOTH_TOKEN_SOURCES)
+    auth_deadline_ms = parse_duration_ms(auth_deadline)
+    if auth_deadline_ms < 1:
+        raise ConfigError("the auth deadline must be positive")
+    idle_timeout_ms = parse_duration_ms(idle_timeout) if idle_timeout else 0
     return ServerConfig(
         host=host,
         port=port,
@@ -100,6 +117,12 @@ def build_config(
         scheduler_initial_delay_ms=initial_delay_ms,
         scheduler_max_per_pass=scheduler_max_per_pass,
         auth_token=auth_token or None,
+        auth_token_file=auth_token_file,
+        auth_file=auth_file,
+        insecure_no_auth=insecure_no_auth,
+        max_connections_per_address=max_connections_per_address,
+        auth_deadline_ms=auth_deadline_ms,
+        idle_timeout_ms=idle_timeout_ms,
         http=http,
         tls_cert=tls_cert,
         tls_key=tls_key,
@@ -130,6 +153,56 @@ def check_tls(
     if plain == listen and plain[1] != 0:
         raise ConfigError("--listen-plain must differ from --listen")
     return plain
+
+
+def security_options(fn: F) -> F:
+    """The options of who may connect, shared by ``jobq server`` and ``jobq up``
+    (docs/server.md, "Security"): the token file, the tokens file, the open-address
+    override and the TCP port's limits."""
+    options = [
+        click.option(
+            "--auth-token-file",
+            envvar=AUTH_TOKEN_FILE_ENV,
+            type=PathType(dir_okay=False, path_type=Path),
+            default=None,
+            help="Read the --auth-token from this file instead (so it is not in `ps`) "
+            "[env: JOBQ_AUTH_TOKEN_FILE].",
+        ),
+        click.option(
+            "--auth-file",
+            type=PathType(dir_okay=False, path_type=Path),
+            default=None,
+            help="Named tokens with roles (admin, worker, viewer): TOML, or JSON if it ends "
+            "in .json; reloaded on SIGHUP.",
+        ),
+        click.option(
+            "--insecure-no-auth",
+            is_flag=True,
+            help="Serve a non-loopback address without any token (else refused).",
+        ),
+        _count(
+            "--max-connections-per-address",
+            minimum=1,
+            default=DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            help="Most TCP connections from one address; one more gets `-SERVER-ERROR Too "
+            "many connections from your address`.",
+        ),
+        _option(
+            "--auth-deadline",
+            default=f"{DEFAULT_AUTH_DEADLINE_MS // 1000}s",
+            metavar="DURATION",
+            help="With tokens: how long a new TCP connection has to send `auth`.",
+        ),
+        click.option(
+            "--idle-timeout",
+            default=None,
+            metavar="DURATION",
+            help="Close TCP connections idle this long (e.g. 10m)  [default: never, as workq]",
+        ),
+    ]
+    for option in reversed(options):  # as if stacked in this order above ``fn``
+        fn = option(fn)
+    return fn
 
 
 def _option(*names: str, **attrs: Any) -> Callable[[F], F]:
@@ -243,8 +316,9 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
     envvar=AUTH_TOKEN_ENV,
     default=None,
     help="Require this token (printable ASCII, no spaces): TCP clients send `auth <token>` "
-    "first, HTTP a Bearer header [env: JOBQ_AUTH_TOKEN].",
+    "first, HTTP a Bearer header; it is an admin named `admin` [env: JOBQ_AUTH_TOKEN].",
 )
+@security_options
 @click.option(
     "--tls-cert",
     type=PathType(exists=True, dir_okay=False),

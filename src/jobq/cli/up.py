@@ -11,9 +11,19 @@ from pathlib import Path
 
 import click
 
-from jobq.cli.common import AUTH_TOKEN_ENV, PathType
+from jobq.cli.common import AUTH_TOKEN_ENV, EXIT_USAGE, PathType, fail
+from jobq.cli.server import check_tls, security_options
 from jobq.cmdlog.policies import SYNC_POLICIES
-from jobq.config import DEFAULT_LISTEN, ConfigError, ServerConfig, default_data_dir, parse_listen
+from jobq.config import (
+    BOTH_TOKEN_SOURCES,
+    DEFAULT_LISTEN,
+    ConfigError,
+    ServerConfig,
+    default_data_dir,
+    exposure_error,
+    parse_duration_ms,
+    parse_listen,
+)
 
 DEFAULT_HTTP = "127.0.0.1:8080"
 
@@ -34,7 +44,8 @@ DEFAULT_HTTP = "127.0.0.1:8080"
               help="Import MODULE so its @jobq.handler functions run here (repeatable).")
 @click.option("--auth-token", envvar=AUTH_TOKEN_ENV, default=None, metavar="TOKEN",
               help="Require this token (printable ASCII, no spaces) on TCP (auth <token>) "
-                   "and HTTP (Bearer).")
+                   "and HTTP (Bearer); it is an admin named `admin`.")
+@security_options
 @click.option("--tls-cert", type=PathType(exists=True, dir_okay=False), default=None,
               help="Serve TLS on --listen and HTTPS with this certificate (PEM).")
 @click.option("--tls-key", type=PathType(exists=True, dir_okay=False), default=None,
@@ -55,6 +66,12 @@ def up_command(
     concurrency: int,
     imports: tuple[str, ...],
     auth_token: str | None,
+    auth_token_file: Path | None,
+    auth_file: Path | None,
+    insecure_no_auth: bool,
+    max_connections_per_address: int,
+    auth_deadline: str,
+    idle_timeout: str | None,
     tls_cert: str | None,
     tls_key: str | None,
     listen_plain: str | None,
@@ -63,7 +80,6 @@ def up_command(
 ) -> None:
     """Run the server, the scheduler, a worker and the web UI in one process."""
     from jobq.auth import encode_token
-    from jobq.cli.server import check_tls
     from jobq.server.app import configure_logging
     from jobq.server.start import run_event_loop
     from jobq.up import Up, UpOptions, is_fresh
@@ -73,8 +89,28 @@ def up_command(
         http_address = None if no_http else parse_listen(http)
         encode_token(auth_token)
         plain = check_tls(tls_cert, tls_key, listen_plain, (host, port))
+        auth_deadline_ms = parse_duration_ms(auth_deadline)
+        idle_timeout_ms = parse_duration_ms(idle_timeout) if idle_timeout else 0
     except (ConfigError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
+    if auth_token and auth_token_file is not None:
+        raise click.UsageError(BOTH_TOKEN_SOURCES)
+    if auth_deadline_ms < 1:
+        raise click.UsageError("the auth deadline must be positive")
+    refusal = exposure_error(
+        (host, port), http_address,
+        authenticates=bool(auth_token) or auth_token_file is not None or auth_file is not None,
+        insecure=insecure_no_auth, listen_plain=plain,
+    )
+    if refusal is not None:
+        fail(refusal, EXIT_USAGE, prefix="jobq up")
+    if auth_token_file is not None or auth_file is not None:
+        from jobq.server.tokens import Access
+
+        try:  # before anything is made: a file that does not parse changes nothing
+            Access(token_file=auth_token_file, auth_file=auth_file)
+        except ConfigError as exc:
+            fail(str(exc), EXIT_USAGE, prefix="jobq up")
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     for module in imports:
         try:
@@ -87,10 +123,12 @@ def up_command(
     config = ServerConfig(
         host=host, port=port, data_dir=directory, sync=cmdlog_sync, auth_token=auth_token or None,
         tls_cert=tls_cert, tls_key=tls_key, listen_plain=plain,
+        auth_token_file=auth_token_file, auth_file=auth_file, insecure_no_auth=insecure_no_auth,
+        max_connections_per_address=max_connections_per_address,
+        auth_deadline_ms=auth_deadline_ms, idle_timeout_ms=idle_timeout_ms,
     )
     options = UpOptions(
         http=http_address,
-        auth_token=auth_token or None,
         tls_cert=tls_cert,
         tls_key=tls_key,
         demo=fresh and not no_demo,
@@ -100,6 +138,8 @@ def up_command(
     up = Up(config, options)
     try:
         status = run_event_loop(up.run())
+    except ConfigError as exc:  # a tokens file that does not parse
+        fail(str(exc), EXIT_USAGE, prefix="jobq up")
     except OSError as exc:
         click.echo(f"jobq: {exc}", err=True)
         sys.exit(1)

@@ -210,5 +210,5 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
                     chunk = await conn.reader.read(RECV_BYTES)
             except OSError as exc:  # TimeoutError too
                 raise self._read_failed(exc) from exc
-            self._feed(parser, chunk)
+            self._feed(parser, chunk, conn.greeting is not None, replies)
         return replies

@@ -151,9 +151,18 @@ class ClientBase(Operations, Generic[C, L]):
             self._drop(conn)
         return results
 
-    def _feed(self, parser: p.ReplyParser, chunk: bytes) -> None:
-        """Give the bytes of one read to ``parser``; none means the server closed."""
+    def _feed(
+        self, parser: p.ReplyParser, chunk: bytes, greeted: bool, replies: list[p.Reply]
+    ) -> None:
+        """Give the bytes of one read to ``parser``; none means the server closed: after a
+        refused greeting (``greeted``: the exchange began with ``auth``; a server closes a
+        connection that sent wrong tokens) that is :class:`AuthenticationFailed`."""
         if not chunk:
+            if greeted and replies and isinstance(replies[0], p.Error):
+                refusal = error_from_reply(replies[0])
+                if not isinstance(refusal, AuthenticationFailed):
+                    refusal = AuthenticationFailed(replies[0].text)
+                raise refusal
             raise ConnectionLost(f"{self.host}:{self.port} closed the connection")
         parser.feed(chunk)
 

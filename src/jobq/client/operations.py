@@ -550,6 +550,15 @@ class Operations:
         """Remove a schedule; the jobs it made stay."""
         return _schedule_word("sdrop", name, nothing, reason)
 
+    # -- the audit trail (docs/server.md, "Security")
+
+    @operation
+    def audit(limit: int = 1000) -> Call[dict[str, Any]]:
+        """The server's audit trail (admins only): ``entries``, the last ``limit`` admin
+        actions and authentication failures, oldest first, and ``auth_failures``, the
+        failures by address."""
+        return ext("audit", {"limit": check_int(limit, "limit")}, 0.0, same)
+
 
 def heartbeat_calls(beats: Sequence[Heartbeat]) -> list[Call[HeartbeatReply]]:
     """The calls of ``heartbeats``: one ``heartbeat`` per job, for one round trip."""

@@ -190,5 +190,5 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
                 chunk = sock.recv(RECV_BYTES)
             except OSError as exc:
                 raise self._read_failed(exc) from exc
-            self._feed(parser, chunk)
+            self._feed(parser, chunk, conn.greeting is not None, replies)
         return replies

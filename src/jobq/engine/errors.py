@@ -23,6 +23,8 @@ class ErrorKind(enum.Enum):
     TIMEOUT = "timeout"
     #: the server cannot do it now (the command log cannot be written)
     UNAVAILABLE = "unavailable"
+    #: the caller's role may not do it (a server with named tokens: jobq.server.access)
+    FORBIDDEN = "forbidden"
 
 
 class EngineError(Exception):

@@ -40,10 +40,13 @@ def create_schedule(
     owner: str = "",
     paused: bool = False,
     reason: str = "",
+    actor: str = "",
     now_ns: int,
 ) -> Schedule:
     """A new schedule; :class:`ScheduleError` (nothing created) for a duplicate name, a
     bad spec or time zone, an unknown executor or arguments it refuses, a bad policy.
+    Its first change is ``reason``, or ``created`` (``created by <actor>: <reason>`` when
+    an ``actor`` is given, as a pause or an alteration records its actor).
 
     ``every_ms`` runs every so long from ``at_ns`` (default: from now, first run one
     interval later); ``at_ns`` alone is a one-off."""
@@ -78,13 +81,20 @@ def create_schedule(
         cron=spec.cron, tz=spec.tz, every_ms=spec.every_ms, at_ns=spec.at_ns,
         executor=executor, args=args, wait=wait, on_error=on_error, catchup_ms=catchup_ms,
         next_run_ns=None if paused else next_run,
-        reason=reason or ("created paused" if paused else "created"),
+        reason=_creation(reason, actor, paused),
     )
     engine._emit(command, now_ns)
     schedule = engine.schedules[command.schedule]
     if paused:
         schedule.paused = True
     return schedule
+
+
+def _creation(reason: str, actor: str, paused: bool) -> str:
+    created = "created paused" if paused else "created"
+    if not actor:
+        return reason or created
+    return f"{created} by {actor}" + (f": {reason}" if reason else "")
 
 
 def get_schedule(engine: Engine, ref: str | int) -> Schedule:

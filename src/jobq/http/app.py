@@ -16,23 +16,23 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobq import __version__
-from jobq.auth import encode_token
 from jobq.http import bridge
-from jobq.http.auth import ASGIApp, BearerAuth, Message, Receive, Scope, Send, send_json
+from jobq.http.auth import PRINCIPAL, ASGIApp, BearerAuth, Message, Receive, Scope, Send, send_json
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from jobq.http.metrics import Metrics
-from jobq.http.models import ERROR_RESPONSES, ServerSummary
+from jobq.http.models import ERROR_RESPONSES, Audit, ServerSummary
 from jobq.http.routes import bad, jobs, respond, schedules
 from jobq.server import protocol as p
 from jobq.server.core import Core
 from jobq.server.dispatch import ServerOverview
+from jobq.server.tokens import Access
 
 logger = logging.getLogger("jobq.http")
 
@@ -47,9 +47,10 @@ def web_dir() -> Path:
 
 
 def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
-    """The ASGI app for ``core``; with ``auth_token`` every route but the UI's shell needs
-    ``Authorization: Bearer <token>``."""
-    token = encode_token(auth_token)
+    """The ASGI app for ``core``; on a core with tokens (``core.access``), or with
+    ``auth_token``, every route but the UI's shell needs ``Authorization: Bearer <token>``,
+    and what it may do is its token's role's."""
+    access = Access(token=auth_token) if auth_token else core.access
     app = FastAPI(
         title="jobq",
         version=__version__,
@@ -104,9 +105,18 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
             "uptime_s": max(0.0, (time.time_ns() - core.started_ns) / 1e9),
             **outcome.json(),  # connections, jobs, jobs_total, schedules, evicted_jobs
             "log": log_info,
-            "auth": token is not None,
+            "auth": access is not None,
         }
+        principal = PRINCIPAL.get()
+        if principal is not None:  # for the UI: whose token, and what it may do
+            summary["principal"] = {"name": principal.name, "role": principal.role.label}
         return JSONResponse(summary)
+
+    @app.get("/api/audit", response_model=Audit, tags=["server"])
+    async def audit(limit: int = Query(1000, ge=1, le=1000)) -> Response:
+        """The audit trail (admins only): admin actions and authentication failures, oldest
+        first, and the failures by address."""
+        return respond(await bridge.extension(core, "audit", {"limit": limit}))
 
     jobs.add_routes(app, core)
     if bridge.has_command(core, "slist"):
@@ -117,6 +127,9 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
     @app.get("/metrics", tags=["server"], response_class=Response,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def prometheus_metrics() -> Response:
+        # the one route that does not run through the core: its permission is checked here
+        if not bridge.allowed(core, "metrics"):
+            return bad("Forbidden: metrics needs the viewer role", 403)
         """Prometheus metrics."""
         return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
@@ -128,11 +141,11 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
 
     app.mount("/static", StaticFiles(directory=static), name="static")
 
-    if token is not None:
+    if access is not None:
         _secure_openapi(app)
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
-    if token is not None:
-        app.add_middleware(BearerAuth, token=token)
+    if access is not None:
+        app.add_middleware(BearerAuth, access=access, audit=core.audit)
     app.add_middleware(SecurityHeaders)
     return app
 

@@ -1,21 +1,38 @@
 """The HTTP API's token check: ``Authorization: Bearer <token>`` on every route but the web
-UI's shell (the page that asks for the token); otherwise 401 with a JSON error.
-:mod:`jobq.auth` holds the token's rules.
+UI's shell (the page that asks for the token); otherwise 401 with a JSON error, after a
+delay that grows with the address's recent failures (the audit trail counts them).
+
+The token's principal is the request's (:data:`PRINCIPAL`): the routes' requests run
+through the core with it (:mod:`jobq.http.bridge`), where the permission table decides
+(:mod:`jobq.server.access`). :mod:`jobq.server.tokens` holds the tokens.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobq.auth import AUTH_REQUIRED, INVALID_TOKEN, token_matches
+from jobq.auth import AUTH_REQUIRED, INVALID_TOKEN
+from jobq.server.tokens import digest
+
+if TYPE_CHECKING:
+    from jobq.server.access import Principal
+    from jobq.server.audit import AuditTrail
+    from jobq.server.tokens import Access
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: whom the HTTP request being served acts for (None: a server without tokens)
+PRINCIPAL: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "jobq_principal", default=None
+)
 
 #: what the browser may load without a token: the UI's shell, which asks for it
 PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico"})
@@ -47,11 +64,13 @@ async def send_json(
 
 
 class BearerAuth:
-    """ASGI middleware: ``Authorization: Bearer <token>`` on every non-public route."""
+    """ASGI middleware: ``Authorization: Bearer <token>`` on every non-public route; the
+    token's principal is :data:`PRINCIPAL` while the route runs."""
 
-    def __init__(self, app: ASGIApp, token: bytes) -> None:
+    def __init__(self, app: ASGIApp, access: Access, audit: AuditTrail) -> None:
         self.app = app
-        self.token = token
+        self.access = access
+        self.audit = audit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or is_public(scope["method"], scope["path"]):
@@ -64,11 +83,18 @@ class BearerAuth:
                 if scheme.lower() == b"bearer":
                     given = rest.strip()
                 break
-        if given is None:
-            error = AUTH_REQUIRED
-        elif token_matches(self.token, given):
-            await self.app(scope, receive, send)
+        principal = None if given is None else self.access.by_digest(digest(given))
+        if principal is not None:
+            reset = PRINCIPAL.set(principal)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                PRINCIPAL.reset(reset)
             return
-        else:
+        error = AUTH_REQUIRED
+        if given is not None:  # a wrong token is counted and waits; a missing one is no guess
             error = INVALID_TOKEN
+            client = scope.get("client")
+            address = str(client[0]) if client else ""
+            await asyncio.sleep(self.audit.auth_failed(address, "http", "invalid token"))
         await send_json(send, 401, {"error": error}, [(b"www-authenticate", b"Bearer")])

@@ -17,6 +17,7 @@ STATUS = {
     ErrorKind.CONFLICT: 409,
     ErrorKind.TIMEOUT: 504,
     ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.FORBIDDEN: 403,
 }
 #: the text for an error reply that has none (workq's ``-NOT-FOUND`` and ``-TIMEOUT``)
 _DEFAULT_TEXT = {

@@ -120,6 +120,14 @@ class JobqCollector(Collector):
         yield GaugeMetricFamily(
             "jobq_connections", "Open TCP client connections", value=len(core.connections)
         )
+        yield GaugeMetricFamily(
+            "jobq_connections_pending", "TCP connections waiting to authenticate",
+            value=len(core.gate.pending) if core.gate is not None else 0,
+        )
+        yield CounterMetricFamily(
+            "jobq_auth_failures", "Failed authentications (wrong tokens, TCP and HTTP; TCP "
+            "connections that sent none in time)", value=core.audit.failures_total,
+        )
 
         by_status = GaugeMetricFamily("jobq_jobs", "Jobs by status", labels=["status"])
         for status in Status:

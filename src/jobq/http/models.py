@@ -131,6 +131,11 @@ class ScheduleChanges(_Model):
     changes: list[ScheduleChange]
 
 
+class Principal(_Model):
+    name: str
+    role: str = Field(description="admin, worker or viewer")
+
+
 class ServerSummary(_Model):
     version: str
     started: str | None
@@ -142,6 +147,34 @@ class ServerSummary(_Model):
     evicted_jobs: int
     log: dict[str, Any] | None
     auth: bool
+    principal: Principal | None = Field(
+        None, description="whom the request's token names (null without authentication)"
+    )
+
+
+class AuditEntry(_Model):
+    time: str
+    event: str = Field(description="action or auth_failure")
+    who: str | None = None
+    action: str | None = None
+    target: str | None = None
+    detail: str | None = None
+    address: str | None = None
+    via: str | None = Field(None, description="tcp or http")
+    reason: str | None = None
+    count: int | None = Field(None, description="failures since the previous entry")
+    total: int | None = None
+
+
+class AddressFailures(_Model):
+    address: str
+    total: int
+    last: str
+
+
+class Audit(_Model):
+    entries: list[AuditEntry]
+    auth_failures: list[AddressFailures]
 
 
 class SubmitBody(_Input):
@@ -201,6 +234,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code, text in (
         (400, "Bad input"),
         (401, "Authentication required or invalid token"),
+        (403, "The token's role may not do this"),
         (404, "Not found"),
         (409, "The job's or schedule's state does not allow this"),
         (413, "Request body too large"),

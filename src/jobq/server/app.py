@@ -1,22 +1,24 @@
 """``jobq server``: open and replay the log, serve the workq protocol (over TLS when the server
-has a certificate; ``listeners.py``), clean the log, stop cleanly on SIGTERM or SIGINT."""
+has a certificate; ``listeners.py``), clean the log, stop cleanly on SIGTERM or SIGINT, reload
+the tokens on SIGHUP."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 from collections.abc import Callable
 
-from jobq.auth import encode_token
 from jobq.cmdlog.log import CommandLog
 from jobq.cmdlog.record import Record
-from jobq.config import ServerConfig
+from jobq.config import ConfigError, ServerConfig, exposure_error
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import register_job_type_validator
 from jobq.server.core import Core, WallClock
+from jobq.server.gate import Gate
 from jobq.server.history import read_history
 from jobq.server.listeners import open_listeners
 from jobq.server.memory import release_free_memory
@@ -24,6 +26,7 @@ from jobq.server.replay import restore
 from jobq.server.snapshot import position_at, vouched_place, write_snapshot
 from jobq.server.snapshotter import Snapshotter
 from jobq.server.tcp import Connection
+from jobq.server.tokens import Access
 
 logger = logging.getLogger("jobq.server")
 
@@ -143,8 +146,24 @@ async def serve(
     """Run a server until ``stop`` is set or a signal arrives; return the exit status.
 
     ``on_listening`` learns the address; ``on_core`` (for tests and embedding) the core.
+    A setting it cannot start with (a tokens file that does not parse, a non-loopback
+    address without a token) is a :class:`ConfigError`, raised before anything is opened.
     """
     loop = asyncio.get_running_loop()
+    refusal = exposure_error(
+        (config.host, config.port), config.http, authenticates=config.authenticates,
+        insecure=config.insecure_no_auth, listen_plain=config.listen_plain,
+    )
+    if refusal is not None:
+        raise ConfigError(refusal)
+    access = (
+        Access(
+            token=config.auth_token, token_file=config.auth_token_file,
+            auth_file=config.auth_file,
+        )
+        if config.authenticates
+        else None
+    )
     clock = WallClock()
     engine = Engine(
         retention_ms=config.retention_ms,
@@ -191,6 +210,8 @@ async def serve(
             return read_history(log_dir, job_id, created_ns)
 
     core = Core(engine, log, sync_always=config.sync == "always", clock=clock, history=history)
+    core.set_access(access)
+    core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
     core.replay_seconds = stats.seconds if log is not None else 0.0
     snapshotter = None
     if log is not None:
@@ -212,9 +233,16 @@ async def serve(
     core.start_housekeeping()
     if snapshotter is not None:
         snapshotter.start_checking()
-    token = encode_token(config.auth_token)
+    gate = Gate(
+        core,
+        max_connections=config.max_connections,
+        max_per_address=config.max_connections_per_address,
+        auth_deadline_s=config.auth_deadline_ms / 1000,
+        idle_timeout_s=config.idle_timeout_ms / 1000 or None,
+    )
+    core.gate = gate
     servers = await open_listeners(
-        lambda: Connection(core, max_connections=config.max_connections, auth_token=token),
+        lambda: Connection(core, gate=gate),
         config,
     )
     host, port = servers[0].sockets[0].getsockname()[:2]
@@ -223,6 +251,13 @@ async def serve(
             loop.add_signal_handler(signum, stop_event.set)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (tests): the caller sets ``stop``
+    if access is not None:
+        access.on_change.append(gate.tokens_changed)
+        if config.auth_file is not None or config.auth_token_file is not None:
+            try:
+                loop.add_signal_handler(signal.SIGHUP, access.reload)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread: the caller reloads ``core.access``
     cleaner = (
         asyncio.create_task(_clean_periodically(core, log, config.clean_interval_ms))
         if log is not None and config.clean_interval_ms > 0
@@ -230,7 +265,8 @@ async def serve(
     )
     where = "memory only" if log is None else f"log {config.log_dir} (sync {config.sync})"
     tls = " (TLS)" if config.tls_cert is not None else ""
-    logger.info("listening on %s:%d%s, %s", host, port, tls, where)
+    who = "no authentication" if access is None else f"{len(access)} tokens"
+    logger.info("listening on %s:%d%s, %s, %s", host, port, tls, where, who)
     stop_http = None
     if config.http is not None:
         from jobq.http import start_http  # FastAPI is imported only when HTTP is on
@@ -240,7 +276,6 @@ async def serve(
             core,
             host=http_host,
             port=http_port,
-            auth_token=config.auth_token,
             tls_cert=config.tls_cert,
             tls_key=config.tls_key,
         )
@@ -256,12 +291,16 @@ async def serve(
     try:
         await stop_event.wait()
     finally:
+        if access is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signal.SIGHUP)
         sys.setswitchinterval(switch_interval_s)
         logger.info("stopping: no new connections, flushing the command log")
         if stop_http is not None:
             await stop_http()
         for server in servers:
             server.close()
+        gate.close()
         for conn in list(core.connections):
             if isinstance(conn, Connection):
                 conn.closing = True  # no more requests run: the replies owed still go out

@@ -44,7 +44,11 @@ from jobq.server.memory import empty_free_lists, release_free_memory
 
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
+    from jobq.server.access import Principal
+    from jobq.server.audit import AuditTrail
+    from jobq.server.gate import Gate
     from jobq.server.snapshotter import Snapshotter
+    from jobq.server.tokens import Access
 
 logger = logging.getLogger("jobq.server")
 
@@ -138,6 +142,8 @@ class Core:
         self.started_ns = started_ns if started_ns is not None else self.clock()
         self.connections: set[object] = set()
         self.dispatcher = Dispatcher(engine, self._server_info, history)
+        #: the tokens the server accepts (None: no authentication); see :meth:`set_access`
+        self.access: Access | None = None
         self._batch = Batch()
         self._flush_scheduled = False
         #: when batches are written and fsynced under sync=always (None: no fsync waited for)
@@ -166,6 +172,8 @@ class Core:
         #: takes engine snapshots while the server runs (set by the app, for /metrics to
         #: read; None: in memory)
         self.snapshotter: Snapshotter | None = None
+        #: the TCP port's connection limits (set by the app; None: no TCP port)
+        self.gate: Gate | None = None
         #: told of each batch's commands once the log holds them (in memory: once made),
         #: when the engine holds exactly what the log holds: the snapshotter counts them,
         #: /metrics too (``jobq.http.metrics.install_command_counts``)
@@ -176,6 +184,17 @@ class Core:
         #: how many times freed memory was handed back to the OS (for tests and /metrics)
         self.trims = 0
         engine.begin()
+
+    def set_access(self, access: Access | None) -> None:
+        """Authenticate with ``access``'s tokens from now on (its front ends, TCP and HTTP,
+        find it here), and check every request against the permission table."""
+        self.access = access
+        self.dispatcher.checks_access = access is not None
+
+    @property
+    def audit(self) -> AuditTrail:
+        """The server's audit trail (``audit.py``)."""
+        return self.dispatcher.audit
 
     def _server_info(self) -> p.ServerInfo:
         return p.ServerInfo(len(self.connections), self.engine.evicted_jobs, self.started_ns)
@@ -188,17 +207,21 @@ class Core:
 
     # ------------------------------------------------------------------ requests
 
-    def execute(self, conn: ReplySink, request: p.Request, slot: Slot) -> int:
-        """Run one request now; its reply is released with the batch. Returns the reply's
-        length in bytes, held until then (0 while the request waits), so that a connection
-        can stop running requests while it holds too many unsent bytes (``tcp.py``).
+    def execute(
+        self, conn: ReplySink, request: p.Request, slot: Slot, principal: Principal | None = None
+    ) -> int:
+        """Run one request now, for ``principal`` (whom its connection authenticated as;
+        None without authentication); its reply is released with the batch. Returns the
+        reply's length in bytes, held until then (0 while the request waits), so that a
+        connection can stop running requests while it holds too many unsent bytes
+        (``tcp.py``).
 
         The loop timer is (re)armed by :meth:`flush`, which runs later in the same loop
         iteration, so a request pays for no timer work of its own.
         """
         slot.request = request
         try:
-            reply = self.dispatcher.handle(request, slot, self.clock())
+            reply = self.dispatcher.handle(request, slot, self.clock(), principal)
         except Exception:  # a bug: the request may have changed the engine half-way
             logger.exception("a %s request failed", type(request).__name__.lower())
             self._discard_batch(slot)

@@ -2,7 +2,9 @@
 
 :func:`error_reply` is the one place where a refused command becomes a protocol reply, by
 the error's class (:data:`_ERROR_REPLIES`). The internal requests at the end (HTTP's) run
-through the core like any request, but the protocol parser never makes one.
+through the core like any request, but the protocol parser never makes one. On a server
+that authenticates, :meth:`Dispatcher.handle` asks :mod:`jobq.server.access` first whether
+the caller may run the request, for TCP and HTTP alike.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from jobq.engine.job import Job, Status
 from jobq.engine.machine import Engine
 from jobq.engine.waiters import JobResult, Outcome, WakeValue
 from jobq.server import protocol as p
+from jobq.server.access import FORBIDDEN, Forbidden, Principal, Role, check
+from jobq.server.audit import AuditTrail
 from jobq.server.extensions import BadRequest, Deferred, Extensions, data_reply, lease_reply
 
 #: the reply to a refused command, by the error's class (the first of its classes, most
@@ -25,8 +29,12 @@ _ERROR_REPLIES: dict[type[EngineError], Callable[[EngineError], p.ErrorReply]] =
     DuplicateJob: lambda exc: p.client_error(p.DUPLICATE_JOB, ErrorKind.CONFLICT),
     DuplicateResult: lambda exc: p.client_error(p.DUPLICATE_RESULT, ErrorKind.CONFLICT),
     BadRequest: lambda exc: p.client_error(exc.text, ErrorKind.INVALID),
+    Forbidden: lambda exc: p.client_error(exc.text or FORBIDDEN, ErrorKind.FORBIDDEN),
     EngineError: lambda exc: p.client_error(exc.text, exc.kind),
 }
+
+#: the role never checked (a module constant: read for every request of a server with tokens)
+_ADMIN = Role.ADMIN
 
 #: the requests that queue a job for workers: ``add``, and ``schedule`` (an add with a time)
 _QUEUED_JOB = p.Add | p.Schedule
@@ -69,10 +77,19 @@ class Dispatcher:
         engine: Engine,
         server_info: Callable[[], p.ServerInfo],
         history: Callable[[bytes, int], list[dict[str, object]]] | None = None,
+        audit: AuditTrail | None = None,
     ) -> None:
         self.engine = engine
         self._server_info = server_info
-        self.extensions = Extensions(engine, history or (lambda job_id, created_ns: []))
+        #: admin actions and authentication failures (``audit.py``)
+        self.audit = audit if audit is not None else AuditTrail()
+        #: whether callers are checked against the permission table (a server that
+        #: authenticates): then a request that no principal vouches for is refused
+        self.checks_access = False
+        self.extensions = Extensions(
+            engine, history or (lambda job_id, created_ns: []), self.audit
+        )
+        self.extensions.handlers["audit"] = self.audit.command
         self._handlers: dict[type[p.Request], Callable[[p.Request, object, int], bytes | None]] = {
             p.Add: self._add,
             p.Schedule: self._add,
@@ -92,10 +109,16 @@ class Dispatcher:
             DeleteJob: self._delete_job,
         }
 
-    def handle(self, request: p.Request, token: object, now_ns: int) -> bytes | Deferred | None:
+    def handle(
+        self, request: p.Request, token: object, now_ns: int, principal: Principal | None = None
+    ) -> bytes | Deferred | None:
         """The reply; ``None`` when the request waits; a :class:`Deferred` to run off the
-        event loop."""
+        event loop. ``principal``: whom the request acts for (None without authentication);
+        an admin is never checked, so its requests cost one comparison more."""
         try:
+            if self.checks_access and (principal is None or principal.role is not _ADMIN):
+                check(principal, request)
+            self.extensions.caller = principal
             handler = self._handlers.get(type(request))
             if handler is not None:  # a workq or internal request (none is an Extension)
                 return handler(request, token, now_ns)
@@ -171,7 +194,13 @@ class Dispatcher:
     def _delete(self, r: p.Request, token: object, now_ns: int) -> bytes | None:
         assert isinstance(r, p.Delete)
         self.engine.delete(r.id, now_ns=now_ns)
+        self._audit_delete(r.id)
         return p.ok()
+
+    def _audit_delete(self, job_id: bytes) -> None:
+        caller = self.extensions.caller
+        who = caller.name if caller is not None else "client"
+        self.audit.action(who, "delete", f"job {p.format_id(job_id)}")
 
     # -- inspection
 
@@ -241,6 +270,7 @@ class Dispatcher:
         assert isinstance(r, DeleteJob)
         job_id = self.engine.resolve_id(r.ref)
         self.engine.delete(job_id, now_ns=now_ns)
+        self._audit_delete(job_id)
         return data_reply({"id": p.format_id(job_id)})
 
 

@@ -11,7 +11,7 @@ import datetime as dt
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -22,6 +22,10 @@ from jobq.engine.joblist import JobFilter
 from jobq.engine.machine import Action, Engine
 from jobq.engine.schedules import DEFAULT_CATCHUP_MS, Schedule
 from jobq.server import protocol as p
+
+if TYPE_CHECKING:
+    from jobq.server.access import Principal
+    from jobq.server.audit import AuditTrail
 
 #: longest description, creator, running status and reason, in characters
 MAX_DESCRIPTION = limits.MAX_DESCRIPTION
@@ -248,12 +252,16 @@ def _range(value: int, low: int, high: int, error: str) -> int:
     return value
 
 
-def _reason_actor(r: Operate | ScheduleRef | ScheduleAlterBody) -> tuple[str, str]:
-    """The reason and the actor (``client`` if none) of an operation, checked."""
-    return (
-        _text(r.reason, MAX_SHORT_TEXT, "reason"),
-        _text(r.actor or "client", MAX_SHORT_TEXT, "actor"),
-    )
+def _reason_actor(
+    r: Operate | ScheduleRef | ScheduleAlterBody, caller: Principal | None
+) -> tuple[str, str]:
+    """The reason and the actor of an operation, checked: the caller's token's name on a
+    server that authenticates (whatever the body says), else the body's (``client`` if
+    none)."""
+    reason = _text(r.reason, MAX_SHORT_TEXT, "reason")
+    if caller is not None:
+        return reason, caller.name
+    return reason, _text(r.actor or "client", MAX_SHORT_TEXT, "actor")
 
 
 def _created_by(value: CreatedBy | None) -> tuple[str, str] | None:
@@ -337,10 +345,18 @@ class Extensions:
     """The extension commands of one server."""
 
     def __init__(
-        self, engine: Engine, history: Callable[[bytes, int], list[dict[str, object]]]
+        self,
+        engine: Engine,
+        history: Callable[[bytes, int], list[dict[str, object]]],
+        audit: AuditTrail | None = None,
     ) -> None:
         self.engine = engine
         self._history = history
+        #: where admin actions are recorded (None: nowhere)
+        self.audit = audit
+        #: whom the running request acts for (set by the dispatcher before each; None on a
+        #: server without authentication)
+        self.caller: Principal | None = None
         self.handlers: dict[str, Callable[[bytes, object, int], bytes | Deferred | None]] = {
             "submit": self.submit,
             "xlease": self.xlease,
@@ -365,6 +381,10 @@ class Extensions:
             "shistory": self.shistory,
             "sdrop": self.sdrop,
         }
+
+    def _who(self) -> str:
+        """Who runs the request, for the audit trail (``client`` without authentication)."""
+        return self.caller.name if self.caller is not None else "client"
 
     def _id(self, text: str) -> bytes:
         return self.engine.resolve_id(text)
@@ -462,11 +482,15 @@ class Extensions:
         )
         return data_reply({"status": status.value})
 
+    def _audit(self, who: str, action: str, target: str, reason: str = "") -> None:
+        if self.audit is not None:
+            self.audit.action(who, action, target, reason)
+
     def _operate(self, operation: str, data: bytes, now_ns: int) -> bytes:
         """``{"count": N, "requested": M}``: N jobs changed, of which M were running and
         were only asked to stop (pause, cancel); the other N - M changed at once."""
         r: Operate = _body(Operate, data)
-        reason, actor = _reason_actor(r)
+        reason, actor = _reason_actor(r, self.caller)
         if (r.id is None) == (r.created_by is None):
             raise BadRequest("Give either id or created_by")
         flag = _REQUEST_FLAGS.get(operation)
@@ -479,13 +503,15 @@ class Extensions:
                 operation, created_by, reason=reason, actor=actor, now_ns=now_ns
             )
             requested = self._asked(ids, flag) - asked_before
+            target = f"jobs created by {created_by[0]}:{created_by[1]} ({count})"
         else:
             assert r.id is not None
             job_id = self._id(r.id)
-            method = getattr(self.engine, operation)
-            method(job_id, reason=reason, actor=actor, now_ns=now_ns)
+            getattr(self.engine, operation)(job_id, reason=reason, actor=actor, now_ns=now_ns)
             count = 1
             requested = self._asked([job_id], flag)  # still running: asked, not stopped
+            target = f"job {uuid.UUID(bytes=job_id)}"
+        self._audit(actor, operation, target, reason)
         return data_reply({"count": count, "requested": requested})
 
     def _asked(self, ids: list[bytes], flag: str | None) -> int:
@@ -562,8 +588,10 @@ class Extensions:
             owner=_text(r.owner, MAX_SHORT_TEXT, "owner"),
             paused=r.paused,
             reason=_text(r.reason, MAX_SHORT_TEXT, "reason"),
+            actor=self.caller.name if self.caller is not None else "",
             now_ns=now_ns,
         )
+        self._audit(self._who(), "screate", f"schedule {schedule.name}", r.reason)
         return data_reply(schedule_summary(schedule))
 
     def slist(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
@@ -581,34 +609,43 @@ class Extensions:
 
     def spause(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleRef = _body(ScheduleRef, data)
-        reason, actor = _reason_actor(r)
+        reason, actor = _reason_actor(r, self.caller)
         schedule = self.engine.pause_schedule(r.name, reason=reason, actor=actor, now_ns=now_ns)
+        self._audit(actor, "spause", f"schedule {schedule.name}", reason)
         return data_reply(schedule_summary(schedule))
 
     def sresume(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleRef = _body(ScheduleRef, data)
-        reason, actor = _reason_actor(r)
+        reason, actor = _reason_actor(r, self.caller)
         schedule = self.engine.resume_schedule(r.name, reason=reason, actor=actor, now_ns=now_ns)
+        self._audit(actor, "sresume", f"schedule {schedule.name}", reason)
         return data_reply(schedule_summary(schedule))
 
     def salter(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleAlterBody = _body(ScheduleAlterBody, data)
-        reason, actor = _reason_actor(r)
+        reason, actor = _reason_actor(r, self.caller)
         schedule = self.engine.alter_schedule(
             r.name, wait=r.wait, on_error=r.on_error, catchup_ms=r.catchup_ms,
             reason=reason, actor=actor, now_ns=now_ns,
         )
+        self._audit(actor, "salter", f"schedule {schedule.name}", schedule.changes[-1][1])
         return data_reply(schedule_summary(schedule))
 
     def strigger(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleRef = _body(ScheduleRef, data)
         job = self.engine.trigger_schedule(r.name, now_ns=now_ns)
-        return data_reply({"id": str(uuid.UUID(bytes=job.id))})
+        job_id = str(uuid.UUID(bytes=job.id))
+        self._audit(self._who(), "strigger", f"schedule {r.name}", f"job {job_id}")
+        return data_reply({"id": job_id})
 
     def sbackfill(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleBackfill = _body(ScheduleBackfill, data)
         jobs = self.engine.backfill_schedule(
             r.name, from_ns=parse_time(r.start), to_ns=parse_time(r.end), now_ns=now_ns
+        )
+        self._audit(
+            self._who(), "sbackfill", f"schedule {r.name}",
+            f"{len(jobs)} runs from {r.start} to {r.end}",
         )
         return data_reply({"ids": [str(uuid.UUID(bytes=j.id)) for j in jobs]})
 
@@ -620,6 +657,8 @@ class Extensions:
         r: ScheduleRef = _body(ScheduleRef, data)
         reason = _text(r.reason, MAX_SHORT_TEXT, "reason")
         self.engine.drop_schedule(r.name, reason=reason, now_ns=now_ns)
+        who = self.caller.name if self.caller is not None else r.actor or "client"
+        self._audit(who, "sdrop", f"schedule {r.name}", reason)
         return data_reply({})
 
 

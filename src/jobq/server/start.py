@@ -26,7 +26,7 @@ def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
 
 def run_server(config: ServerConfig) -> int:
     """Serve until stopped; the process's exit status (an error it cannot start with is
-    one line on stderr and status 1)."""
+    one line on stderr and status 1; a setting it cannot start with, status 2)."""
     from jobq.cmdlog.errors import CmdlogError
     from jobq.server.app import configure_logging, serve
     from jobq.server.listeners import ListenError
@@ -35,7 +35,10 @@ def run_server(config: ServerConfig) -> int:
     configure_logging()
     try:
         return run_event_loop(serve(config))
-    except (CmdlogError, ReplayError, ListenError, ConfigError) as exc:
+    except ConfigError as exc:  # a tokens file that does not parse, an open address...
+        print(f"jobq server: {exc}", file=sys.stderr)
+        return 2
+    except (CmdlogError, ReplayError, ListenError) as exc:
         print(f"jobq server: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

@@ -5,6 +5,10 @@ A connection runs its requests one at a time, as workq-server does: while a requ
 ``READ_AHEAD_BYTES``. It stops running and reading requests while it holds
 ``WRITE_HIGH_WATER_BYTES`` of unsent replies, so a client that pipelines requests and never
 reads cannot make the server hold replies without bound (docs/server.md, "Limits").
+
+Who may connect, and how long a connection may wait to authenticate or stay idle, is the
+server's :class:`~jobq.server.gate.Gate`; this module answers ``auth`` and the requests
+sent before it (:meth:`Connection._screen`).
 """
 
 from __future__ import annotations
@@ -14,9 +18,19 @@ import logging
 from collections import deque
 from typing import cast
 
+from jobq.auth import AUTH_REQUIRED, INVALID_TOKEN
 from jobq.server import protocol as p
-from jobq.server.auth import Auth, check_auth, register_auth_command
+from jobq.server.access import Principal
+from jobq.server.auth import Auth, register_auth_command
 from jobq.server.core import Core, Slot
+from jobq.server.gate import (
+    AUTH_TIMED_OUT,
+    DEFAULT_MAX_CONNECTIONS,
+    MAX_AUTH_FAILURES,
+    MAX_UNAUTHENTICATED_REQUESTS,
+    Gate,
+)
+from jobq.server.tokens import digest
 
 register_auth_command()
 
@@ -28,22 +42,56 @@ WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 #: bytes of requests read ahead while a request waits, after which reading pauses (one
 #: whole command with its largest payload always fits)
 READ_AHEAD_BYTES = 2 * 1024 * 1024
+#: how long a refused connection's input is still read (and dropped) before it is closed
+LINGER_S = 2.0
 
 
 class Connection(asyncio.Protocol):
-    """A workq protocol connection; with a server token it must ``auth`` first."""
+    """A workq protocol connection; on a server with tokens it must ``auth`` first.
 
-    #: set once the connection sent the server's token (see ``jobq.server.auth``)
-    authenticated = False
+    ``gate``: the server's connection limits, shared by its connections (default: a gate
+    of this connection's own, with ``max_connections``).
+    """
+
     #: whether the transport is TLS (it cannot stay open to write after the client's EOF)
     tls = False
 
     def __init__(
-        self, core: Core, *, max_connections: int, auth_token: bytes | None = None
+        self,
+        core: Core,
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        gate: Gate | None = None,
     ) -> None:
         self.core = core
-        self.max_connections = max_connections
-        self.auth_token = auth_token
+        self.gate = gate if gate is not None else Gate(core, max_connections=max_connections)
+        #: whom the connection authenticated as (None: not yet, or a server without tokens)
+        self.principal: Principal | None = None
+        #: the digest of the token it authenticated with (to find its principal again when
+        #: the tokens are reloaded)
+        self.token_digest: bytes | None = None
+        #: whether its requests are screened: a server with tokens, and no right one sent
+        #: yet (instance attributes, as these two are read for every request)
+        self.gatekeeping = False
+        #: the peer's address, while the gate counts the connection
+        self.address: str | None = None
+        #: when it must have authenticated (a pending connection's timer)
+        self.deadline: asyncio.TimerHandle | None = None
+        #: wrong tokens it sent, and requests refused for want of one
+        self.auth_failures = 0
+        self.refusals = 0
+        #: the answer to a wrong token, held back for a while (see ``_screen``)
+        self.held_slot: Slot | None = None
+        #: idle-timeout sweeps since it last sent something (``Gate``)
+        self.idle_sweeps = 0
+        #: whether to close by ``_linger`` (a connection closed for its refusals)
+        self.linger_on_close = False
+        #: whether the client ended its side (eof_received)
+        self.input_ended = False
+        #: refused and closing: reading only to drop the input (``_linger``)
+        self.lingering = False
+        #: the auth deadline passed while a wrong token's answer was held: it closes then
+        self.deadline_passed = False
         self.parser = p.RequestParser()
         self.transport: asyncio.Transport | None = None
         self.slots: deque[Slot] = deque()
@@ -63,27 +111,33 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         transport = self.transport
         self.tls = transport.get_extra_info("sslcontext") is not None
-        if len(self.core.connections) >= self.max_connections:
-            transport.write(p.server_error("Too many connections"))
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        refusal = self.gate.admit(self, address)
+        if refusal is not None:
+            transport.write(refusal)
             transport.close()
             self.closing = True
             return
-        self.core.connections.add(self)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.idle_sweeps = 0
         self.parser.feed(data)
         self._process()
 
     def eof_received(self) -> bool | None:
+        if self.lingering:
+            return False  # refused and answered: close now
+        self.input_ended = True  # nothing left to drop before a close
         # The client sends no more. A waiting request (lease, result, run) is withdrawn, so
         # no job is leased to a client that may be gone; replies already owed still go out,
         # then the connection closes (see slot_ready).
         self.closing = True
         for slot in self.slots:
-            if slot.waiting:
+            if slot.waiting and slot is not self.held_slot:  # a held answer still comes
                 self.core.cancel(slot)
                 slot.data = p.timeout()
         self.slot_ready()
@@ -93,7 +147,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self.core.connections.discard(self)
+        self.gate.release(self)
         for slot in self.slots:
             if slot.waiting:
                 self.core.cancel(slot)
@@ -137,7 +191,10 @@ class Connection(asyncio.Protocol):
             if held >= WRITE_HIGH_WATER_BYTES > self.unsent:
                 self._resume_soon()
         if self.closing and not slots and transport is not None:
-            transport.close()
+            if self.linger_on_close:
+                self._linger(transport)
+            else:
+                transport.close()
 
     def unblock(self) -> None:
         self.blocked = False
@@ -171,16 +228,14 @@ class Connection(asyncio.Protocol):
                 self.unsent += len(slot.data)
                 if event.fatal:
                     self.closing = True
+                elif self.gatekeeping:
+                    self._count_refusal()
                 self.slot_ready()
                 continue
-            if self.auth_token is not None or isinstance(event, Auth):
-                refusal = check_auth(self, event)
-                if refusal is not None:
-                    slot.data = refusal
-                    self.unsent += len(refusal)
-                    self.slot_ready()
-                    continue
-            size = execute(self, event, slot)
+            if self.gatekeeping or isinstance(event, Auth):
+                self._screen(event, slot)
+                continue
+            size = execute(self, event, slot, self.principal)
             self.unsent += size
             if slot.waiting:
                 self.blocked = True
@@ -191,6 +246,117 @@ class Connection(asyncio.Protocol):
             or self.unsent >= WRITE_HIGH_WATER_BYTES
         ):
             self._update_reading()
+
+    # -- authentication (the limits themselves are the gate's)
+
+    def _screen(self, request: p.Request, slot: Slot) -> None:
+        """Answer ``auth``, or a request sent before it on a server with tokens.
+
+        A right token authenticates the connection (``+OK``). A wrong one is answered
+        ``-CLIENT-ERROR Invalid token`` only after a delay that grows with the recent
+        failures from the address, during which the connection runs nothing; a request
+        before ``auth`` gets ``-CLIENT-ERROR Authentication required`` at once. The
+        ``MAX_AUTH_FAILURES``-th wrong token, or ``MAX_UNAUTHENTICATED_REQUESTS``-th request,
+        closes the connection. On a server without tokens ``auth`` is accepted and ignored,
+        so clients that always send it work.
+        """
+        access = self.core.access
+        if not isinstance(request, Auth):
+            self._count_refusal()
+            self._answer(slot, p.client_error(AUTH_REQUIRED))
+            return
+        if access is None:
+            self._answer(slot, p.ok())
+            return
+        key = digest(request.token.encode("utf-8", "surrogateescape"))
+        principal = access.by_digest(key)
+        if principal is not None:
+            refusal = self.gate.authenticated(self, principal, key)
+            self._answer(slot, refusal if refusal is not None else p.ok())
+            return
+        self.principal = None
+        self.token_digest = None
+        self.gatekeeping = True
+        delay_s = self.core.audit.auth_failed(self.address or "", "tcp", INVALID_TOKEN.lower())
+        self.auth_failures += 1
+        slot.waiting = True
+        slot.in_thread = True  # nothing waits in the engine
+        self.held_slot = slot
+        self.blocked = True
+        self.core.loop.call_later(delay_s, self._answer_held, slot)
+
+    def _count_refusal(self) -> None:
+        """A request before ``auth`` (or one that did not parse) was refused."""
+        self.refusals += 1
+        if self.refusals >= MAX_UNAUTHENTICATED_REQUESTS:
+            self.closing = True
+            self.linger_on_close = True
+
+    def _answer(self, slot: Slot, reply: bytes) -> None:
+        slot.data = reply
+        self.unsent += len(reply)
+        self.slot_ready()
+
+    def _answer_held(self, slot: Slot) -> None:
+        if not slot.waiting or self.lingering:
+            return  # the connection went away, or is closing
+        slot.waiting = False
+        slot.in_thread = False
+        self.held_slot = None
+        if self.auth_failures >= MAX_AUTH_FAILURES or self.deadline_passed:
+            self.closing = True
+            self.linger_on_close = True
+        slot.data = p.client_error(INVALID_TOKEN)
+        self.slot_ready()
+        self.unblock()
+
+    def auth_timed_out(self) -> None:
+        """The gate's deadline: no right token came in time."""
+        self.deadline = None
+        transport = self.transport
+        if not self.gatekeeping or transport is None or transport.is_closing():
+            return
+        if self.held_slot is not None:
+            # it sent a token in time, a wrong one, whose answer is held back: the answer
+            # says so, and then the connection closes (_answer_held)
+            self.deadline_passed = True
+            return
+        self.core.audit.auth_failed(self.address or "", "tcp", "no token in time")
+        self.closing = True
+        transport.write(p.client_error(AUTH_TIMED_OUT))
+        self._linger(transport)
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """Close a refused connection after its last reply: end our side (FIN), then read
+        and drop what the client still sends until it ends its side, for up to
+        ``LINGER_S``. Closing a socket with unread input resets the connection, and a reset
+        can destroy the replies still on their way (the one saying why)."""
+        if self.lingering or transport.is_closing():
+            return
+        if self.input_ended:
+            transport.close()
+            return
+        self.lingering = True
+        try:
+            transport.write_eof()
+            transport.resume_reading()
+        except (NotImplementedError, RuntimeError, OSError):
+            transport.close()
+            return
+        self.reading_paused = False
+        self.core.loop.call_later(LINGER_S, transport.close)
+
+    def close_if_idle(self, sweeps: float) -> None:
+        """One of the gate's idle sweeps: close the connection if it sent nothing for
+        ``sweeps`` of them, with no request waiting and no reply owed."""
+        if self.slots or self.closing:
+            self.idle_sweeps = 0
+            return
+        self.idle_sweeps += 1
+        if self.idle_sweeps >= sweeps and self.transport is not None:
+            logger.debug("closing an idle connection from %s", self.address)
+            self.closing = True
+            self.transport.close()
 
     def _update_reading(self) -> None:
         transport = self.transport

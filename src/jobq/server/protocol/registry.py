@@ -395,6 +395,7 @@ EXTENSION_COMMANDS = (
     "sbackfill",
     "shistory",
     "sdrop",
+    "audit",
 )
 
 
