@@ -14,6 +14,8 @@ import re
 
 AUTH_REQUIRED = "Authentication required"
 INVALID_TOKEN = "Invalid token"
+#: the refusal of what a token's role may not do: ``Forbidden: <command> needs the <role> role``
+FORBIDDEN = "Forbidden"
 #: longest token accepted, in bytes
 MAX_TOKEN_BYTES = 4096
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobq.client import Client, ClientError
+from jobq.client import AccessRefused, Client, ClientError, Forbidden
 from jobq.server import protocol as p
 from jobq.server.access import PERMISSIONS, Role, allowed
 from jobq.server.auth import register_auth_command
@@ -139,6 +139,14 @@ def test_the_refusal_is_one_line_naming_the_role_needed(roles: RunningServer) ->
         "-CLIENT-ERROR Forbidden: delete needs the admin role"
     )
     assert raw(roles, TOKENS["grafana"], b"inspect server\r\n").startswith("+OK")
+
+
+def test_the_client_raises_forbidden_for_a_role_refusal(roles: RunningServer) -> None:
+    with client_as(roles, "grafana") as viewer:
+        with pytest.raises(Forbidden, match="Forbidden: xlease needs the worker role"):
+            viewer.xlease("q", worker_id="w", wait_timeout_ms=0)
+        assert isinstance(Forbidden("x"), AccessRefused)
+        assert viewer.inspect_server() is not None  # the connection goes on
 
 
 def test_an_admin_may_do_everything(roles: RunningServer) -> None:

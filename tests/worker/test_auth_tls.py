@@ -156,3 +156,23 @@ def test_jobq_worker_with_an_untrusted_certificate_exits_2(tls_server: RunningSe
     [line] = output.splitlines()
     assert line.startswith(f"jobq: TLS with {tls_server.tcp_address} failed: ")
     assert "certificate verify failed" in line
+
+
+def test_a_worker_whose_role_may_not_lease_stops_with_status_2(tmp_path: Path) -> None:
+    """A viewer's token authenticates but may not lease: the worker says so once and exits 2
+    instead of retrying the lease for ever."""
+    auth_file = tmp_path / "tokens.toml"
+    auth_file.write_text('[tokens]\nwatcher = { token = "a-viewers-token", role = "viewer" }\n')
+    server = RunningServer(auth_file=auth_file)
+    try:
+        proc = worker_process(server.tcp_address, "--auth-token", "a-viewers-token")
+        try:
+            assert proc.wait(30) == 2
+        finally:
+            output = stop_process(proc)
+    finally:
+        server.stop()
+    refusals = [line for line in output.splitlines() if "Forbidden" in line]
+    assert len(refusals) == 1, output
+    assert "refused: Forbidden: xlease needs the worker role; stopping" in refusals[0]
+    assert "a-viewers-token" not in output

@@ -82,9 +82,11 @@ from jobq.client.arguments import (
 from jobq.client.base import DEFAULT_TIMEOUT_S
 from jobq.client.errors import (
     LEASE_NOT_HELD,
+    AccessRefused,
     AuthenticationFailed,
     ClientError,
     ConnectionLost,
+    Forbidden,
     JobqError,
     JobTimeout,
     LeaseLost,
@@ -119,6 +121,7 @@ __all__ = [
     "DEFAULT_TTL_MS",
     "DEFAULT_TTR_MS",
     "LEASE_NOT_HELD",
+    "AccessRefused",
     "AsyncClient",
     "AuthenticationFailed",
     "Client",
@@ -127,6 +130,7 @@ __all__ = [
     "CreatedBy",
     "Data",
     "ExtTime",
+    "Forbidden",
     "Heartbeat",
     "HeartbeatReply",
     "JobId",

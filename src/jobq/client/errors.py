@@ -2,14 +2,14 @@
 
 Every error of a request is a :class:`JobqError` carrying the reply's ``kind`` and ``text``;
 a connection that fails (or a reply that breaks the protocol) is a :class:`ConnectionLost`.
-The protocol's replies carry a kind and a text only, so the two refusals that have a class
-of their own (:class:`LeaseLost`, :class:`AuthenticationFailed`) are told by their text, in
-one table (``_BY_TEXT``).
+The protocol's replies carry a kind and a text only, so the refusals that have a class of
+their own (:class:`LeaseLost`, :class:`AuthenticationFailed`, :class:`Forbidden`) are told by
+their text, in one table (``_BY_TEXT``; a forbidden request's text names the command).
 """
 
 from __future__ import annotations
 
-from jobq.auth import AUTH_REQUIRED, INVALID_TOKEN
+from jobq.auth import AUTH_REQUIRED, FORBIDDEN, INVALID_TOKEN
 from jobq.server import protocol as p
 
 #: the error text of :class:`LeaseLost`
@@ -44,10 +44,20 @@ class LeaseLost(ClientError):
     out and another worker adopted the job, or the job finished or was released)."""
 
 
-class AuthenticationFailed(ClientError):
+class AccessRefused(ClientError):
+    """The server refused this client what its token (or the lack of one) does not allow:
+    retrying cannot help (a worker stops on it)."""
+
+
+class AuthenticationFailed(AccessRefused):
     """The server refused this client's token: ``-CLIENT-ERROR Invalid token`` to its
     ``auth``, or ``-CLIENT-ERROR Authentication required`` (the server has a token and the
     client gave none). Raised for the whole request or batch; the connection is closed."""
+
+
+class Forbidden(AccessRefused):
+    """``-CLIENT-ERROR Forbidden: <command> needs the <role> role``: the token's role may
+    not do that (a viewer's token trying to lease, say)."""
 
 
 class ServerError(JobqError):
@@ -92,13 +102,14 @@ _BY_TEXT: dict[str, type[ClientError]] = {
     LEASE_NOT_HELD: LeaseLost,
     AUTH_REQUIRED: AuthenticationFailed,
     INVALID_TOKEN: AuthenticationFailed,
+    FORBIDDEN: Forbidden,
 }
 
 
 def error_from_reply(reply: p.Error) -> JobqError:
     """The exception an error reply stands for."""
     if reply.kind == p.CLIENT_ERROR:
-        special = _BY_TEXT.get(reply.text)
+        special = _BY_TEXT.get(reply.text.partition(":")[0])
         if special is not None:
             return special(reply.text)
     cls = _ERRORS.get(reply.kind)

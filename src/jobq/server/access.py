@@ -12,11 +12,9 @@ from __future__ import annotations
 import enum
 from typing import ClassVar
 
+from jobq.auth import FORBIDDEN
 from jobq.engine.errors import EngineError, ErrorKind
 from jobq.server import protocol as p
-
-#: the refusal's text: TCP ``-CLIENT-ERROR Forbidden: ...``, HTTP 403 ``{"error": ...}``
-FORBIDDEN = "Forbidden"
 
 
 class Role(enum.IntEnum):

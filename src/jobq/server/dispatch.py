@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
+from jobq.auth import FORBIDDEN
 from jobq.engine.errors import DuplicateJob, DuplicateResult, EngineError, ErrorKind, JobNotFound
 from jobq.engine.job import Job, Status
 from jobq.engine.machine import Engine
 from jobq.engine.waiters import JobResult, Outcome, WakeValue
 from jobq.server import protocol as p
-from jobq.server.access import FORBIDDEN, Forbidden, Principal, Role, check
+from jobq.server.access import Forbidden, Principal, Role, check
 from jobq.server.audit import AuditTrail
 from jobq.server.extensions import BadRequest, Deferred, Extensions, data_reply, lease_reply
 

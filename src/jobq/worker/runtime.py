@@ -28,6 +28,7 @@ from typing import Any
 
 from jobq.client import (
     DEFAULT_PORT,
+    AccessRefused,
     AuthenticationFailed,
     Client,
     ConnectionLost,
@@ -87,7 +88,7 @@ class _Heartbeats:
     def __init__(
         self,
         make_client: Callable[[], Client],
-        refused: Callable[[AuthenticationFailed], None],
+        refused: Callable[[AccessRefused], None],
     ) -> None:
         self._make_client = make_client
         self._refused = refused
@@ -175,7 +176,7 @@ class _Heartbeats:
         try:
             outcomes = client.heartbeats([beat.heartbeat for _, beat in beats])
         except JobqError as exc:  # the connection: every heartbeat of the batch failed
-            if isinstance(exc, AuthenticationFailed):
+            if isinstance(exc, AccessRefused):
                 self._refused(exc)
             outcomes = [exc] * len(beats)
         except BaseException:
@@ -260,7 +261,7 @@ class Runtime:
         self._threads: list[threading.Thread] = []
         self._heartbeats = _Heartbeats(self._client, self._refused)
         #: why the worker stopped by itself: the server refused its token
-        self.error: AuthenticationFailed | None = None
+        self.error: AccessRefused | None = None
         self._started = False
         self._stopped = False
         #: counts of outcomes, for logs and tests
@@ -288,16 +289,16 @@ class Runtime:
             self.host, self.port, timeout_s=self.timeout_s, token=self._token, tls=self._tls
         )
 
-    def _refused(self, exc: AuthenticationFailed) -> None:
-        """The server refused the token: say so once and stop (retrying cannot help)."""
+    def _refused(self, exc: AccessRefused) -> None:
+        """The server refused the token, or what its role may do: say so once and stop
+        (retrying cannot help)."""
         with self._lock:
             first = self.error is None
             if first:
                 self.error = exc
         if first:
-            log.error(
-                "worker %s: authentication failed: %s; stopping", self.worker_id, exc.text
-            )
+            what = "authentication failed" if isinstance(exc, AuthenticationFailed) else "refused"
+            log.error("worker %s: %s: %s; stopping", self.worker_id, what, exc.text)
         self.request_stop()
 
     # -- lifecycle
@@ -436,7 +437,7 @@ class Runtime:
                     )
                 except JobTimeout:
                     continue
-                except AuthenticationFailed as exc:
+                except AccessRefused as exc:
                     self._refused(exc)
                     return
                 except (ConnectionLost, ServerError) as exc:
@@ -553,7 +554,7 @@ class Runtime:
                     log.error("job %s: %s failed: %s", ctx.id, what, exc)
                     return None
                 time.sleep(0.2 * 2**attempt)
-            except AuthenticationFailed as exc:
+            except AccessRefused as exc:
                 self._refused(exc)
                 return None
             except JobqError as exc:
