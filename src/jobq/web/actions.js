@@ -7,6 +7,30 @@ import { el, user } from "./dom.js";
 const FINAL = ["succeeded", "failed", "canceled"];
 const LIVE = ["pending", "running", "paused"];
 
+// Whether this tab's token may act: an admin's, or a server without tokens. Known once the
+// header's summary came (/api/server names the token's principal); until then no buttons,
+// so that a viewer never sees one.
+let mayAct = null;
+
+// The principal /api/server named (absent: a server without tokens); whether that changed
+// what may be shown (the page is drawn again then).
+export function setPrincipal(principal) {
+  const now = !principal || principal.role === "admin";
+  const changed = now !== mayAct;
+  mayAct = now;
+  return changed;
+}
+
+// What the buttons drawn now depend on besides the job or schedule: part of each page's
+// signature for redrawing them.
+export function accessKey() {
+  return mayAct === true ? "act" : "read";
+}
+
+function noActions() {
+  return el("span", { class: "actions" });
+}
+
 function button(label, action, title, onclick) {
   return el("button", {
     type: "button", class: `action action-${action}`, "data-action": action, title,
@@ -35,6 +59,7 @@ function cancelOutcome(reply, name) {
 
 // The buttons for `job` on the page of `ctx`; `compact`: a list row (no Delete).
 export function jobActions(ctx, job, compact) {
+  if (mayAct !== true) return noActions();
   const id = job.id;
   const name = job.name;
   const simple = async (action, label) => {
@@ -95,6 +120,7 @@ function schedulePath(ref, action) {
 // The buttons for schedule `s`; `full`: its own page (with Drop). They name it by id: the
 // API reads a name of digits as an id, and an id is never given to another schedule.
 export function scheduleActions(ctx, s, full) {
+  if (mayAct !== true) return noActions();
   const name = s.name;
   const ref = String(s.id);
   const simple = async (action, label) => {

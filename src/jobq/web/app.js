@@ -6,6 +6,7 @@
 // Pages: #/ jobs (jobs.js), #/jobs/<id> a job (job.js), #/schedules and #/schedules/<id>
 // (schedules.js), #/metrics (metrics.js).
 
+import { setPrincipal } from "./actions.js";
 import { setToken, setUnauthorizedHandler } from "./api.js";
 import { closeConfirm } from "./confirm.js";
 import { $, clear, hideToast, toast } from "./dom.js";
@@ -74,7 +75,7 @@ async function tick(entry) {
   let keep = true;
   try {
     keep = (await entry.page.load()) !== false;
-    if (entry.ctx.alive) loadSummary(entry.ctx);
+    if (entry.ctx.alive) loadSummary(entry);
   } catch (error) {
     if (error instanceof Stale) return;
     entry.ctx.fail(error);
@@ -121,12 +122,16 @@ function route() {
 
 // ------------------------------------------------------------------ the header's summary
 
-async function loadSummary(ctx) {
+// The header's line; whose token this tab uses decides which buttons pages show (a page is
+// drawn again when that changes).
+async function loadSummary(entry) {
   try {
-    const info = await ctx.api("GET", "/api/server");
+    const info = await entry.ctx.api("GET", "/api/server");
     const counts = STATUS_ORDER.filter((s) => info.jobs[s]).map((s) => `${info.jobs[s]} ${s}`);
+    const who = info.principal ? ` · ${info.principal.name} (${info.principal.role})` : "";
     $("server-summary").textContent = `v${info.version} · ${counts.join(" · ") || "no jobs"}` +
-      (info.schedules ? ` · ${info.schedules} schedules` : "");
+      (info.schedules ? ` · ${info.schedules} schedules` : "") + who;
+    if (setPrincipal(info.principal)) tick(entry);
   } catch (e) { /* the page shows its own errors */ }
 }
 

@@ -2,7 +2,7 @@
 // drawn afresh for each navigation; its buttons act on the job it shows (the full id the
 // server answered with), and an id that names no job shows "not found" and no buttons.
 
-import { jobActions } from "./actions.js";
+import { accessKey, jobActions } from "./actions.js";
 import { ago, clear, el, notFound, user } from "./dom.js";
 import { progressBar, statusSuffix, updateProgress } from "./progress.js";
 import { Stale } from "./page.js";
@@ -92,7 +92,8 @@ export function mountJob(ctx, root, requested) {
     clear(title); title.append(user(job.name));
     status.textContent = job.status + statusSuffix(job);
     status.className = `status status-${job.status}`;
-    const signature = `${job.id}|${job.status}|${job.pause_requested}|${job.cancel_requested}`;
+    const signature =
+      `${job.id}|${job.status}|${job.pause_requested}|${job.cancel_requested}|${accessKey()}`;
     if (actions.dataset.signature !== signature) {
       actions.dataset.signature = signature;
       clear(actions); actions.append(jobActions(ctx, job, false));

@@ -1,7 +1,7 @@
 // The jobs page: the list by status, filters, pages of 200 (the API's cursors), progress
 // bars that follow heartbeats, and an empty state that says why the list is empty.
 
-import { jobActions } from "./actions.js";
+import { accessKey, jobActions } from "./actions.js";
 import { cell, clear, el, statusBadge, timeCell, user } from "./dom.js";
 import { progressBar, statusSuffix, updateProgress } from "./progress.js";
 
@@ -75,7 +75,7 @@ function fillRow(ctx, row, job) {
   clear(c.created); c.created.append(timeCell(job.created));
   c.attempts.textContent = job.max_attempts ? `${job.attempts}/${job.max_attempts}` :
     String(job.attempts);
-  const signature = `${job.status}|${job.pause_requested}|${job.cancel_requested}`;
+  const signature = `${job.status}|${job.pause_requested}|${job.cancel_requested}|${accessKey()}`;
   if (row.dataset.actions !== signature) {
     row.dataset.actions = signature;
     clear(c.actions); c.actions.append(jobActions(ctx, job, true));

@@ -1,7 +1,7 @@
 // The schedules page (every schedule, its next run and last result) and a schedule's own
 // page (its settings and changes, with pause, resume, trigger and drop).
 
-import { scheduleActions } from "./actions.js";
+import { accessKey, scheduleActions } from "./actions.js";
 import { cell, clear, el, notFound, statusBadge, timeCell, user } from "./dom.js";
 
 function when(s) {
@@ -110,7 +110,7 @@ export function mountSchedule(ctx, root, requested) {
     clear(title); title.append(user(s.name));
     badge.textContent = state(s);
     badge.className = `status status-${state(s)}`;
-    const signature = `${s.id}|${s.paused}`;
+    const signature = `${s.id}|${s.paused}|${accessKey()}`;
     if (actions.dataset.signature !== signature) {
       actions.dataset.signature = signature;
       clear(actions); actions.append(scheduleActions(ctx, s, true));
