@@ -5,6 +5,12 @@ A connection runs its requests one at a time, as workq-server does: while a requ
 ``READ_AHEAD_BYTES``. It stops running and reading requests while it holds
 ``WRITE_HIGH_WATER_BYTES`` of unsent replies, so a client that pipelines requests and never
 reads cannot make the server hold replies without bound (docs/server.md, "Limits").
+
+A connection runs at most ``TURN_MAX_REQUESTS`` requests (and ``TURN_MAX_BYTES`` of them)
+in one turn; if it holds more, it reads nothing further and runs the rest in later turns,
+one per loop iteration, so that other connections' requests, the batch's write and the
+replies go in between: one client that pipelines does not stall the others
+(docs/server.md, "Fairness").
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 #: bytes of requests read ahead while a request waits, after which reading pauses (one
 #: whole command with its largest payload always fits)
 READ_AHEAD_BYTES = 2 * 1024 * 1024
+#: requests of one connection run in one turn at most; the rest wait for its next turn,
+#: after the other connections' turns and the batch's flush
+TURN_MAX_REQUESTS = 64
+#: bytes of requests of one connection run in one turn at most (a turn runs at least one)
+TURN_MAX_BYTES = 64 * 1024
 
 
 class Connection(asyncio.Protocol):
@@ -50,6 +61,8 @@ class Connection(asyncio.Protocol):
         self.closing = False
         #: whether reading is paused (so the transport is told only of changes)
         self.reading_paused = False
+        #: a turn of this connection is scheduled (a loop callback runs ``_process``)
+        self.turn_scheduled = False
         #: bytes of replies built and not yet handed to the transport (a request runs only
         #: while this is under ``WRITE_HIGH_WATER_BYTES``); 0 whenever no slot is left
         self.unsent = 0
@@ -72,7 +85,8 @@ class Connection(asyncio.Protocol):
         if self.closing:
             return
         self.parser.feed(data)
-        self._process()
+        if not self.turn_scheduled:  # else its turn comes
+            self._process()
 
     def eof_received(self) -> bool | None:
         # The client sends no more. A waiting request (lease, result, run) is withdrawn, so
@@ -101,7 +115,8 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.writing_paused = False
         self._update_reading()
-        self._process()
+        if not self.turn_scheduled:
+            self._process()
 
     # -- called by the core
 
@@ -143,22 +158,38 @@ class Connection(asyncio.Protocol):
 
     def _resume_soon(self) -> None:
         """Run the requests read meanwhile, in a later callback (not inside the core's)."""
-        if not self.closing:
-            self.core.loop.call_soon(self._process)
+        if not self.closing and not self.turn_scheduled:
+            self.turn_scheduled = True
+            self.core.loop.call_soon(self._turn)
+
+    def _turn(self) -> None:
+        self.turn_scheduled = False
+        self._process()
 
     def _process(self) -> None:
+        """Run the requests received, up to a turn's worth (``TURN_MAX_REQUESTS``,
+        ``TURN_MAX_BYTES``); with more left, schedule the next turn and read nothing more
+        until it ran them."""
         parser = self.parser
         execute = self.core.execute
         slots = self.slots
+        left = TURN_MAX_REQUESTS
+        # the turn ends once the parser holds no more than this
+        floor_bytes = parser.buffered_bytes - TURN_MAX_BYTES
         while (
             not self.blocked
             and not self.writing_paused
             and not self.closing
             and self.unsent < WRITE_HIGH_WATER_BYTES
         ):
+            if not left or parser.buffered_bytes <= floor_bytes:
+                if parser.buffered_bytes:
+                    self._resume_soon()
+                break
             event = parser.next_event()
             if event is None:
                 break
+            left -= 1
             slot = Slot(self)
             slots.append(slot)
             if isinstance(event, p.ProtocolError):
@@ -183,6 +214,7 @@ class Connection(asyncio.Protocol):
             self.blocked
             or self.writing_paused
             or self.reading_paused
+            or self.turn_scheduled
             or self.unsent >= WRITE_HIGH_WATER_BYTES
         ):
             self._update_reading()
@@ -191,11 +223,13 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        # too many unsent replies: as the transport's buffer over its mark, reading stops at
-        # once, so the end of the input is not seen (and the connection closed, eof_received)
-        # before the requests received ahead of it have run
+        # too many unsent replies, or requests left for the next turn: as the transport's
+        # buffer over its mark, reading stops at once, so the end of the input is not seen
+        # (and the connection closed, eof_received) before the requests received ahead of
+        # it have run, and a client that pipelines is read no faster than it is served
         stop = (
             self.writing_paused
+            or self.turn_scheduled
             or self.unsent >= WRITE_HIGH_WATER_BYTES
             or (self.blocked and self.parser.buffered_bytes >= READ_AHEAD_BYTES)
         )
