@@ -87,6 +87,9 @@ BENCHMARKS = [
                   r"\d+ files": "adopting a backup of {row} at 80% / a full run"}),
     Bench("Load and soak: 200 connections", 8, "bench.soak", [],
           ["--jobs", "20000"], "soak.md"),
+    Bench("Fairness: another client's latency under one client's load", 21,
+          "bench.bench_fairness", [],
+          ["--rounds", "1", "--pipeline-adds", "20000", "--load-jobs", "50000"], "fairness.md"),
     Bench("Before and after the reshaping", 20, "bench.bench_ab", [], [], "ab.md",
           runs=False),
 ]  # fmt: skip

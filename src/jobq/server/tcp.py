@@ -36,7 +36,7 @@ WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 READ_AHEAD_BYTES = 2 * 1024 * 1024
 #: requests of one connection run in one turn at most; the rest wait for its next turn,
 #: after the other connections' turns and the batch's flush
-TURN_MAX_REQUESTS = 64
+TURN_MAX_REQUESTS = 32
 #: bytes of requests of one connection run in one turn at most (a turn runs at least one)
 TURN_MAX_BYTES = 64 * 1024
 
