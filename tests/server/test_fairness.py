@@ -20,7 +20,13 @@ from jobq.cmdlog.log import CommandLog
 from jobq.engine.machine import Engine
 from jobq.server import protocol as p
 from jobq.server.core import Core, Slot
-from jobq.server.tcp import TURN_MAX_BYTES, TURN_MAX_REQUESTS, Connection
+from jobq.server.protocol.values import MAX_DATA_BYTES
+from jobq.server.tcp import (
+    TURN_MAX_BYTES,
+    TURN_MAX_REQUESTS,
+    WRITE_HIGH_WATER_BYTES,
+    Connection,
+)
 from tests.harness import start_server
 
 START_NS = 1_795_651_200 * 1_000_000_000
@@ -240,7 +246,7 @@ def test_under_always_each_turn_fills_one_batch(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_a_turn_stops_at_the_unsent_reply_limit_and_goes_on_as_replies_leave() -> None:
+def test_a_connection_over_its_write_mark_waits_then_goes_on_in_turns() -> None:
     """The backpressure rules hold within turns: a connection whose transport's buffer is
     over its mark runs nothing and reads nothing, then goes on in turns."""
 
@@ -260,6 +266,28 @@ def test_a_turn_stops_at_the_unsent_reply_limit_and_goes_on_as_replies_leave() -
         await until(lambda: a_out.out.count(b"+OK") == len(words))
         check_replies(bytes(a_out.out), words)
         assert a_out.reading
+
+    asyncio.run(scenario())
+
+
+def test_a_turn_ends_at_the_unsent_reply_limit() -> None:
+    """Replies of over 1 MiB each: a turn ends once it holds ``WRITE_HIGH_WATER_BYTES`` of
+    them, however few requests it ran, and reading waits until they are handed over."""
+
+    async def scenario() -> None:
+        server = Server()
+        a, a_out = server.connect("a")
+        a.data_received(add(0, MAX_DATA_BYTES))
+        await until(lambda: a_out.out == b"+OK\r\n")
+        a.data_received(b"inspect jobs q 0 100\r\n" * 10)
+        per_turn = -(-WRITE_HIGH_WATER_BYTES // MAX_DATA_BYTES)  # 4: each reply is bigger
+        assert per_turn < TURN_MAX_REQUESTS
+        assert server.ran("a") == 1 + per_turn
+        assert not a_out.reading
+        await until(lambda: server.ran("a") == 11)
+        await until(lambda: a_out.out.count(b"+OK 1\r\n") == 10)
+        assert a_out.reading
+        assert a.unsent == 0
 
     asyncio.run(scenario())
 
