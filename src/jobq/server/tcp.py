@@ -157,7 +157,8 @@ class Connection(asyncio.Protocol):
     # -- internals
 
     def _resume_soon(self) -> None:
-        """Run the requests read meanwhile, in a later callback (not inside the core's)."""
+        """Give the connection its next turn in a later callback (not inside the core's):
+        it runs the requests read meanwhile or left over from its last turn."""
         if not self.closing and not self.turn_scheduled:
             self.turn_scheduled = True
             self.core.loop.call_soon(self._turn)
@@ -174,7 +175,8 @@ class Connection(asyncio.Protocol):
         execute = self.core.execute
         slots = self.slots
         left = TURN_MAX_REQUESTS
-        # the turn ends once the parser holds no more than this
+        # the turn ends once the parser holds no more than this (below 0: the parser holds
+        # less than a turn's bytes, as it usually does, and is not asked again)
         floor_bytes = parser.buffered_bytes - TURN_MAX_BYTES
         while (
             not self.blocked
@@ -182,7 +184,7 @@ class Connection(asyncio.Protocol):
             and not self.closing
             and self.unsent < WRITE_HIGH_WATER_BYTES
         ):
-            if not left or parser.buffered_bytes <= floor_bytes:
+            if not left or (floor_bytes >= 0 and parser.buffered_bytes <= floor_bytes):
                 if parser.buffered_bytes:
                     self._resume_soon()
                 break
