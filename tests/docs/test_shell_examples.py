@@ -364,6 +364,9 @@ CHECKS: dict[str, Check] = {
     ".venv/bin/python -m bench.bench_client --before /tmp/jobq-before/src --rounds 9": (
         benchmark_arguments("bench.bench_client")
     ),
+    ".venv/bin/python -m bench.bench_fairness --before /tmp/jobq-before/src --rounds 3": (
+        benchmark_arguments("bench.bench_fairness")
+    ),
     "eval $(_JOBQ_COMPLETE=bash_source jobq)": completion,
     "eval $(_JOBQ_COMPLETE=zsh_source jobq)": completion,
     "_JOBQ_COMPLETE=fish_source jobq | source": completion,

@@ -3,9 +3,10 @@ releases replies only once the log holds what they acknowledge.
 
 Theory of operation
 -------------------
-Every request a connection parses runs at once, in the event-loop thread, inside the engine's
-open transaction (unless the connection already holds too many unsent reply bytes: ``tcp.py``);
-its reply waits in the connection's ordered reply slots. Once per loop
+Every request a connection parses runs in its turn (a bounded number at a time), in the
+event-loop thread, inside the engine's open transaction (unless the connection already holds
+too many unsent reply bytes: ``tcp.py``); its reply waits in the connection's ordered reply
+slots. Once per loop
 iteration :meth:`Core.flush` writes every command of the batch with one write. On success
 the transaction commits and, under ``sync=always``, one fsync covers the whole batch (the
 group commit, ``commit.py``, which also decides when a batch is written). Only then are

@@ -9,6 +9,12 @@ reads cannot make the server hold replies without bound (docs/server.md, "Limits
 Who may connect, and how long a connection may wait to authenticate or stay idle, is the
 server's :class:`~jobq.server.gate.Gate`; this module answers ``auth`` and the requests
 sent before it (:meth:`Connection._screen`).
+
+A connection runs at most ``TURN_MAX_REQUESTS`` requests (and ``TURN_MAX_BYTES`` of them)
+in one turn; if it holds more, it reads nothing further and runs the rest in later turns,
+one per loop iteration, so that other connections' requests, the batch's write and the
+replies go in between: one client that pipelines does not stall the others
+(docs/server.md, "Fairness").
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 READ_AHEAD_BYTES = 2 * 1024 * 1024
 #: how long a refused connection's input is still read (and dropped) before it is closed
 LINGER_S = 2.0
+#: requests of one connection run in one turn at most; the rest wait for its next turn,
+#: after the other connections' turns and the batch's flush
+TURN_MAX_REQUESTS = 32
+#: bytes of requests of one connection run in one turn at most (a turn runs at least one)
+TURN_MAX_BYTES = 64 * 1024
 
 
 class Connection(asyncio.Protocol):
@@ -100,6 +111,8 @@ class Connection(asyncio.Protocol):
         self.closing = False
         #: whether reading is paused (so the transport is told only of changes)
         self.reading_paused = False
+        #: a turn of this connection is scheduled (a loop callback runs ``_process``)
+        self.turn_scheduled = False
         #: bytes of replies built and not yet handed to the transport (a request runs only
         #: while this is under ``WRITE_HIGH_WATER_BYTES``); 0 whenever no slot is left
         self.unsent = 0
@@ -126,7 +139,8 @@ class Connection(asyncio.Protocol):
             return
         self.idle_sweeps = 0
         self.parser.feed(data)
-        self._process()
+        if not self.turn_scheduled:  # else its turn comes
+            self._process()
 
     def eof_received(self) -> bool | None:
         if self.lingering:
@@ -160,7 +174,8 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.writing_paused = False
         self._update_reading()
-        self._process()
+        if not self.turn_scheduled:
+            self._process()
 
     # -- called by the core
 
@@ -204,23 +219,41 @@ class Connection(asyncio.Protocol):
     # -- internals
 
     def _resume_soon(self) -> None:
-        """Run the requests read meanwhile, in a later callback (not inside the core's)."""
-        if not self.closing:
-            self.core.loop.call_soon(self._process)
+        """Give the connection its next turn in a later callback (not inside the core's):
+        it runs the requests read meanwhile or left over from its last turn."""
+        if not self.closing and not self.turn_scheduled:
+            self.turn_scheduled = True
+            self.core.loop.call_soon(self._turn)
+
+    def _turn(self) -> None:
+        self.turn_scheduled = False
+        self._process()
 
     def _process(self) -> None:
+        """Run the requests received, up to a turn's worth (``TURN_MAX_REQUESTS``,
+        ``TURN_MAX_BYTES``); with more left, schedule the next turn and read nothing more
+        until it ran them."""
         parser = self.parser
         execute = self.core.execute
         slots = self.slots
+        left = TURN_MAX_REQUESTS
+        # the turn ends once the parser holds no more than this (below 0: the parser holds
+        # less than a turn's bytes, as it usually does, and is not asked again)
+        floor_bytes = parser.buffered_bytes - TURN_MAX_BYTES
         while (
             not self.blocked
             and not self.writing_paused
             and not self.closing
             and self.unsent < WRITE_HIGH_WATER_BYTES
         ):
+            if not left or (floor_bytes >= 0 and parser.buffered_bytes <= floor_bytes):
+                if parser.buffered_bytes:
+                    self._resume_soon()
+                break
             event = parser.next_event()
             if event is None:
                 break
+            left -= 1
             slot = Slot(self)
             slots.append(slot)
             if isinstance(event, p.ProtocolError):
@@ -243,6 +276,7 @@ class Connection(asyncio.Protocol):
             self.blocked
             or self.writing_paused
             or self.reading_paused
+            or self.turn_scheduled
             or self.unsent >= WRITE_HIGH_WATER_BYTES
         ):
             self._update_reading()
@@ -362,11 +396,13 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        # too many unsent replies: as the transport's buffer over its mark, reading stops at
-        # once, so the end of the input is not seen (and the connection closed, eof_received)
-        # before the requests received ahead of it have run
+        # too many unsent replies, or requests left for the next turn: as the transport's
+        # buffer over its mark, reading stops at once, so the end of the input is not seen
+        # (and the connection closed, eof_received) before the requests received ahead of
+        # it have run, and a client that pipelines is read no faster than it is served
         stop = (
             self.writing_paused
+            or self.turn_scheduled
             or self.unsent >= WRITE_HIGH_WATER_BYTES
             or (self.blocked and self.parser.buffered_bytes >= READ_AHEAD_BYTES)
         )
