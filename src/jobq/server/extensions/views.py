@@ -1,0 +1,137 @@
+"""What the extensions reply about a job, a schedule or a lease: the JSON of each, built in
+one place for the TCP extensions and the HTTP API alike."""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+
+from jobq.engine.job import Job, Status
+from jobq.engine.schedules import Schedule
+from jobq.server.extensions.bodies import data_reply, format_time
+
+
+def job_summary(job: Job) -> dict[str, object]:
+    meta = job.meta
+    lease = None
+    if job.status is Status.RUNNING:
+        lease = {
+            "worker_id": meta.worker if meta is not None else None,
+            "expires": format_time(job.lease_expires_ns),
+        }
+    error = None
+    if job.status is Status.FAILED and job.result is not None:
+        error = job.result.decode("utf-8", "replace")
+    elif job.status is Status.CANCELED:
+        error = "canceled" + (f": {meta.reason}" if meta is not None and meta.reason else "")
+    return {
+        "id": str(uuid.UUID(bytes=job.id)),
+        "name": job.name,
+        "status": job.status.value,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "fails": job.fails,
+        "max_fails": job.max_fails,
+        "ttr_ms": job.ttr_ms,
+        "ttl_ms": job.ttl_ms or None,
+        "created": format_time(job.created_ns),
+        "started": format_time(job.started_ns),
+        "finished": format_time(job.finished_ns),
+        "modified": format_time(job.modified_ns),
+        "time": format_time(job.time_ns),
+        "fraction_completed": (
+            1.0
+            if job.status is Status.SUCCEEDED
+            else meta.fraction_completed
+            if meta is not None
+            else None
+        ),
+        "running_status": meta.running_status if meta is not None else None,
+        "description": meta.description if meta is not None else "",
+        "creator": meta.creator if meta is not None else "",
+        "created_by": (
+            {"type": meta.created_by[0], "id": meta.created_by[1]}
+            if meta is not None and meta.created_by is not None
+            else None
+        ),
+        "lease": lease,
+        "pause_requested": bool(meta and meta.pause_requested),
+        "cancel_requested": bool(meta and meta.cancel_requested),
+        "reason": meta.reason if meta is not None else "",
+        "payload_size": len(job.payload),
+        "checkpoint_size": len(meta.checkpoint) if meta and meta.checkpoint else 0,
+        "error": error,
+    }
+
+
+def job_detail(job: Job) -> dict[str, object]:
+    detail = job_summary(job)
+    detail["payload"] = job.payload
+    detail["result"] = job.result if job.status.finished else None
+    return detail
+
+
+def changes(schedule: Schedule) -> list[dict[str, object]]:
+    return [{"time": format_time(t), "reason": reason} for t, reason in schedule.changes]
+
+
+def schedule_summary(schedule: Schedule) -> dict[str, object]:
+    """A schedule as SHOW SCHEDULES gives it."""
+    spec = schedule.spec
+    if schedule.paused:
+        state = "paused"
+    elif schedule.next_run_ns is None:
+        state = "done"
+    elif schedule.recheck_ns is not None:
+        state = "waiting"
+    else:
+        state = "active"
+    return {
+        "id": schedule.id,
+        "name": schedule.name,
+        "owner": schedule.owner,
+        "created": format_time(schedule.created_ns),
+        "spec": spec.text(),
+        "kind": spec.kind,
+        "cron": spec.cron or None,
+        "tz": spec.tz or ("UTC" if spec.cron else None),
+        "every_ms": spec.every_ms or None,
+        "at": format_time(spec.at_ns) if spec.kind == "at" else None,
+        "executor": schedule.executor_type,
+        "args": msgspec.json.decode(schedule.args),
+        "wait": schedule.wait.value,
+        "on_error": schedule.on_error.value,
+        "catchup_ms": schedule.catchup_ms,
+        "state": state,
+        "paused": schedule.paused,
+        "next_run": format_time(schedule.next_run_ns),
+        "last_run": format_time(schedule.last_run_ns),
+        "last_job_id": (
+            str(uuid.UUID(bytes=schedule.last_job_id)) if schedule.last_job_id else None
+        ),
+        "last_outcome": schedule.last_outcome or None,
+        "running": len(schedule.running),
+        "jobs_started": schedule.jobs_started,
+        "skipped": schedule.skipped,
+        "missed": schedule.missed,
+        "consecutive_failures": schedule.consecutive_failures,
+        "buffered": schedule.pending_buffered,
+        "reason": schedule.changes[-1][1] if schedule.changes else "",
+    }
+
+
+def lease_reply(job: Job) -> bytes:
+    meta = job.meta
+    return data_reply(
+        {
+            "id": str(uuid.UUID(bytes=job.id)),
+            "name": job.name,
+            "ttr_ms": job.ttr_ms,
+            "payload": job.payload,
+            "attempt": job.attempts,
+            "checkpoint": meta.checkpoint if meta is not None else None,
+            "description": meta.description if meta is not None else "",
+        }
+    )
