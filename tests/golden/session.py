@@ -103,6 +103,15 @@ class Client:
         """Wait for ``count`` replies (default: all pending) and add them to the transcript."""
         want = self.pending if count is None else count
         got: list[str] = []
+        # a request that waits answers nothing yet: make sure it ran before the session goes
+        # on (the connection may run it in a later turn, tcp.py), so that the order in which
+        # the server sees the connections' requests is the session's
+        for _ in range(20_000):
+            if not self.conn.turn_scheduled and not self.conn.parser.buffered_bytes:
+                break
+            await asyncio.sleep(0)
+        else:
+            raise AssertionError(f"{label}: the requests sent did not run")
         for _ in range(20_000):
             new = bytes(self.transport.out[self._read :])
             if new:
