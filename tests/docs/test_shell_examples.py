@@ -123,6 +123,9 @@ def runs_until_interrupted(ex: Example, world: World) -> None:
     proc = subprocess.Popen(
         ["bash", "-c", f"exec {ex.text}"], cwd=world.workdir, env=world.env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        # as from a terminal: a test run in the background of a script inherits SIGINT
+        # ignored (POSIX), and Python then leaves Ctrl-C ignored too
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     first = proc.stdout.read1(65536)  # type: ignore[attr-defined]
