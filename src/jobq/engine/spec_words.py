@@ -26,12 +26,13 @@ _DAYS: Final = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday"
 _MONTH_NAMES: Final = {name[:3].lower(): n for n, name in enumerate(_MONTHS, 1)}
 _DAY_NAMES: Final = {name[:3].lower(): n for n, name in enumerate(_DAYS)}
 #: (lowest, highest, names) of second, minute, hour, day of month, month, day of week
-_SECOND: Final = (0, 59, {})
-_MINUTE: Final = (0, 59, {})
-_HOUR: Final = (0, 23, {})
-_DOM: Final = (1, 31, {})
-_MONTH: Final = (1, 12, _MONTH_NAMES)
-_DOW: Final = (0, 7, _DAY_NAMES)
+_Bounds = tuple[int, int, dict[str, int]]
+_SECOND: Final[_Bounds] = (0, 59, {})
+_MINUTE: Final[_Bounds] = (0, 59, {})
+_HOUR: Final[_Bounds] = (0, 23, {})
+_DOM: Final[_Bounds] = (1, 31, {})
+_MONTH: Final[_Bounds] = (1, 12, _MONTH_NAMES)
+_DOW: Final[_Bounds] = (0, 7, _DAY_NAMES)
 _STEP: Final = re.compile(r"^(\*|\d+|\d+-\d+)/(\d+)$")
 _UNITS: Final = (
     ("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1000),
@@ -76,7 +77,7 @@ class Field:
     """One cron field: ``any`` (``*``), a ``step`` (``*/n``, ``a/n``, ``a-b/n`` alone), or
     a set of ``values``; plus the special items of the day fields (``specials``)."""
 
-    def __init__(self, text: str, bounds: tuple[int, int, dict[str, int]]) -> None:
+    def __init__(self, text: str, bounds: _Bounds) -> None:
         low, high, names = bounds
         self.text = text
         self.any = text in ("*", "?")
@@ -91,9 +92,7 @@ class Field:
             self.step = (start, end if "-" in match.group(1) else None, int(match.group(2)))
         values: set[int] = set()
         for item in text.split(","):
-            if bounds is _DOM and (item == "L" or item.endswith("W")):
-                self.specials.append(item)
-            elif bounds is _DOW and (item.startswith("L") or "#" in item):
+            if _special(item, bounds):
                 self.specials.append(item)
             else:
                 values.update(_expand(item, low, high, names))
@@ -104,6 +103,13 @@ class Field:
     @property
     def single(self) -> int | None:
         return self.values[0] if len(self.values) == 1 and not self.specials else None
+
+
+def _special(item: str, bounds: _Bounds) -> bool:
+    """``L`` and ``nW`` of the day of the month, ``Ln`` and ``n#k`` of the day of the week."""
+    if bounds is _DOM:
+        return item == "L" or item.endswith("W")
+    return bounds is _DOW and (item.startswith("L") or "#" in item)
 
 
 def _number(text: str, names: dict[str, int]) -> int:
