@@ -216,17 +216,27 @@ def _time(second: Field, minute: Field, hour: Field) -> str:
         return "at " + _join(times)
     seconds = None if s == 0 else _every(second, "second")
     if seconds is not None and minute.any:
-        return seconds + _hours(hour, every=True)
+        return seconds + _hours(hour)
     minutes = _every(minute, "minute")
-    if minute.step is None and not minute.any and (hour.any or hour.step is not None):
+    if minute.step is None and not minute.any:
         # "every hour at minute 15", "every 2 hours at minutes 0 and 30 from 08:00 to 18:59"
-        start, end, step = hour.step or (0, None, 1)
-        text = f"every {_plural(step, 'hour')} {minutes}"
-        if start or end is not None:
-            text += f" from {start:02}:00 to {(end if end is not None else 23):02}:59"
+        if hour.step is not None:
+            step = hour.step[2]
+            text = f"every {_plural(step, 'hour')} {minutes}" + _hour_span(hour)
+        else:
+            text = f"every hour {minutes}" + _hours(hour)
     else:
-        text = minutes + _hours(hour, every=minute.any or minute.step is not None)
+        text = minutes + _hours(hour)
     return f"{seconds}, {text}" if seconds is not None else text
+
+
+def _hour_span(hour: Field) -> str:
+    """" from 08:00 to 18:59" of a stepped hour field that does not start at 0 or ends."""
+    assert hour.step is not None
+    start, end, _ = hour.step
+    if not start and end is None:
+        return ""
+    return f" from {start:02}:00 to {(end if end is not None else 23):02}:59"
 
 
 def _every(field: Field, unit: str) -> str:
@@ -244,22 +254,20 @@ def _every(field: Field, unit: str) -> str:
     return f"at {units} {_listed(field.values)}"
 
 
-def _hours(hour: Field, *, every: bool) -> str:
-    """The hour field after a minute phrase."""
+def _hours(hour: Field) -> str:
+    """The hour field after a minute phrase: "", " of every 2nd hour", " from 09:00 to
+    17:59", " during hours 01, 03 and 05"."""
     if hour.any:
-        return "" if every else " of every hour"
+        return ""
     if hour.step is not None:
-        start, end, step = hour.step
-        text = f" of every {_ordinal(step)} hour" if step > 1 else " of every hour"
-        if start or end is not None:
-            text += f" from {start:02}:00 to {(end if end is not None else 23):02}:59"
-        return text
+        step = hour.step[2]
+        text = f" of every {_ordinal(step)} hour" if step > 1 else ""
+        return text + _hour_span(hour)
     runs = _runs(hour.values)
-    prefix = "" if every else " of every hour"
     if len(runs) == 1:
         first, last = runs[0]
-        return f"{prefix} from {first:02}:00 to {last:02}:59"
-    return f"{prefix} during hours {_listed(hour.values, lambda h: f'{h:02}')}"
+        return f" from {first:02}:00 to {last:02}:59"
+    return f" during hours {_listed(hour.values, lambda h: f'{h:02}')}"
 
 
 # ---------------------------------------------------------------------- the days
