@@ -13,6 +13,8 @@ from croniter import croniter
 
 from jobq.engine.errors import InvalidArgument
 from jobq.engine.extensions import ScheduleRunEnded
+from jobq.engine.job import JobMeta
+from jobq.engine.schedules import ScheduleRow
 from jobq.engine.specs import MAX_NEXT_RUNS, Spec, next_runs
 
 from .schedule_world import MIN, T0, S, World, cron, iso, ns
@@ -123,6 +125,9 @@ def test_a_run_knows_the_time_it_stands_for_live_and_after_replay() -> None:
     for job in world.engine.jobs.values():
         row = msgspec.msgpack.decode(msgspec.msgpack.encode(job.row()))
         assert row[-1][-2:] == [job.meta.run_for_ns, job.meta.run_kind]
+        # and a row written before they were added still decodes, to their defaults
+        old = msgspec.msgpack.decode(msgspec.msgpack.encode(row[-1][:-2]), type=JobMeta)
+        assert (old.run_for_ns, old.run_kind, old.description) == (None, "", job.meta.description)
 
 
 def test_runs_newest_first_in_pages() -> None:
@@ -160,6 +165,12 @@ def test_last_success_is_kept_by_the_newest_run_ended_record_alone() -> None:
     schedule = world.engine.get_schedule("s")
     assert schedule.last_success_ns == success_ns and schedule.consecutive_failures == 1
     assert world.replayed().get_schedule("s").last_success_ns == success_ns
+    # a snapshot's row keeps it; one written before it was added decodes to none
+    row = msgspec.msgpack.decode(msgspec.msgpack.encode(ScheduleRow.of(schedule)))
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(row), type=ScheduleRow
+                                  ).last_success_ns == success_ns
+    older = msgspec.msgpack.decode(msgspec.msgpack.encode(row[:-1]), type=ScheduleRow)
+    assert older.last_success_ns is None and older.name == "s"
     # the cleaner keeps only the newest run-ended record: it alone restores the time
     ended = [i for i, (c, _) in enumerate(world.log) if isinstance(c, ScheduleRunEnded)]
     world.log = [entry for i, entry in enumerate(world.log) if i not in ended[:-1]]

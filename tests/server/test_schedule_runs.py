@@ -173,6 +173,12 @@ def test_cli_show_runs_and_list(tmp_path: Path) -> None:
         reply = json.loads(result.output)
         assert {r["id"] for r in reply["runs"][1:]} == set(ids)
         assert reply["next_cursor"] is None
+        # a run's job names its schedule and the time it stands for, in words too
+        shown = run(address, "jobs", "show", ids[1]).output
+        assert PYTHON_REPR.search(shown) is None, shown
+        assert re.search(r"schedule +nightly \(id \d+\)", shown)
+        assert re.search(r"run_for +2026-11-21T07:30:00.000Z", shown)
+        assert re.search(r"run_kind +backfill", shown)
         # list --json as jobs list --json: an object with the list in it
         listed = json.loads(run(address, "schedules", "list", "--json").output)
         assert list(listed) == ["schedules"] and listed["schedules"][0]["name"] == "nightly"
