@@ -15,7 +15,7 @@ Job names are the clients' to choose but few in practice (one per kind of work);
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -85,6 +85,10 @@ class JobTimings:
         #: jobs leasable again since (retried, released, resumed): job id -> time
         self._ready_since: dict[bytes, int] = {}
         self._names: set[str] = set()
+        #: the histograms' children by label values (``labels()`` takes a lock and builds
+        #: a key per call)
+        self._waits: dict[str, Any] = {}
+        self._durations: dict[tuple[str, str], Any] = {}
 
     def label(self, name: str) -> str:
         """``name``, or :data:`OTHER_NAME` once :data:`MAX_NAMES` others have series."""
@@ -111,15 +115,21 @@ class JobTimings:
                 since = self._ready_since.pop(job_id, None)
                 if since is None:
                     since = max(job.created_ns, job.time_ns or 0)
-                self.queue_wait.labels(name).observe(max(0, now_ns - since) / _NS_PER_S)
+                child = self._waits.get(name)
+                if child is None:
+                    child = self._waits[name] = self.queue_wait.labels(name)
+                child.observe(max(0, now_ns - since) / _NS_PER_S)
                 _remember(self._attempts, job_id, (name, now_ns))
                 continue
             outcome = _ENDS.get(kind)
             if outcome is not None:
                 attempt = self._attempts.pop(job_id, None)
                 if attempt is not None:
-                    seconds = max(0, now_ns - attempt[1]) / _NS_PER_S
-                    self.duration.labels(attempt[0], outcome).observe(seconds)
+                    key = (attempt[0], outcome)
+                    child = self._durations.get(key)
+                    if child is None:
+                        child = self._durations[key] = self.duration.labels(*key)
+                    child.observe(max(0, now_ns - attempt[1]) / _NS_PER_S)
             if kind in _REQUEUES:
                 # pending again (running again: leased later in this batch); a resume of
                 # a running job only withdrew a pause request
