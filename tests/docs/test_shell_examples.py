@@ -135,6 +135,22 @@ def runs_until_interrupted(ex: Example, world: World) -> None:
     assert proc.returncode == 0, (first + rest).decode(errors="replace")
 
 
+def schedule_shown(ex: Example, world: World) -> None:
+    """``schedules show --next 3`` says the spec in words and three next runs; ``schedules
+    runs`` lists the schedule's runs (a trigger's, made here), newest first."""
+    if " runs " in f" {ex.text} ":
+        with Client.from_address(world.server.tcp_address) as client:
+            job_id = client.trigger_schedule("nightly-report")
+        output = world.run(ex.text)
+        assert output.splitlines()[0].split()[:2] == ["ID", "STATUS"]
+        assert job_id in output and "trigger" in output
+        return
+    output = world.run(ex.text)
+    assert "at 03:00 every day, UTC" in output
+    next_runs = output.split("next runs:\n")[1].split("changes:")[0].splitlines()
+    assert len(next_runs) == 3 and all(r.endswith(":00 UTC") for r in next_runs), output
+
+
 def curl(ex: Example, world: World) -> None:
     """Against the server's HTTP address for ``localhost:8080``: a JSON answer, no error."""
     output = world.run(ex.text.replace("localhost:8080", world.http_address))
@@ -386,6 +402,11 @@ CHECKS: dict[str, Check] = {
     'curl -s --json {"name": "reports.daily", "payload_text": "{\\"day\\": \\"2026-11-21\\"}"} '
     "localhost:8080/api/jobs": curl,
     'curl -s --json {"reason": "disk full"} localhost:8080/api/jobs/3f2a/pause': curl,
+    "curl -s localhost:8080/api/schedules/nightly-report?next=3 | jq {description, next_runs}": (
+        curl
+    ),
+    "jobq schedules show nightly-report --next 3": schedule_shown,
+    "jobq schedules runs nightly-report --limit 20": schedule_shown,
     "jobq server": serves,
     "jobq jobs list --server jobs.internal:9922 --auth-token-file ~/.jobq-token --tls-ca ca.pem": (
         with_token_and_tls

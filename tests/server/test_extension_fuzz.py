@@ -50,7 +50,7 @@ VALID: dict[str, dict[str, Any]] = {
     "screate": {"name": "fuzz.s2", "every_ms": 3_600_000, "executor": "job",
                 "args": {"name": "fuzz.q"}, "paused": True, "reason": "r"},
     "slist": {},
-    "sshow": {"name": SCHEDULE},
+    "sshow": {"name": SCHEDULE, "next": 10},
     "spause": {"name": SCHEDULE, "reason": "r"},
     "sresume": {"name": SCHEDULE},
     "salter": {"name": SCHEDULE, "catchup_ms": 1000, "wait": "skip"},
@@ -58,6 +58,7 @@ VALID: dict[str, dict[str, Any]] = {
     "sbackfill": {"name": SCHEDULE, "from": "2026-01-01T00:00:00Z",
                   "to": "2026-01-01T03:00:00Z"},
     "shistory": {"name": SCHEDULE},
+    "sruns": {"name": SCHEDULE, "limit": 5},
     "sdrop": {"name": SCHEDULE, "reason": "r"},
     "audit": {"limit": 10},
 }  # fmt: skip

@@ -112,7 +112,7 @@ def test_cli(address: str, client: Client) -> None:
     assert result.exit_code == 0, result.output
     assert "created schedule nightly" in result.output
     result = run(address, "schedules", "list", "--json")
-    (listed,) = json.loads(result.output)
+    (listed,) = json.loads(result.output)["schedules"]
     assert listed["wait"] == "skip" and listed["catchup_ms"] == 7_200_000
     payload = '{"tables": ["sales"], "location": "/data/backups/nightly"}'
     assert listed["args"]["payload"] == payload and listed["tz"] == "Europe/Berlin"

@@ -186,6 +186,9 @@ _SHOW_FIELDS = (
     "description",
     "creator",
     "created_by",
+    "schedule",
+    "run_for",
+    "run_kind",
     "priority",
     "attempts",
     "max_attempts",
@@ -245,8 +248,14 @@ def _show_value(key: str, value: object) -> str:
         return f"{value.get('worker_id', '')} until {short_time(value.get('expires'))}"
     if key == "created_by" and isinstance(value, dict):
         return f"{value.get('type', '')} {value.get('id', '')}"
+    if key == "schedule" and isinstance(value, dict):
+        return f"{value.get('name', '')} (id {value.get('id', '')})"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, dict | list):
+        import json
+
+        return json.dumps(value)
     return str(value)
 
 

@@ -1,5 +1,5 @@
-"""``jobq schedules ...``: create, list, show, pause, resume, trigger, backfill and drop
-schedules (docs/schedules.md). Exit codes as ``jobq jobs``: 0 ok, 1 failure, 2 bad input."""
+"""``jobq schedules ...``: create, list, show, runs, pause, resume, trigger, backfill and
+drop schedules (docs/schedules.md). Exit codes as ``jobq jobs``: 0 ok, 1 failure, 2 bad input."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from jobq.cli.common import (
     short_time,
     user,
 )
+from jobq.cli.schedule_text import RUN_HEADER, run_row, show_text
 from jobq.engine.limits import MAX_PRIORITY, MIN_PRIORITY
 
 WAIT_POLICIES = ("wait", "no_wait", "skip", "buffer_one")
@@ -149,24 +150,39 @@ _HEADER = ("ID", "NAME", "SPEC", "STATE", "NEXT RUN", "LAST RUN", "WAIT/ON ERROR
 
 
 @schedules_group.command("list")
-@reads(lambda client: client.schedules())
-def list_command(schedules: list[dict[str, Any]]) -> None:
+@reads(lambda client: {"schedules": client.schedules()})
+def list_command(reply: dict[str, list[dict[str, Any]]]) -> None:
     """SHOW SCHEDULES: spec, next run, last run and how it ended, policies, state."""
-    print_rows([_row(s) for s in schedules], _HEADER, "no schedules")
+    print_rows([_row(s) for s in reply["schedules"]], _HEADER, "no schedules")
 
 
 @schedules_group.command("show")
 @click.argument("name")
-@reads(lambda client, name: client.get_schedule(name))
+@click.option("--next", "next_count", type=click.IntRange(0, 100), default=0, metavar="N",
+              help="Also list the next N run times (0-100).")
+@reads(lambda client, name, next_count: client.get_schedule(name, next=next_count))
 def show_command(schedule: dict[str, Any]) -> None:
-    """One schedule, with its change history."""
-    for key, value in schedule.items():
-        if key == "changes":
-            continue
-        click.echo(f"{key:>21}  {'' if value is None else value}")
-    click.echo("changes:")
-    for change in schedule.get("changes") or []:
-        click.echo(f"  {short_time(change['time'])}  {change['reason']}")
+    """One schedule: its spec in words, state, policies, runs, next runs and changes."""
+    click.echo(show_text(schedule))
+
+
+@schedules_group.command("runs")
+@click.argument("name")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--cursor", default=None, help="Continue after a previous page.")
+@json_option
+@client_options
+def runs_command(name: str, limit: int, cursor: str | None, as_json: bool, server: Remote) -> None:
+    """The jobs the schedule created, newest first: status, the time each stands for, and
+    how long it ran."""
+    with connected(server) as client:
+        page = client.schedule_runs(name, limit=limit, cursor=cursor)
+    if as_json:
+        print_json({"runs": page.jobs, "next_cursor": page.next_cursor})
+        return
+    print_rows([run_row(r) for r in page.jobs], RUN_HEADER, "no runs")
+    if page.next_cursor:
+        click.echo(f"more: --cursor {page.next_cursor}")
 
 
 def _simple(verb: str, word: str, past: str, help_text: str) -> click.Command:

@@ -298,6 +298,15 @@ def to_page(body: Body) -> JobPage:
     return JobPage(jobs, None if cursor is None else str(cursor))
 
 
+def to_runs_page(body: Body) -> JobPage:
+    """A page of a schedule's runs (``sruns``) as a :class:`JobPage` of its jobs."""
+    runs = body.get("runs")
+    if not isinstance(runs, list):
+        raise ConnectionLost("malformed runs reply: no run list")
+    cursor = body.get("next_cursor")
+    return JobPage(runs, None if cursor is None else str(cursor))
+
+
 def to_events(body: Body) -> list[Body]:
     events = body.get("events")
     if not isinstance(events, list):

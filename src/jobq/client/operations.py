@@ -65,6 +65,7 @@ from jobq.client.models import (
     to_queue,
     to_queues,
     to_result,
+    to_runs_page,
     to_server,
     to_worker_lease,
 )
@@ -489,9 +490,24 @@ class Operations:
         return ext("slist", {}, 0.0, items("schedules"))
 
     @operation
-    def get_schedule(name: str) -> Call[dict[str, Any]]:
-        """One schedule by name or id, with its change history (``changes``)."""
-        return _schedule_word("sshow", name, same)
+    def get_schedule(name: str, *, next: int = 0) -> Call[dict[str, Any]]:
+        """One schedule by name or id, with its change history (``changes``) and, with
+        ``next`` (1-100), its next runs (``next_runs``, RFC 3339 texts)."""
+        body: Body = {"name": str(name)}
+        if next:
+            body["next"] = check_int(next, "next")
+        return ext("sshow", body, 0.0, same)
+
+    @operation
+    def schedule_runs(
+        name: str, *, limit: int = 50, cursor: str | None = None
+    ) -> Call[JobPage]:
+        """A page of the jobs the schedule created, newest first (each a job's summary with
+        ``duration_ms``, ``run_for`` and ``run_kind``), and the next page's cursor."""
+        body: Body = {"name": str(name), "limit": check_int(limit, "limit")}
+        if cursor is not None:
+            body["cursor"] = cursor
+        return ext("sruns", body, 0.0, to_runs_page)
 
     @operation
     def pause_schedule(

@@ -326,8 +326,23 @@ def fire_schedule(engine: Engine, command: FireSchedule, at_ns: int) -> None:
     (``scheduler.apply_fire``)."""
     if command.job is not None:
         touch(engine, command.job.id)
-        register(engine, new_job(command.job))
+        register(engine, new_run_job(command))
     scheduler.apply_fire(engine, command, at_ns)
+
+
+#: a run's kinds, one string each (a decoded record makes one per job)
+_RUN_KINDS: Final = {kind: kind for kind in ("scheduled", "trigger", "backfill")}
+
+
+def new_run_job(command: FireSchedule) -> Job:
+    """The job of a schedule's run, which knows the time it stands for and how it was
+    fired (the firing's ``scheduled_ns`` and ``kind``)."""
+    assert command.job is not None
+    job = new_job(command.job)
+    assert job.meta is not None  # a SubmitJob's
+    job.meta.run_for_ns = command.scheduled_ns
+    job.meta.run_kind = _RUN_KINDS.get(command.kind, command.kind)
+    return job
 
 
 #: command type -> the function that applies it (command, time it applies at)

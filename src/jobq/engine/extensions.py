@@ -173,6 +173,10 @@ class ScheduleRunEnded(_SchedExt, kw_only=True, omit_defaults=True):
     #: pause_sched paused the schedule (the reason is kept in its change history)
     paused: bool = False
     reason: str = ""
+    #: when the schedule's newest run that succeeded ended, after this record (None in logs
+    #: written before it was added: replay then takes ``at_ns`` of a success), so that the
+    #: newest run-ended record alone restores it once the cleaner dropped older ones
+    last_success_ns: int | None = None
 
 
 ScheduleCommand: TypeAlias = (

@@ -159,7 +159,8 @@ WORKQ_LEASED: Final = 4
 class JobMeta(msgspec.Struct, array_like=True, eq=False):
     """What jobq adds to a workq job (DESIGN.md); only jobs that use it carry one.
 
-    Fields are in name order: :meth:`state` and an engine snapshot's row list them so."""
+    Fields are in name order, then those added later (a snapshot's row written before has
+    none: their defaults): :meth:`state` and an engine snapshot's row list them so."""
 
     cancel_requested: bool = False
     checkpoint: bytes | None = None
@@ -177,6 +178,11 @@ class JobMeta(msgspec.Struct, array_like=True, eq=False):
     running_status: str | None = None
     #: the worker holding the lease (extended leases)
     worker: str | None = None
+    # added later
+    #: a schedule's run: the scheduled time it stands for (a backfill's is in the past)
+    #: and how it was fired (scheduled, trigger, backfill); from its firing record
+    run_for_ns: int | None = None
+    run_kind: str = ""
 
     def state(self) -> tuple[object, ...]:
         """Every field, in one C-level call (for the undo journal)."""
@@ -323,7 +329,7 @@ CREATION_ORDER = operator.attrgetter("created_ns", "id")
 #: :meth:`JobMeta.state`: every field in order
 MetaRow = tuple[
     bool, bytes | None, tuple[str, str] | None, str, str, float | None, int | None,
-    int | None, bool, str, str | None, str | None,
+    int | None, bool, str, str | None, str | None, int | None, str,
 ]
 #: :meth:`Job.row`
 JobRow = tuple[

@@ -415,6 +415,8 @@ class Engine:
     get_schedule = schedule_operations.get_schedule
     list_schedules = schedule_operations.list_schedules
     schedules_paused = property(schedule_operations.schedules_paused)
+    upcoming_runs = schedule_operations.upcoming_runs
+    schedule_runs = schedule_operations.schedule_runs
     # changes, each logged: the scheduler (scheduler.py) applies them
     create_schedule = schedule_operations.create_schedule
     pause_schedule = schedule_operations.pause_schedule

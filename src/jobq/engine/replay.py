@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from jobq.engine.apply import APPLY, EVENTS, new_job
+from jobq.engine.apply import APPLY, EVENTS, new_run_job
 from jobq.engine.commands import AddJob, ScheduleJob
 from jobq.engine.deadlines import DeadlineKind
 from jobq.engine.deadlines import Entry as DeadlineEntry
@@ -143,7 +143,7 @@ def _replay_schedule(
             command.seq == schedule.fire_seq and command.job is not None
         ):
             if command.job is not None:
-                register(engine, new_job(command.job))
+                register(engine, new_run_job(command))
             return
     if schedule is None:
         if isinstance(command, DropSchedule):

@@ -5,21 +5,37 @@ checks its arguments against the state and emits the command that records the ch
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING
 
-from jobq.engine.errors import DuplicateSchedule, InvalidStatus, ScheduleError, ScheduleNotFound
+from jobq.engine.errors import (
+    DuplicateSchedule,
+    InvalidArgument,
+    InvalidStatus,
+    ScheduleError,
+    ScheduleNotFound,
+)
 from jobq.engine.executors import decode_args, make_executor
 from jobq.engine.extensions import AlterSchedule, CreateSchedule, DropSchedule
-from jobq.engine.job import Job
+from jobq.engine.job import CREATION_ORDER, Job
 from jobq.engine.scheduler import fire
 from jobq.engine.schedules import DEFAULT_CATCHUP_MS, ErrorPolicy, Schedule, WaitPolicy, policy
-from jobq.engine.specs import Spec, check_duration_ms, check_time, next_after, validate_spec
+from jobq.engine.specs import (
+    Spec,
+    check_duration_ms,
+    check_time,
+    next_after,
+    next_runs,
+    validate_spec,
+)
 from jobq.engine.waits import offer_ready_jobs
 
 if TYPE_CHECKING:
     from jobq.engine.machine import Engine
 
 _NS_PER_MS = 1_000_000
+#: most runs one page of a schedule's runs may hold
+MAX_RUNS_PAGE = 1000
 #: most runs one backfill may create
 MAX_BACKFILL_RUNS = 1000
 
@@ -112,6 +128,52 @@ def get_schedule(engine: Engine, ref: str | int) -> Schedule:
 def list_schedules(engine: Engine) -> list[Schedule]:
     """Every schedule, by name (SHOW SCHEDULES)."""
     return sorted(engine.schedules.values(), key=lambda s: s.name)
+
+
+def upcoming_runs(engine: Engine, ref: str | int, count: int, *, now_ns: int) -> list[int]:
+    """The schedule's next ``count`` runs (at most ``specs.MAX_NEXT_RUNS``): from its next
+    run on; for a paused one, those it would have if resumed now; none once done."""
+    schedule = get_schedule(engine, ref)
+    spec = schedule.spec
+    if schedule.paused:
+        if spec.kind == "at":
+            return [spec.at_ns] if schedule.one_off_by is None and spec.at_ns else []
+        return next_runs(spec, None, now_ns, count)
+    if schedule.next_run_ns is None:
+        return []
+    if spec.kind == "at":
+        return [schedule.next_run_ns][:count]
+    return next_runs(spec, schedule.next_run_ns, now_ns, count)
+
+
+def schedule_runs(
+    engine: Engine, ref: str | int, *, limit: int = 50, cursor: str | None = None
+) -> tuple[list[Job], str | None]:
+    """A page of the jobs the schedule created that still exist, newest first, and the
+    cursor of the next page (None on the last). ``InvalidArgument`` for a bad limit or
+    cursor."""
+    schedule = get_schedule(engine, ref)
+    if not 1 <= limit <= MAX_RUNS_PAGE:
+        raise InvalidArgument("Invalid limit")
+    bound: tuple[int, bytes] | None = None
+    if cursor:
+        try:
+            created, job_id = cursor.split(".")
+            bound = (int(created), bytes.fromhex(job_id))
+        except ValueError as exc:
+            raise InvalidArgument("Invalid cursor") from exc
+    jobs = engine.jobs
+    runs = [
+        job
+        for job_id in engine.by_created_by.get(("schedule", str(schedule.id)), ())
+        if (job := jobs.get(job_id)) is not None
+        and (bound is None or (job.created_ns, job.id) < bound)
+    ]
+    page = heapq.nlargest(limit + 1, runs, key=CREATION_ORDER)
+    if len(page) <= limit:
+        return page, None
+    last = page[limit - 1]
+    return page[:limit], f"{last.created_ns}.{last.id.hex()}"
 
 
 def schedules_paused(engine: Engine) -> int:

@@ -308,10 +308,12 @@ def notify_ended_runs(engine: Engine, now_ns: int) -> None:
         except Exception as exc:  # a plugin's bug must not escape the operation
             notify_error = executor_failure(schedule.executor_type, exc)
         failures = schedule.consecutive_failures
+        last_success_ns = schedule.last_success_ns
         if outcome == "failed":
             failures += 1
         elif outcome == "succeeded":
             failures = 0
+            last_success_ns = now_ns
         command = ScheduleRunEnded(
             id=job_id,
             schedule=schedule_id,
@@ -319,6 +321,7 @@ def notify_ended_runs(engine: Engine, now_ns: int) -> None:
             outcome=outcome,
             consecutive_failures=failures,
             pending_buffered=schedule.pending_buffered,
+            last_success_ns=last_success_ns,
         )
         active = not schedule.paused and schedule.next_run_ns is not None
         if outcome == "failed" and active:
@@ -492,6 +495,10 @@ def apply_run_ended(engine: Engine, schedule: Schedule, command: ScheduleRunEnde
         schedule.outcome_by = end_key
     schedule.last_ended_job = command.id
     schedule.consecutive_failures = command.consecutive_failures
+    if command.last_success_ns is not None:
+        schedule.last_success_ns = command.last_success_ns
+    elif command.outcome == "succeeded":  # a record written before the field was added
+        schedule.last_success_ns = command.at_ns
     schedule.pending_buffered = command.pending_buffered
     schedule.pending_buffered_by = end_key
     if command.set_next and not schedule.paused:

@@ -103,6 +103,7 @@ class Schedule:
         "last_job_id",
         "last_outcome",
         "last_run_ns",
+        "last_success_ns",
         "missed",
         "name",
         "next_run_by",
@@ -165,6 +166,8 @@ class Schedule:
         #: how the last run ended: running, succeeded, failed, canceled, deleted; "" never ran
         self.last_outcome = ""
         self.consecutive_failures = 0
+        #: when the newest run that succeeded ended; None: none yet
+        self.last_success_ns: int | None = None
         #: the job of the newest run-ended record (the cleaner keeps that record)
         self.last_ended_job: bytes | None = None
         #: ids of this schedule's unfinished jobs
@@ -269,6 +272,7 @@ class ScheduleRow(msgspec.Struct, array_like=True):
     next_run_by: RecordKey | None = None
     pending_buffered_by: RecordKey | None = None
     outcome_by: RecordKey | None = None
+    last_success_ns: int | None = None
 
     @classmethod
     def of(cls, schedule: Schedule) -> ScheduleRow:
@@ -280,7 +284,7 @@ class ScheduleRow(msgspec.Struct, array_like=True):
             schedule.missed, schedule.last_run_ns, schedule.last_job_id, schedule.last_outcome,
             schedule.consecutive_failures, schedule.last_ended_job, sorted(schedule.running),
             schedule.pending_buffered, schedule.one_off_by, schedule.next_run_by,
-            schedule.pending_buffered_by, schedule.outcome_by,
+            schedule.pending_buffered_by, schedule.outcome_by, schedule.last_success_ns,
         )
 
     def schedule(self, executor: ScheduledJobExecutor) -> Schedule:
@@ -310,6 +314,7 @@ class ScheduleRow(msgspec.Struct, array_like=True):
         schedule.next_run_by = self.next_run_by
         schedule.pending_buffered_by = self.pending_buffered_by
         schedule.outcome_by = self.outcome_by
+        schedule.last_success_ns = self.last_success_ns
         return schedule
 
 

@@ -262,3 +262,20 @@ def runs_between(spec: Spec, first_ns: int, last_ns: int) -> tuple[int, int]:
         count, latest = count + 1, following
     return count, latest
 
+
+
+#: most next runs one answer lists
+MAX_NEXT_RUNS: Final = 100
+
+
+def next_runs(spec: Spec, first_ns: int | None, after_ns: int, count: int) -> list[int]:
+    """Up to ``count`` (at most :data:`MAX_NEXT_RUNS`) runs: ``first_ns`` if given (the
+    schedule's next run, which a retry may have moved off the spec), then the spec's runs
+    after it, or after ``after_ns`` without it."""
+    times: list[int] = []
+    count = min(count, MAX_NEXT_RUNS)
+    at = first_ns if first_ns is not None else next_after(spec, after_ns)
+    while at is not None and len(times) < count:
+        times.append(at)
+        at = next_after(spec, at)
+    return times

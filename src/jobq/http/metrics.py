@@ -1,10 +1,12 @@
-"""``/metrics`` in Prometheus' text format.
+"""``/metrics`` in Prometheus' text format (docs/http.md lists them).
 
 Gauges are read from the engine, the core and the command log when Prometheus scrapes (a
 custom collector, on the event loop, so the reads see a consistent state); nothing is added
 to the engine's hot paths. Counters of leases, adoptions, heartbeats and lease timeouts are
-counted from the commands each batch logs (one pass over a batch's commands); the fsync
-latency histogram times the log's fsync calls in the log's own thread.
+counted from the commands each batch logs (one pass over a batch's commands), and so are
+the job duration and queue wait histograms (``job_metrics.py``); the fsync latency
+histogram times the log's fsync calls in the log's own thread. Per-schedule gauges carry
+the schedule's name: one series (five for the last run's status) per schedule.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -21,6 +24,7 @@ from jobq import __version__
 from jobq.engine.commands import StartAttempt, TimeoutAttempt
 from jobq.engine.extensions import Heartbeat, LeaseBy
 from jobq.engine.job import Status
+from jobq.http.job_metrics import JobTimings
 from jobq.server.core import Core
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -195,6 +199,7 @@ class JobqCollector(Collector):
             value = getattr(engine, attribute, None)
             if isinstance(value, int):
                 yield CounterMetricFamily(name, text, value=value)
+        yield from schedule_families(schedules.values())
 
     def _log(self) -> Iterable[Metric]:
         core = self.core
@@ -240,6 +245,44 @@ class JobqCollector(Collector):
         )
 
 
+#: the values of ``jobq_schedule_last_run_status``'s ``status`` label
+RUN_STATUSES = ("running", "succeeded", "failed", "canceled", "deleted")
+
+
+def schedule_families(schedules: Iterable[Any]) -> Iterable[Metric]:
+    """Per schedule (label ``schedule``, its name): when its last run succeeded, how its last
+    run stands (1 for that status, 0 for the others; none before the first run), how many
+    runs in a row failed, and when its last run was scheduled for."""
+    success = GaugeMetricFamily(
+        "jobq_schedule_last_success_timestamp_seconds",
+        "When the schedule's last successful run ended (Unix time)", labels=["schedule"],
+    )
+    status = GaugeMetricFamily(
+        "jobq_schedule_last_run_status",
+        "How the schedule's last run stands: 1 for its status, 0 for the others",
+        labels=["schedule", "status"],
+    )
+    failures = GaugeMetricFamily(
+        "jobq_schedule_consecutive_failures", "Runs of the schedule that failed in a row",
+        labels=["schedule"],
+    )
+    last_run = GaugeMetricFamily(
+        "jobq_schedule_last_run_timestamp_seconds",
+        "The time the schedule's last run stands for (Unix time)", labels=["schedule"],
+    )
+    for schedule in sorted(schedules, key=lambda s: s.name):
+        name = schedule.name
+        if schedule.last_success_ns is not None:
+            success.add_metric([name], schedule.last_success_ns / 1e9)
+        if schedule.last_outcome:
+            for value in RUN_STATUSES:
+                status.add_metric([name, value], float(schedule.last_outcome == value))
+        if schedule.last_run_ns is not None:
+            last_run.add_metric([name], schedule.last_run_ns / 1e9)
+        failures.add_metric([name], schedule.consecutive_failures)
+    yield from (success, status, failures, last_run)
+
+
 class Metrics:
     """A registry for one core: ``render()`` gives the text for ``/metrics``."""
 
@@ -253,6 +296,8 @@ class Metrics:
             registry=self.registry,
         )
         instrument_fsync(core, self.fsync_seconds)
+        self.timings = JobTimings(core.engine, core.clock, self.registry)
+        core.command_observers.append(self.timings.observe)
         self.registry.register(JobqCollector(core, self.counts))
 
     def render(self) -> bytes:

@@ -66,11 +66,36 @@ class JobSummary(_Model):
     payload_size: int
     checkpoint_size: int
     error: str | None
+    run_for: str | None = Field(
+        None, description="a schedule's run: the scheduled time it stands for"
+    )
+    run_kind: Literal["scheduled", "trigger", "backfill"] | None = Field(
+        None, description="a schedule's run: how it was fired"
+    )
+
+
+class ScheduleLink(_Model):
+    id: int
+    name: str
 
 
 class JobDetail(JobSummary):
     payload: str = Field(description="base64")
     result: str | None = Field(description="base64, for finished jobs")
+    schedule: ScheduleLink | None = Field(
+        None, description="the schedule that created the job, while it exists"
+    )
+
+
+class ScheduleRun(JobSummary):
+    duration_ms: int | None = Field(
+        description="how long its newest attempt ran (so far, while it runs)"
+    )
+
+
+class ScheduleRuns(_Model):
+    runs: list[ScheduleRun] = Field(description="newest first")
+    next_cursor: str | None
 
 
 class JobPage(_Model):
@@ -112,10 +137,15 @@ class Ids(_Model):
 class ScheduleSummary(_Model):
     id: int
     name: str
+    description: str | None = Field(None, description="the spec in words")
     paused: bool | None = None
     next_run: str | None = None
     last_run: str | None = None
     last_outcome: str | None = None
+    last_success: str | None = Field(None, description="when its last successful run ended")
+    next_runs: list[str] | None = Field(
+        None, description="the next runs, when asked for (``next``)"
+    )
 
 
 class ScheduleList(_Model):

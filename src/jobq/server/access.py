@@ -92,6 +92,7 @@ PERMISSIONS: dict[str, Role] = {
     "slist": Role.VIEWER,
     "sshow": Role.VIEWER,
     "shistory": Role.VIEWER,
+    "sruns": Role.VIEWER,
     # an operator's
     "pause": Role.ADMIN,
     "resume": Role.ADMIN,

@@ -24,9 +24,26 @@ _VERBS: dict[type, str] = {
 }
 
 
+_CREATE_SCHEDULE = bytes((extensions.CreateSchedule.TYPE,))
+#: how a schedule's run was fired, in its creation event
+_RUN_KINDS: dict[str, str] = {"trigger": "triggered", "backfill": "backfill"}
+
+
+def _created_by_schedule(command: extensions.FireSchedule, names: dict[int, str]) -> str:
+    """"created by schedule nightly for 2026-11-26T02:30:00Z" (", backfill" or ",
+    triggered" after it when so fired)."""
+    name = names.get(command.schedule, f"#{command.schedule}")
+    detail = f"created by schedule {name} for {format_time(command.scheduled_ns)}"
+    kind = _RUN_KINDS.get(command.kind)
+    detail += f" ({kind})" if kind else ""
+    return detail + f", run {command.seq}"
+
+
 def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str, object]]:
     """The events of job ``job_id`` whose current incarnation was created at ``created_ns``."""
     events: list[dict[str, object]] = []
+    #: schedule id -> name, from the creations the log still holds (ids are never reused)
+    schedule_names: dict[int, str] = {}
     holder: str | None = None
     running = False
     attempt = 0
@@ -37,6 +54,14 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
 
     cursor = Cursor(log_dir, allow_torn_tail=True)
     for logged_ns, payload in cursor.iter_raw():
+        if payload[:1] == _CREATE_SCHEDULE:
+            try:
+                created = commands.decode_command(payload)
+            except commands.CommandDecodeError:
+                continue
+            if isinstance(created, extensions.CreateSchedule):
+                schedule_names[created.schedule] = created.name
+            continue
         if logged_ns < created_ns or job_id not in payload:
             continue
         try:
@@ -52,6 +77,10 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
             if submitted and submitted.created_by_type:
                 detail += f", created by {submitted.created_by_type} {submitted.created_by_id}"
             event(logged_ns, "submitted", actor, detail)
+        elif isinstance(command, extensions.FireSchedule):
+            if command.job is not None:
+                detail = _created_by_schedule(command, schedule_names)
+                event(logged_ns, "created", "scheduler", detail)
         elif isinstance(command, _LEASE):
             attempt += 1
             running = True

@@ -3,8 +3,8 @@
 // with a new PageContext (page.js) so that nothing of the page before (fields, buttons,
 // toasts, a confirmation, answers still on their way) can act or show on the new one.
 //
-// Pages: #/ jobs (jobs.js), #/jobs/<id> a job (job.js), #/schedules and #/schedules/<id>
-// (schedules.js), #/metrics (metrics.js).
+// Pages: #/ jobs (jobs.js), #/jobs/<id> a job (job.js), #/schedules (schedules.js),
+// #/schedules/<id or name> a schedule (schedule.js), #/metrics (metrics.js).
 
 import { setPrincipal } from "./actions.js";
 import { setToken, setUnauthorizedHandler } from "./api.js";
@@ -14,7 +14,8 @@ import { mountJob } from "./job.js";
 import { mountJobs } from "./jobs.js";
 import { mountMetrics } from "./metrics.js";
 import { invalidatePages, PageContext, Stale, takePendingToast } from "./page.js";
-import { mountSchedule, mountSchedules } from "./schedules.js";
+import { mountSchedule } from "./schedule.js";
+import { mountSchedules } from "./schedules.js";
 
 const REFRESH_MS = 1000;
 const STATUS_ORDER = ["running", "pending", "paused", "failed", "canceled", "succeeded"];

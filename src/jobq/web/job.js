@@ -1,11 +1,13 @@
-// A job's page: its fields, payload and result, error, progress and history. The page is
-// drawn afresh for each navigation; its buttons act on the job it shows (the full id the
-// server answered with), and an id that names no job shows "not found" and no buttons.
+// A job's page: its status, progress and error first (and the schedule run it is), then its
+// fields, payload and result, and its timeline (timeline.js). The page is drawn afresh for
+// each navigation; its buttons act on the job it shows (the full id the server answered
+// with), and an id that names no job shows "not found" and no buttons.
 
 import { accessKey, jobActions } from "./actions.js";
 import { ago, clear, el, notFound, user } from "./dom.js";
 import { progressBar, statusSuffix, updateProgress } from "./progress.js";
 import { Stale } from "./page.js";
+import { timeline } from "./timeline.js";
 
 const FIELDS = [
   ["id", "ID"], ["name", "Name"], ["description", "Description"], ["status", "Status"],
@@ -14,9 +16,10 @@ const FIELDS = [
   ["created", "Created"], ["time", "Due"], ["started", "Started"], ["modified", "Modified"],
   ["finished", "Finished"], ["running_status", "Running status"], ["lease", "Lease"],
   ["checkpoint_size", "Checkpoint size"], ["payload_size", "Payload size"],
-  ["creator", "Creator"], ["created_by", "Created by"], ["reason", "Reason"],
+  ["creator", "Creator"], ["created_by", "Created by"], ["run_for", "Run for"],
+  ["run_kind", "Run kind"], ["reason", "Reason"],
 ];
-const TIMES = ["created", "time", "started", "modified", "finished"];
+const TIMES = ["created", "time", "started", "modified", "finished", "run_for"];
 
 function decodeBase64(text) {
   const binary = atob(text || "");
@@ -57,6 +60,10 @@ function fieldValue(key, value) {
     return [user(value), " ", el("span", { class: "muted", text: `(${ago(value)})` })];
   }
   if (key === "lease") return [user(value.worker_id || "?"), " until ", user(value.expires || "?")];
+  if (key === "created_by" && value.type === "schedule") {
+    return [el("a", { href: `#/schedules/${encodeURIComponent(value.id)}` },
+      "schedule ", user(value.id))];
+  }
   if (key === "created_by") return [user(value.type), " ", user(value.id)];
   if (key === "checkpoint_size" || key === "payload_size") return [`${value} bytes`];
   return [user(String(value))];
@@ -74,18 +81,42 @@ export function mountJob(ctx, root, requested) {
   const payload = el("pre", { id: "job-payload", class: "user" });
   const resultKind = el("span", { id: "job-result-kind", class: "muted" });
   const result = el("pre", { id: "job-result", class: "user" });
+  const errorBox = el("div", { id: "job-error-box", hidden: true },
+    el("h2", { text: "Error" }), error);
+  const scheduleRun = el("p", { id: "job-schedule", class: "schedule-run", hidden: true });
   const history = el("ol", { id: "job-history", class: "timeline" });
+  const timelineView = timeline(history);
   root.append(
     el("p", {}, el("a", { href: "#/", text: "← Jobs" })),
     el("div", { class: "toolbar" }, title, status, el("span", { class: "spacer" }), actions),
     progress,
+    errorBox,
+    scheduleRun,
     el("div", { class: "columns" },
       el("div", {}, el("h2", { text: "Fields" }),
         el("table", { id: "job-fields", class: "fields" }, fields)),
-      el("div", {}, el("h2", { text: "Error" }), error,
+      el("div", {},
         el("h2", {}, "Payload ", payloadKind), payload,
         el("h2", {}, "Result ", resultKind), result)),
     el("h2", { text: "History" }), history);
+
+  // "Run of schedule nightly for 2026-11-26T02:30:00Z (backfill)", linked to the schedule
+  function drawScheduleRun(job) {
+    const by = job.created_by;
+    if (!by || by.type !== "schedule") { scheduleRun.hidden = true; return; }
+    const name = job.schedule ? job.schedule.name : `#${by.id}`;
+    const signature = `${name}|${by.id}|${job.run_for}|${job.run_kind}`;
+    scheduleRun.hidden = false;
+    if (scheduleRun.dataset.signature === signature) return;
+    scheduleRun.dataset.signature = signature;
+    clear(scheduleRun);
+    scheduleRun.append("Run of schedule ",
+      el("a", { id: "job-schedule-link", href: `#/schedules/${encodeURIComponent(by.id)}` },
+        user(name)),
+      job.run_for ? " for " : "", job.run_for ? user(job.run_for) : "",
+      job.run_kind && job.run_kind !== "scheduled" ? ` (${job.run_kind})` : "",
+      job.schedule ? "" : " (the schedule is gone)");
+  }
 
   function draw(job, events) {
     shownId = job.id;
@@ -105,25 +136,16 @@ export function mountJob(ctx, root, requested) {
       fields.append(el("tr", {}, el("th", { text: label }),
         el("td", { "data-field": key }, ...fieldValue(key, job[key]))));
     }
-    error.textContent = job.error || "—";
+    error.textContent = job.error || "";
+    errorBox.hidden = !job.error;
+    drawScheduleRun(job);
     const shownPayload = preview(job.payload, 4096);
     payloadKind.textContent = shownPayload.kind;
     payload.textContent = shownPayload.text;
     const shownResult = preview(job.result, 4096);
     resultKind.textContent = shownResult.kind;
     result.textContent = job.result === null || job.result === undefined ? "—" : shownResult.text;
-    clear(history);
-    if (!events.length) {
-      history.append(el("li", { class: "muted",
-        text: "No history (an in-memory server keeps none)." }));
-    }
-    for (const event of events) {
-      history.append(el("li", { class: `event event-${String(event.event).replace(/\W+/g, "-")}` },
-        el("time", { datetime: event.time || "", title: event.time || "", text: event.time || "" }),
-        el("strong", {}, user(event.event)),
-        event.actor ? el("span", { class: "muted" }, " by ", user(event.actor)) : null,
-        event.detail ? el("span", { class: "detail" }, " — ", user(event.detail)) : null));
-    }
+    timelineView.draw(events);
   }
 
   return {

@@ -1,5 +1,5 @@
-"""The schedule routes: list, create, show, history, pause, resume, alter, trigger,
-backfill, drop (docs/schedules.md)."""
+"""The schedule routes: list, create, show (with the next runs), history, runs, pause,
+resume, alter, trigger, backfill, drop (docs/schedules.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from fastapi import Body, FastAPI, Query
 from fastapi import Path as PathParam
 from fastapi.responses import Response
 
+from jobq.engine.schedule_operations import MAX_RUNS_PAGE
+from jobq.engine.specs import MAX_NEXT_RUNS
 from jobq.http.models import (
     BackfillBody,
     Ids,
@@ -17,6 +19,7 @@ from jobq.http.models import (
     ScheduleChanges,
     ScheduleCreateBody,
     ScheduleList,
+    ScheduleRuns,
     ScheduleSummary,
     Submitted,
 )
@@ -41,9 +44,26 @@ def add_routes(app: FastAPI, core: Core) -> None:
         return await run(core, "screate", body.model_dump(exclude_none=True))
 
     @app.get("/api/schedules/{name}", response_model=ScheduleSummary, tags=["schedules"])
-    async def show_schedule(name: str = Name) -> Response:
-        """One schedule with its change history (``changes``)."""
-        return await run(core, "sshow", {"name": name})
+    async def show_schedule(
+        name: str = Name,
+        next: int = Query(0, ge=0, le=MAX_NEXT_RUNS, description="list the next N runs"),
+    ) -> Response:
+        """One schedule with its change history (``changes``) and, with ``next``, its next
+        runs (``next_runs``)."""
+        return await run(core, "sshow", {"name": name, "next": next})
+
+    @app.get("/api/schedules/{name}/runs", response_model=ScheduleRuns, tags=["schedules"])
+    async def schedule_runs(
+        name: str = Name,
+        limit: int = Query(50, ge=1, le=MAX_RUNS_PAGE),
+        cursor: str | None = Query(None, max_length=200),
+    ) -> Response:
+        """The jobs the schedule created (those the server still keeps), newest first, with
+        their status and duration; ``next_cursor`` pages on."""
+        body: dict[str, Any] = {"name": name, "limit": limit}
+        if cursor is not None:
+            body["cursor"] = cursor
+        return await run(core, "sruns", body)
 
     @app.get("/api/schedules/{name}/history", response_model=ScheduleChanges,
              tags=["schedules"])

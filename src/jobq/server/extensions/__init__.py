@@ -74,5 +74,6 @@ class Extensions(JobCommands, ScheduleCommands):
             "strigger": self.strigger,
             "sbackfill": self.sbackfill,
             "shistory": self.shistory,
+            "sruns": self.sruns,
             "sdrop": self.sdrop,
         }

@@ -31,7 +31,7 @@ from jobq.server.extensions.bodies import (
     valid_created_by,
     valid_name,
 )
-from jobq.server.extensions.views import job_detail, job_summary, lease_reply
+from jobq.server.extensions.views import job_detail, job_schedule, job_summary, lease_reply
 
 
 class Submit(msgspec.Struct, forbid_unknown_fields=True):
@@ -278,7 +278,9 @@ class JobCommands(ExtensionsBase):
     def job(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: JobRef = body(JobRef, data)
         job = self.engine.jobs[self._id(r.id)]
-        return data_reply(job_detail(job))
+        detail = job_detail(job)
+        detail["schedule"] = job_schedule(self.engine, job)
+        return data_reply(detail)
 
     def history(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: JobRef = body(JobRef, data)

@@ -1,5 +1,5 @@
 """The schedule commands of jobq's protocol extensions (docs/schedules.md): create, list,
-show, pause, resume, alter, trigger, backfill, history, drop."""
+show (with the next runs), pause, resume, alter, trigger, backfill, history, runs, drop."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from jobq.engine.schedules import DEFAULT_CATCHUP_MS
+from jobq.engine.specs import MAX_NEXT_RUNS
 from jobq.server.extensions.base import ExtensionsBase
 from jobq.server.extensions.bodies import (
     MAX_SHORT_TEXT,
@@ -18,13 +19,15 @@ from jobq.server.extensions.bodies import (
     body,
     data_reply,
     encoder,
+    format_time,
+    in_range,
     limited,
     parse_time,
     reason_actor,
     register,
     valid_name,
 )
-from jobq.server.extensions.views import changes, schedule_summary
+from jobq.server.extensions.views import changes, run_summary, schedule_summary
 
 
 class ScheduleCreate(msgspec.Struct, forbid_unknown_fields=True):
@@ -54,13 +57,26 @@ class ScheduleAlterBody(Reasoned, forbid_unknown_fields=True):
     catchup_ms: int | None = None
 
 
+class ScheduleShow(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    #: how many next runs to list (``next_runs``); 0: none
+    next: int = 0
+
+
+class ScheduleRuns(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    limit: int = 50
+    cursor: str | None = None
+
+
 class ScheduleBackfill(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     start: str = msgspec.field(name="from")
     end: str = msgspec.field(name="to")
 
 
-register(ScheduleCreate, ScheduleRef, ScheduleAlterBody, ScheduleBackfill)
+register(ScheduleCreate, ScheduleRef, ScheduleShow, ScheduleRuns, ScheduleAlterBody,
+         ScheduleBackfill)
 
 
 class ScheduleCommands(ExtensionsBase):
@@ -98,11 +114,24 @@ class ScheduleCommands(ExtensionsBase):
         )
 
     def sshow(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
-        r: ScheduleRef = body(ScheduleRef, data)
+        r: ScheduleShow = body(ScheduleShow, data)
+        next_count = in_range(r.next, 0, MAX_NEXT_RUNS, f"Invalid next: 0 to {MAX_NEXT_RUNS}")
         schedule = self.engine.get_schedule(r.name)
         detail = schedule_summary(schedule)
         detail["changes"] = changes(schedule)
+        if next_count:
+            detail["next_runs"] = [
+                format_time(t)
+                for t in self.engine.upcoming_runs(schedule.id, next_count, now_ns=now_ns)
+            ]
         return data_reply(detail)
+
+    def sruns(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
+        r: ScheduleRuns = body(ScheduleRuns, data)
+        page, next_cursor = self.engine.schedule_runs(r.name, limit=r.limit, cursor=r.cursor)
+        return data_reply(
+            {"runs": [run_summary(job, now_ns) for job in page], "next_cursor": next_cursor}
+        )
 
     def spause(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ScheduleRef = body(ScheduleRef, data)

@@ -8,7 +8,9 @@ import uuid
 import msgspec
 
 from jobq.engine.job import Job, Status
+from jobq.engine.machine import Engine
 from jobq.engine.schedules import Schedule
+from jobq.engine.spec_words import describe
 from jobq.server.extensions.bodies import data_reply, format_time
 
 
@@ -56,6 +58,9 @@ def job_summary(job: Job) -> dict[str, object]:
             if meta is not None and meta.created_by is not None
             else None
         ),
+        # a schedule's run: the time it stands for, and scheduled, trigger or backfill
+        "run_for": format_time(meta.run_for_ns) if meta is not None else None,
+        "run_kind": (meta.run_kind or None) if meta is not None else None,
         "lease": lease,
         "pause_requested": bool(meta and meta.pause_requested),
         "cancel_requested": bool(meta and meta.cancel_requested),
@@ -71,6 +76,30 @@ def job_detail(job: Job) -> dict[str, object]:
     detail["payload"] = job.payload
     detail["result"] = job.result if job.status.finished else None
     return detail
+
+
+def job_schedule(engine: Engine, job: Job) -> dict[str, object] | None:
+    """``{"id", "name"}`` of the schedule that created ``job``, if it still exists."""
+    meta = job.meta
+    if meta is None or meta.created_by is None or meta.created_by[0] != "schedule":
+        return None
+    ref = meta.created_by[1]
+    schedule = engine.schedules.get(int(ref)) if ref.isdigit() else None
+    return None if schedule is None else {"id": schedule.id, "name": schedule.name}
+
+
+def run_summary(job: Job, now_ns: int) -> dict[str, object]:
+    """A schedule's run: its job, and how long its newest attempt ran (so far, if it
+    runs; None if it never started)."""
+    summary = job_summary(job)
+    started = job.started_ns
+    if started is None:
+        duration_ms = None
+    else:
+        ended = job.finished_ns if job.status.finished and job.finished_ns else now_ns
+        duration_ms = max(0, (ended - started) // 1_000_000)
+    summary["duration_ms"] = duration_ms
+    return summary
 
 
 def changes(schedule: Schedule) -> list[dict[str, object]]:
@@ -94,6 +123,7 @@ def schedule_summary(schedule: Schedule) -> dict[str, object]:
         "owner": schedule.owner,
         "created": format_time(schedule.created_ns),
         "spec": spec.text(),
+        "description": describe(spec),
         "kind": spec.kind,
         "cron": spec.cron or None,
         "tz": spec.tz or ("UTC" if spec.cron else None),
@@ -117,6 +147,7 @@ def schedule_summary(schedule: Schedule) -> dict[str, object]:
         "skipped": schedule.skipped,
         "missed": schedule.missed,
         "consecutive_failures": schedule.consecutive_failures,
+        "last_success": format_time(schedule.last_success_ns),
         "buffered": schedule.pending_buffered,
         "reason": schedule.changes[-1][1] if schedule.changes else "",
     }

@@ -394,6 +394,7 @@ EXTENSION_COMMANDS = (
     "strigger",
     "sbackfill",
     "shistory",
+    "sruns",
     "sdrop",
     "audit",
 )
