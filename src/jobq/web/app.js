@@ -4,7 +4,7 @@
 // toasts, a confirmation, answers still on their way) can act or show on the new one.
 //
 // Pages: #/ jobs (jobs.js), #/jobs/<id> a job (job.js), #/schedules and #/schedules/<id>
-// (schedules.js), #/metrics (metrics.js).
+// (schedules.js), #/workers (workers.js), #/metrics (metrics.js).
 
 import { setPrincipal } from "./actions.js";
 import { setToken, setUnauthorizedHandler } from "./api.js";
@@ -15,6 +15,7 @@ import { mountJobs } from "./jobs.js";
 import { mountMetrics } from "./metrics.js";
 import { invalidatePages, PageContext, Stale, takePendingToast } from "./page.js";
 import { mountSchedule, mountSchedules } from "./schedules.js";
+import { mountWorkers } from "./workers.js";
 
 const REFRESH_MS = 1000;
 const STATUS_ORDER = ["running", "pending", "paused", "failed", "canceled", "succeeded"];
@@ -24,6 +25,7 @@ const ROUTES = [
   [/^#\/jobs\/(.+)$/, "job", "jobs", mountJob],
   [/^#\/schedules\/(.+)$/, "schedule", "schedules", mountSchedule],
   [/^#\/schedules\/?$/, "schedules", "schedules", mountSchedules],
+  [/^#\/workers\/?$/, "workers", "workers", mountWorkers],
   [/^#\/metrics\/?$/, "metrics", "metrics", mountMetrics],
   [/^/, "jobs", "jobs", mountJobs],
 ];

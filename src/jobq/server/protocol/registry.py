@@ -396,6 +396,11 @@ EXTENSION_COMMANDS = (
     "shistory",
     "sdrop",
     "audit",
+    "whello",
+    "wbeat",
+    "wbye",
+    "wlist",
+    "wshow",
 )
 
 
