@@ -178,9 +178,9 @@ def list_command(
 ) -> None:
     """List jobs (newest first within each status).
 
-    A pending job waiting for its time says when it is due (``pending (due in 1m20s)``); the
-    name of a pending job that no live worker serves is marked ``!``, with a line under the
-    list saying so."""
+    A pending job waiting for its time says when it is due: "pending (due in 1m20s)". The
+    name of a pending job that no live worker serves is marked "!", and a line under the
+    list says so."""
     wanted = _statuses(statuses)
     with connected(server) as client:
         page = client.jobs(

@@ -81,7 +81,7 @@ class TooManyWorkers(EngineError):
     """The server keeps :data:`MAX_WORKERS` workers already."""
 
     kind: ClassVar[ErrorKind] = ErrorKind.UNAVAILABLE
-    text = f"Too many workers (at most {MAX_WORKERS})"
+    text = "Too many workers"
 
 
 class Hello(msgspec.Struct, forbid_unknown_fields=True):
@@ -116,7 +116,7 @@ class Worker:
 
     __slots__ = (
         "announced_ns", "concurrency", "expires_s", "heartbeat_ms", "host", "id",
-        "last_seen_s", "names", "outcomes", "pid", "started_ns", "version",
+        "last_seen_ns", "last_seen_s", "names", "outcomes", "pid", "started_ns", "version",
     )
 
     def __init__(self, hello: Hello, names: list[str], now_s: float, now_ns: int,
@@ -132,7 +132,9 @@ class Worker:
         self.announced_ns = now_ns
         #: the worker's own counts of its jobs' outcomes since it started (``wbeat``)
         self.outcomes: dict[str, int] = {}
+        #: the last sign of life: on the clock of expiry, and as a time to show
         self.last_seen_s = now_s
+        self.last_seen_ns = now_ns
         self.expires_s = now_s + window_s
 
 
@@ -175,7 +177,8 @@ class WorkerRegistry:
         self.engine = engine
         self.missed_heartbeats = missed_heartbeats
         self._clock_ns = clock_ns
-        self._monotonic_s = monotonic_s
+        #: the clock of expiry (a test swaps in a fake one before the server serves)
+        self.monotonic_s = monotonic_s
         self._workers: dict[str, Worker] = {}
         #: job name -> live workers serving it
         self._served: dict[str, int] = {}
@@ -201,8 +204,9 @@ class WorkerRegistry:
         nothing for a worker that never announced itself."""
         worker = self._workers.get(worker_id)
         if worker is not None:
-            now_s = self._monotonic_s()
+            now_s = self.monotonic_s()
             worker.last_seen_s = now_s
+            worker.last_seen_ns = self._clock_ns()
             worker.expires_s = now_s + self._window_s(worker)
 
     def _window_s(self, worker: Worker) -> float:
@@ -210,7 +214,7 @@ class WorkerRegistry:
 
     def expire(self) -> int:
         """Drop the workers whose time is up; how many."""
-        now_s = self._monotonic_s()
+        now_s = self.monotonic_s()
         if now_s < self._next_expiry_s:
             return 0
         gone = [w for w in self._workers.values() if w.expires_s <= now_s]
@@ -310,9 +314,9 @@ class WorkerRegistry:
         names = list(dict.fromkeys(valid_name(n) for n in r.names))
         self.expire()
         if r.worker_id not in self._workers and len(self._workers) >= MAX_WORKERS:
-            raise TooManyWorkers()
+            raise TooManyWorkers(f"Too many workers (at most {MAX_WORKERS})")
         window_s = self.missed_heartbeats * r.heartbeat_ms / 1000
-        worker = Worker(r, names, self._monotonic_s(), self._clock_ns(), window_s)
+        worker = Worker(r, names, self.monotonic_s(), self._clock_ns(), window_s)
         again = r.worker_id in self._workers
         self._add(worker)
         logger.info(
@@ -389,10 +393,7 @@ class WorkerRegistry:
     def view(self, worker: Worker, running: Iterable[Job]) -> dict[str, object]:
         """A worker's JSON."""
         jobs = list(running)
-        now_s = self._monotonic_s()
-        now_ns = self._clock_ns()
-        last_seen_ns = now_ns - int((now_s - worker.last_seen_s) * 1e9)
-        expires_ns = now_ns + int((worker.expires_s - now_s) * 1e9)
+        expires_ns = worker.last_seen_ns + int(self._window_s(worker) * 1e9)
         return {
             "id": worker.id,
             "host": worker.host,
@@ -402,7 +403,7 @@ class WorkerRegistry:
             "version": worker.version,
             "started": format_time(worker.started_ns),
             "announced": format_time(worker.announced_ns),
-            "last_seen": format_time(last_seen_ns),
+            "last_seen": format_time(worker.last_seen_ns),
             "expires": format_time(expires_ns),
             "heartbeat_ms": worker.heartbeat_ms,
             "running_count": len(jobs),
