@@ -142,6 +142,15 @@ def curl(ex: Example, world: World) -> None:
         assert (job["status"], job["reason"]) == ("paused", "disk full")
 
 
+def lists_workers(ex: Example, world: World) -> None:
+    """``jobq workers list`` and ``GET /api/workers`` (``localhost:8080``: the server's HTTP
+    address) name a worker the server's list holds."""
+    with Client.from_address(world.server.tcp_address) as client:
+        client.whello("docs-worker", ["reports.daily"], heartbeat_ms=3_600_000)
+    output = world.run(ex.text.replace("localhost:8080", world.http_address))
+    assert "docs-worker" in output and "reports.daily" in output, output
+
+
 def completion(ex: Example, world: World) -> None:
     """bash: the completion is installed; zsh and fish where they are installed, else the
     script the command gives them."""
@@ -386,6 +395,10 @@ CHECKS: dict[str, Check] = {
     'curl -s --json {"name": "reports.daily", "payload_text": "{\\"day\\": \\"2026-11-21\\"}"} '
     "localhost:8080/api/jobs": curl,
     'curl -s --json {"reason": "disk full"} localhost:8080/api/jobs/3f2a/pause': curl,
+    "jobq workers list": lists_workers,
+    "curl -s localhost:8080/api/workers | jq .workers[] | {id, names, running_count}": (
+        lists_workers
+    ),
     "jobq server": serves,
     "jobq jobs list --server jobs.internal:9922 --auth-token-file ~/.jobq-token --tls-ca ca.pem": (
         with_token_and_tls
