@@ -142,6 +142,8 @@ def test_lists_are_usable_375_px_wide(browser: Any, live: RunningServer) -> None
         page = context.new_page()
         page.goto(f"{live.http_url}/")
         page.wait_for_selector(f'#jobs-table tr[data-id="{long_id}"]')
+        # buttons come once /api/server said whose token it is: after the first rows
+        page.wait_for_selector(f'#jobs-table tr[data-id="{long_id}"] button')
         no_sideways_scroll(page)
         assert buttons_in_view(page, "#jobs-table button") >= 4
         page.click(f'#jobs-table tr[data-id="{long_id}"] button[data-action=pause]')
