@@ -26,6 +26,9 @@ DEFAULT_AUTH_DEADLINE_MS = 5000
 DEFAULT_AUTH_FAILURE_DELAY_MS = 100
 #: records logged between engine snapshots while running, at least (server/snapshotter.py)
 DEFAULT_SNAPSHOT_MIN_RECORDS = 100_000
+#: a worker is dropped from the worker list after this many of its heartbeat intervals
+#: with no sign of life (server/workers.py)
+DEFAULT_WORKER_MISSED_HEARTBEATS = 3
 
 
 #: the refusal of a token given twice over
@@ -79,6 +82,8 @@ class ServerConfig(msgspec.Struct, frozen=True):
     auth_failure_delay_ms: int = DEFAULT_AUTH_FAILURE_DELAY_MS
     #: close TCP connections idle this long, ms (0: never, as workq)
     idle_timeout_ms: int = 0
+    #: heartbeat intervals a worker may miss before it leaves the worker list
+    worker_missed_heartbeats: int = DEFAULT_WORKER_MISSED_HEARTBEATS
     #: HOST, PORT of the HTTP API and web UI; None: no HTTP
     http: tuple[str, int] | None = None
     #: PEM files to serve TLS with: the workq protocol on ``host:port`` and HTTPS

@@ -32,21 +32,26 @@ def test_submit_and_list(address: str, client: Client, tmp_path: Path) -> None:
         "--priority", "5", "--ttr", "5m", "--max-attempts", "3",
     )
     assert result.exit_code == 0, result.output
-    job_id = result.output.strip()
+    job_id = result.stdout.strip()
+    # no worker serves "reports": a warning on stderr, and the job is queued all the same
+    assert result.stderr.strip() == "jobq: warning: no live worker serves reports"
     job = client.job(job_id)
     assert job["name"] == "reports" and job["ttr_ms"] == 300_000 and job["priority"] == 5
     assert job["max_attempts"] == 3 and job["description"] == "daily"
 
     data = tmp_path / "payload.bin"
     data.write_bytes(b"\x00\x01raw")
-    second = run(address, "submit", "reports", "--payload", f"@{data}").output.strip()
+    second = run(address, "submit", "reports", "--payload", f"@{data}").stdout.strip()
     assert client.job(second)["payload_size"] == 5
 
     listed = run(address, "jobs", "list")
     assert listed.exit_code == 0
     lines = listed.output.splitlines()
     assert lines[0].split()[:3] == ["ID", "NAME", "STATUS"]
-    assert {line.split()[0] for line in lines[1:]} == {job_id[:8], second[:8]}
+    assert {line.split()[0] for line in lines[1:-1]} == {job_id[:8], second[:8]}
+    # pending jobs of a name no live worker serves: marked, and a line under the list
+    assert all(line.split()[1:3] == ["reports", "!"] for line in lines[1:-1])
+    assert lines[-1] == "! no live worker serves reports"
 
     as_json = json.loads(run(address, "jobs", "list", "--json").output)
     assert {j["id"] for j in as_json["jobs"]} == {job_id, second}
@@ -62,10 +67,10 @@ def test_submit_and_list(address: str, client: Client, tmp_path: Path) -> None:
 
 
 def test_submit_at_a_time(address: str, client: Client) -> None:
-    job_id = run(address, "submit", "later", "--at", "+1h").output.strip()
+    job_id = run(address, "submit", "later", "--at", "+1h").stdout.strip()
     job = client.job(job_id)
     assert job["status"] == "pending" and job["time"]
-    job_id = run(address, "submit", "later", "--at", "2030-01-02T03:04:05Z").output.strip()
+    job_id = run(address, "submit", "later", "--at", "2030-01-02T03:04:05Z").stdout.strip()
     assert client.job(job_id)["time"].startswith("2030-01-02T03:04:05")
 
 
@@ -271,7 +276,7 @@ def test_submit_spark_pipeline_dry_run_marks_its_arguments(address: str, client:
     payload = '{"spec": "/data/project/spark-pipeline.yml"}'
     result = run(address, "submit", "spark.pipeline", "--payload", payload, "--dry-run")
     assert result.exit_code == 0, result.output
-    job = client.job(result.output.strip())
+    job = client.job(result.stdout.strip())
     assert json.loads(base64.b64decode(job["payload"]))["dry_run"] is True
     assert "spark.pipeline" in job["description"]
 

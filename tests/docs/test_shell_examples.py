@@ -161,6 +161,15 @@ def curl(ex: Example, world: World) -> None:
         assert (job["status"], job["reason"]) == ("paused", "disk full")
 
 
+def lists_workers(ex: Example, world: World) -> None:
+    """``jobq workers list`` and ``GET /api/workers`` (``localhost:8080``: the server's HTTP
+    address) name a worker the server's list holds."""
+    with Client.from_address(world.server.tcp_address) as client:
+        client.whello("docs-worker", ["reports.daily"], heartbeat_ms=3_600_000)
+    output = world.run(ex.text.replace("localhost:8080", world.http_address))
+    assert "docs-worker" in output and "reports.daily" in output, output
+
+
 def completion(ex: Example, world: World) -> None:
     """bash: the completion is installed; zsh and fish where they are installed, else the
     script the command gives them."""
@@ -231,7 +240,10 @@ def with_token_and_tls(ex: Example, world: World) -> None:
     if " submit " in text:
         with Client.from_address(server.tcp_address, token=TOKEN,
                                  tls_ca=certificate.cert) as client:
-            assert client.job(output.strip())["name"] == "reports.daily"
+            # the id, then on stderr a warning (no worker serves reports.daily there)
+            job_id, warning = output.strip().splitlines()
+            assert warning == "jobq: warning: no live worker serves reports.daily"
+            assert client.job(job_id)["name"] == "reports.daily"
 
 
 def serves_tls(ex: Example, world: World) -> None:
@@ -407,6 +419,10 @@ CHECKS: dict[str, Check] = {
     ),
     "jobq schedules show nightly-report --next 3": schedule_shown,
     "jobq schedules runs nightly-report --limit 20": schedule_shown,
+    "jobq workers list": lists_workers,
+    "curl -s localhost:8080/api/workers | jq .workers[] | {id, names, running_count}": (
+        lists_workers
+    ),
     "jobq server": serves,
     "jobq jobs list --server jobs.internal:9922 --auth-token-file ~/.jobq-token --tls-ca ca.pem": (
         with_token_and_tls

@@ -61,6 +61,13 @@ VALID: dict[str, dict[str, Any]] = {
     "sruns": {"name": SCHEDULE, "limit": 5},
     "sdrop": {"name": SCHEDULE, "reason": "r"},
     "audit": {"limit": 10},
+    "whello": {"worker_id": "w9", "names": ["fuzz.q"], "host": "h", "pid": 1,
+               "concurrency": 2, "version": "v", "started": "2026-01-01T00:00:00Z",
+               "heartbeat_ms": 3_600_000},
+    "wbeat": {"worker_id": "w1", "outcomes": {"completed": 1}},
+    "wbye": {"worker_id": "w9"},
+    "wlist": {},
+    "wshow": {"id": "w1"},
 }  # fmt: skip
 
 
@@ -88,15 +95,19 @@ def _call(port: int, word: str, body: dict[str, Any]) -> bytes:
 
 
 def _state(port: int) -> list[bytes]:
-    """What a client can see: every job (summaries with ``modified``), schedules, queues."""
+    """What a client can see: every job (summaries with ``modified``), schedules, queues,
+    workers (with when each was last heard of)."""
     queues = p.InspectQueues(0, 100).to_bytes()
     every = {"limit": 1000, "order": "created"}
-    return [_call(port, "jobs", every), _call(port, "slist", {}), _send(port, queues)]
+    return [_call(port, "jobs", every), _call(port, "slist", {}), _send(port, queues),
+            _call(port, "wlist", {})]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("xfuzz"), scheduler=False)
+    # no worker a mutated whello announces (heartbeat_ms 100 at least) expires meanwhile
+    running = start_server(tmp_path_factory.mktemp("xfuzz"), scheduler=False,
+                           worker_missed_heartbeats=10**6)
     port = running.port
     seeds = [
         ("submit", {"name": "fuzz.q", "id": PENDING, "created_by": {"type": "t", "id": 1}}),
@@ -106,6 +117,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         ("pause", {"id": PAUSED}),
         ("screate", {"name": SCHEDULE, "every_ms": 3_600_000, "args": {"name": "fuzz.q"},
                      "paused": True}),
+        ("whello", {"worker_id": "w1", "names": ["fuzz.l"], "heartbeat_ms": 3_600_000}),
     ]  # fmt: skip
     for word, body in seeds:
         assert _call(port, word, body).startswith(b"+OK "), word

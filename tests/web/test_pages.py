@@ -53,7 +53,7 @@ CONTRAST = """
 
 #: every badge and link style, and the other text styles around them
 STYLES = ("header a", "main a", "#toast a", ".status", ".muted", "th", "td", "button",
-          "label", "h1", "pre", "time", ".error", "#toast")
+          "label", "h1", "pre", "time", ".error", "#toast", ".no-worker")
 BADGES = ("running", "pending", "paused", "failed", "canceled", "succeeded", "active",
           "waiting", "done", "idle")
 
@@ -68,6 +68,9 @@ def every_status(live: RunningServer) -> None:
         client.cancel(ids[3])
         client.submit("ui.run", description="running")
         client.xlease("ui.run", worker_id="w", wait_timeout_ms=1000)
+        # a live worker (for the Workers page); nobody serves ui.all: its pending jobs are
+        # marked
+        client.whello("w", ["ui.run"], host="ui-host", pid=7, heartbeat_ms=3_600_000)
     for name, paused in (("ui-active", False), ("ui-paused", True)):
         created = httpx.post(f"{live.http_url}/api/schedules", json={
             "name": name, "cron": "0 * * * *", "args": {"name": "ui.s"}, "paused": paused})
@@ -95,6 +98,7 @@ def test_text_meets_wcag_aa_contrast(page: Any, live: RunningServer, scheme: str
     }""", list(BADGES))
     results = []
     for hash_, ready in (("", ".status-idle"), ("#/schedules", "#schedules-table"),
+                         ("#/workers", '#workers-table tr[data-id="w"]'),
                          ("#/jobs/" + row_ids(page)[0], "#job-title")):
         if hash_:
             page.evaluate(f"location.hash = {hash_!r}")
@@ -138,6 +142,8 @@ def test_lists_are_usable_375_px_wide(browser: Any, live: RunningServer) -> None
         page = context.new_page()
         page.goto(f"{live.http_url}/")
         page.wait_for_selector(f'#jobs-table tr[data-id="{long_id}"]')
+        # buttons come once /api/server said whose token it is: after the first rows
+        page.wait_for_selector(f'#jobs-table tr[data-id="{long_id}"] button')
         no_sideways_scroll(page)
         assert buttons_in_view(page, "#jobs-table button") >= 4
         page.click(f'#jobs-table tr[data-id="{long_id}"] button[data-action=pause]')
@@ -153,6 +159,9 @@ def test_lists_are_usable_375_px_wide(browser: Any, live: RunningServer) -> None
         page.click('#schedules-table tr[data-name="ui-active"] button[data-action=pause]')
         page.wait_for_selector(
             '#schedules-table tr[data-name="ui-active"] button[data-action=resume]')
+        page.evaluate("location.hash = '#/workers'")
+        page.wait_for_selector('#workers-table tr[data-id="w"]')
+        no_sideways_scroll(page)
         page.evaluate("location.hash = '#/metrics'")
         page.wait_for_function(
             "document.getElementById('metrics-text')?.textContent.includes('jobq_jobs')")

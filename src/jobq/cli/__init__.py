@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "jobq.cli.status:status_command",
     "schedules": "jobq.cli.schedules:schedules_group",
     "audit": "jobq.cli.audit:audit_command",
+    "workers": "jobq.cli.workers:workers_group",
 }
 
 

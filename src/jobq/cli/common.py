@@ -365,6 +365,36 @@ def short_time(value: object) -> str:
     return value.replace("T", " ")[:19]
 
 
+def span(seconds: float) -> str:
+    """A length of time as a person reads it, to the second: ``45s``, ``1m20s``, ``3h5m``,
+    ``2d4h``."""
+    total = max(0, round(seconds))
+    days, rest = divmod(total, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"
+
+
+def seconds_until(value: object, now: datetime | None = None) -> float | None:
+    """Seconds from now (``now``, default the clock) to the RFC 3339 time ``value``
+    (negative: past); None for null or text that is not a time."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - (now or datetime.now(UTC))).total_seconds()
+
+
 def percent(value: object) -> str:
     """A fraction as ``37%``; "" for anything else (no progress reported)."""
     if isinstance(value, int | float) and not isinstance(value, bool):

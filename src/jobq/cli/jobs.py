@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,9 @@ from jobq.cli.common import (
     print_json,
     print_rows,
     reads,
+    seconds_until,
     short_time,
+    span,
 )
 
 if TYPE_CHECKING:
@@ -65,20 +67,46 @@ def _statuses(values: Sequence[str]) -> list[str]:
 
 
 _LIST_COLUMNS = ("ID", "NAME", "STATUS", "PROGRESS", "RUNNING STATUS", "CREATED")
+#: after the name of a pending job that no live worker serves (a line under the list says so)
+NO_WORKER_MARK = "!"
 
 
-def _list_row(job: dict[str, Any]) -> tuple[str, ...]:
+def _status_text(job: dict[str, Any]) -> str:
+    """The status, and for a pending job waiting for its time how long until it is due
+    (``pending (due in 1m20s)``)."""
+    status = str(job.get("status", ""))
+    if status == "pending":
+        due_s = seconds_until(job.get("time"))
+        if due_s is not None and due_s >= 0.5:
+            return f"{status} (due in {span(due_s)})"
+    return status
+
+
+def _unserved(job: dict[str, Any], unserved: Collection[str]) -> bool:
+    return job.get("status") == "pending" and job.get("name") in unserved
+
+
+def _list_row(job: dict[str, Any], unserved: Collection[str] = ()) -> tuple[str, ...]:
+    name = str(job.get("name", ""))
     return (
         str(job.get("id", ""))[:8],
-        str(job.get("name", "")),
-        str(job.get("status", "")),
+        f"{name} {NO_WORKER_MARK}" if _unserved(job, unserved) else name,
+        _status_text(job),
         percent(job.get("fraction_completed")),
         str(job.get("running_status") or ""),
         short_time(job.get("created")),
     )
 
 
-def _rich_jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Any:
+def _unserved_notes(jobs: list[dict[str, Any]], unserved: Collection[str]) -> list[str]:
+    """A line for each name marked in the list: ``! no live worker serves <name>``."""
+    marked = sorted({str(j.get("name")) for j in jobs if _unserved(j, unserved)})
+    return [f"{NO_WORKER_MARK} no live worker serves {name}" for name in marked]
+
+
+def _rich_jobs_table(
+    jobs: list[dict[str, Any]], title: str | None = None, unserved: Collection[str] = ()
+) -> Any:
     from rich.progress_bar import ProgressBar
     from rich.table import Table
     from rich.text import Text
@@ -105,11 +133,11 @@ def _rich_jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> An
             )
         else:
             progress = ""
-        row = _list_row(job)
+        row = _list_row(job, unserved)
         table.add_row(
             row[0],
-            row[1],
-            Text(status, style=colors.get(status, "")),
+            Text(row[1], style="yellow" if _unserved(job, unserved) else ""),
+            Text(row[2], style=colors.get(status, "")),
             progress,
             row[4],
             row[5],
@@ -148,7 +176,11 @@ def list_command(
     as_json: bool,
     server: Remote,
 ) -> None:
-    """List jobs (newest first within each status)."""
+    """List jobs (newest first within each status).
+
+    A pending job waiting for its time says when it is due: "pending (due in 1m20s)". The
+    name of a pending job that no live worker serves is marked "!", and a line under the
+    list says so."""
     wanted = _statuses(statuses)
     with connected(server) as client:
         page = client.jobs(
@@ -160,21 +192,30 @@ def list_command(
             cursor=cursor,
         )
     if as_json:
-        print_json({"jobs": page.jobs, "next_cursor": page.next_cursor})
+        print_json(
+            {"jobs": page.jobs, "next_cursor": page.next_cursor, "unserved": page.unserved}
+        )
         return
+    notes = _unserved_notes(page.jobs, page.unserved)
     if is_tty():
         from rich.console import Console
+        from rich.text import Text
 
         console = Console()
         if page.jobs:
-            console.print(_rich_jobs_table(page.jobs))
+            console.print(_rich_jobs_table(page.jobs, unserved=page.unserved))
         else:
             console.print("no jobs")
+        for note in notes:
+            console.print(Text(note, style="yellow"))
         if page.next_cursor:
             console.print(f"[dim]more: --cursor {page.next_cursor}[/dim]")
         return
     if page.jobs:
-        click.echo(plain_rows([_list_row(j) for j in page.jobs], _LIST_COLUMNS))
+        rows = [_list_row(j, page.unserved) for j in page.jobs]
+        click.echo(plain_rows(rows, _LIST_COLUMNS))
+        for note in notes:
+            click.echo(note)
     else:
         click.echo("no jobs")
 

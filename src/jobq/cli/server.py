@@ -27,6 +27,7 @@ from jobq.config import (
     DEFAULT_SNAPSHOT_MIN_RECORDS,
     DEFAULT_SYNC,
     DEFAULT_SYNC_INTERVAL_MS,
+    DEFAULT_WORKER_MISSED_HEARTBEATS,
     ConfigError,
     ServerConfig,
     default_data_dir,
@@ -72,6 +73,7 @@ def build_config(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     listen_plain: str | None = None,
+    worker_missed_heartbeats: int = DEFAULT_WORKER_MISSED_HEARTBEATS,
 ) -> ServerConfig:
     """The server's settings from its options' values (named as the options; integers come
     checked against their ranges by click); :class:`ConfigError` says what is wrong."""
@@ -127,6 +129,7 @@ def build_config(
         tls_cert=tls_cert,
         tls_key=tls_key,
         listen_plain=plain,
+        worker_missed_heartbeats=worker_missed_heartbeats,
     )
 
 
@@ -280,6 +283,13 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
     minimum=1,
     default=DEFAULT_MAX_CONNECTIONS,
     help="Most client connections served at once.",
+)
+@_count(
+    "--worker-missed-heartbeats",
+    minimum=1,
+    default=DEFAULT_WORKER_MISSED_HEARTBEATS,
+    help="A worker leaves the worker list after this many of its heartbeat intervals with "
+    "no sign of life.",
 )
 @_option(
     "--scheduler/--no-scheduler",

@@ -1,4 +1,5 @@
-"""``jobq submit``: submit a job; prints its id.
+"""``jobq submit``: submit a job; prints its id (and on stderr a warning when no live worker
+serves its name: it is queued all the same).
 
 A Spark job type's JSON arguments are checked here first (``--dry-run`` validates a
 pipeline without running it). Exit codes as ``jobq jobs``: 0 ok, 1 failure, 2 bad input (a
@@ -103,7 +104,7 @@ def submit_command(
     ttl_ms = None if ttl is None else duration_ms(ttl, "--ttl")
     when = None if at is None else parse_when(at)
     with connected(server) as client:
-        new_id = client.submit(
+        submitted = client.submit_job(
             name,
             data,
             id=job_id,
@@ -116,6 +117,8 @@ def submit_command(
             description=description,
             creator=user() if creator is None else creator,
         )
-    click.echo(new_id)
+    click.echo(submitted.id)
+    if submitted.warning:  # a warning, not a refusal: the job is queued for later workers
+        click.echo(f"jobq: warning: {submitted.warning}", err=True)
 
 

@@ -105,6 +105,7 @@ from jobq.client.models import (
     LeasedJob,
     QueueInfo,
     ServerInfo,
+    Submitted,
     WorkerLease,
 )
 from jobq.client.operations import DEFAULT_LEASE_WAIT_MS, DEFAULT_TTL_MS, DEFAULT_TTR_MS
@@ -148,6 +149,7 @@ __all__ = [
     "ReplyTimeout",
     "ServerError",
     "ServerInfo",
+    "Submitted",
     "When",
     "WorkerLease",
     "parse_address",

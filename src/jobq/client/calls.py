@@ -85,6 +85,15 @@ def ext(
     return Call(request, wait_s, finish)
 
 
+def with_body(call: Call[Any], convert: Callable[[Body], T]) -> Call[T]:
+    """``call``'s extension request, its reply's JSON body converted by ``convert``."""
+
+    def finish(reply: p.Reply) -> T:
+        return convert(_body(reply))
+
+    return Call(call.request, call.wait_s, finish)
+
+
 def key(name: str) -> Callable[[Body], str]:
     """The conversion to the body's text field ``name``."""
 

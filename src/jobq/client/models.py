@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import IntEnum
 from typing import Any
@@ -156,6 +156,18 @@ class JobPage:
 
     jobs: list[dict[str, Any]]
     next_cursor: str | None
+    #: the names of the pending jobs of the page that no live worker serves (an older
+    #: server: empty)
+    unserved: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """A submitted job's id, and the server's warning about it: ``no live worker serves
+    <name>`` (the job is queued all the same), else None."""
+
+    id: str
+    warning: str | None = None
 
 
 def _datetime(time_ns: int) -> datetime:
@@ -295,7 +307,20 @@ def to_page(body: Body) -> JobPage:
     if not isinstance(jobs, list):
         raise ConnectionLost("malformed jobs reply: no job list")
     cursor = body.get("next_cursor")
-    return JobPage(jobs, None if cursor is None else str(cursor))
+    unserved = body.get("unserved")
+    return JobPage(
+        jobs,
+        None if cursor is None else str(cursor),
+        [str(n) for n in unserved] if isinstance(unserved, list) else [],
+    )
+
+
+def to_submitted(body: Body) -> Submitted:
+    job_id = body.get("id")
+    if not isinstance(job_id, str):
+        raise ConnectionLost("malformed reply: no id")
+    warning = body.get("warning")
+    return Submitted(job_id, str(warning) if warning else None)
 
 
 def to_runs_page(body: Body) -> JobPage:

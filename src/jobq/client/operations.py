@@ -42,6 +42,7 @@ from jobq.client.calls import (
     ok,
     operation,
     same,
+    with_body,
 )
 from jobq.client.models import (
     Body,
@@ -54,6 +55,7 @@ from jobq.client.models import (
     LeasedJob,
     QueueInfo,
     ServerInfo,
+    Submitted,
     WorkerLease,
     to_changed,
     to_events,
@@ -67,8 +69,10 @@ from jobq.client.models import (
     to_result,
     to_runs_page,
     to_server,
+    to_submitted,
     to_worker_lease,
 )
+from jobq.client.workers import WorkerOperations
 from jobq.server import protocol as p
 
 #: ``add``/``schedule`` defaults: one minute to run, one day to live
@@ -124,18 +128,20 @@ def _command_of(
     return Operation(build)
 
 
-class Operations:
-    """The operations both clients have. A client class says whether its methods are
-    coroutines (``class AsyncClient(..., coroutines=True)``) and gets a method for each
-    operation, returning ``self._call(call)`` (awaited in a coroutine)."""
+class Operations(WorkerOperations):
+    """The operations both clients have (these, and those of the bases, written in modules
+    of their own). A client class says whether its methods are coroutines (``class
+    AsyncClient(..., coroutines=True)``) and gets a method for each operation, returning
+    ``self._call(call)`` (awaited in a coroutine)."""
 
     def __init_subclass__(cls, *, coroutines: bool | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if coroutines is None:  # a subclass of a client keeps its parent's methods
             return
-        for name, value in vars(Operations).items():
-            if isinstance(value, Operation) and name not in vars(cls):
-                setattr(cls, name, value.method(cls, coroutines))
+        for part in Operations.__mro__:
+            for name, value in vars(part).items():
+                if isinstance(value, Operation) and name not in vars(cls):
+                    setattr(cls, name, value.method(cls, coroutines))
 
     # -- producer commands
 
@@ -328,6 +334,13 @@ class Operations:
         if time is not None:
             body["time"] = rfc3339(time)
         return ext("submit", body, 0.0, key("id"))
+
+    @operation
+    def submit_job(name: str, payload: Data = b"", **options: Any) -> Call[Submitted]:
+        """``submit`` (the same arguments) returning a :class:`Submitted`: the id, and the
+        server's warning, if any (``no live worker serves <name>``: queued all the same)."""
+        call = Operations.submit.build(name, payload, **options)
+        return with_body(call, to_submitted)
 
     @operation
     def xlease(*names: str, worker_id: str, wait_timeout_ms: int) -> Call[WorkerLease]:

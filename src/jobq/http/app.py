@@ -28,7 +28,7 @@ from jobq.http.auth import PRINCIPAL, ASGIApp, BearerAuth, Message, Receive, Sco
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from jobq.http.metrics import Metrics
 from jobq.http.models import ERROR_RESPONSES, Audit, ServerSummary
-from jobq.http.routes import bad, jobs, respond, schedules
+from jobq.http.routes import bad, jobs, respond, schedules, workers
 from jobq.server import protocol as p
 from jobq.server.core import Core
 from jobq.server.dispatch import ServerOverview
@@ -119,6 +119,7 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
         return respond(await bridge.extension(core, "audit", {"limit": limit}))
 
     jobs.add_routes(app, core)
+    workers.add_routes(app, core)
     if bridge.has_command(core, "slist"):
         schedules.add_routes(app, core)
 

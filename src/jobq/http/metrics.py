@@ -159,6 +159,7 @@ class JobqCollector(Collector):
         yield CounterMetricFamily(
             "jobq_evicted_jobs", "Incomplete jobs evicted by TTL", value=engine.evicted_jobs
         )
+        yield from self._workers()
         yield from self._schedules()
         yield from self._log()
 
@@ -178,6 +179,26 @@ class JobqCollector(Collector):
                 family.add_metric([name, "pending"], queue.ready_len + len(queue.scheduled))
                 family.add_metric([name, "running"], len(queue.running))
         yield family
+
+    def _workers(self) -> Iterable[Metric]:
+        """Live workers, and by job name served: a name of a queue (jobs pending or running,
+        a lease waiting) that no live worker serves shows 0, for an alert to match."""
+        registry = self.core.workers
+        served = registry.served_names()
+        yield GaugeMetricFamily(
+            "jobq_workers_live", "Live workers (announced, heartbeating)",
+            value=len(registry.live()),
+        )
+        family = GaugeMetricFamily(
+            "jobq_workers", "Live workers by job name served", labels=["name"]
+        )
+        for name in sorted({*served, *self.core.engine.queues}):
+            family.add_metric([name], served.get(name, 0))
+        yield family
+        yield CounterMetricFamily(
+            "jobq_workers_expired", "Workers dropped after missing their heartbeats",
+            value=registry.expired_total,
+        )
 
     def _schedules(self) -> Iterable[Metric]:
         engine = self.core.engine

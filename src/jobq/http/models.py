@@ -101,6 +101,10 @@ class ScheduleRuns(_Model):
 class JobPage(_Model):
     jobs: list[JobSummary]
     next_cursor: str | None
+    unserved: list[str] = Field(
+        default_factory=list,
+        description="names of pending jobs on this page that no live worker serves",
+    )
 
 
 class HistoryEvent(_Model):
@@ -116,6 +120,40 @@ class History(_Model):
 
 class Submitted(_Model):
     id: str
+    warning: str | None = Field(
+        None, description="e.g. no live worker serves the job's name (it is queued all the same)"
+    )
+
+
+class RunningJob(_Model):
+    id: str
+    name: str
+    started: str | None
+    fraction_completed: float | None
+    running_status: str | None
+
+
+class WorkerInfo(_Model):
+    id: str
+    host: str
+    pid: int
+    names: list[str] = Field(description="the job names it serves")
+    concurrency: int
+    version: str
+    started: str | None = Field(description="when the worker started (its own clock)")
+    announced: str | None
+    last_seen: str | None = Field(description="its last sign of life")
+    expires: str | None = Field(description="when it leaves the list without another one")
+    heartbeat_ms: int
+    running_count: int
+    running: list[RunningJob] = Field(description="its running jobs (at most 100)")
+    outcomes: dict[str, int] = Field(
+        description="its jobs' outcomes since it started, as it counts them"
+    )
+
+
+class WorkerList(_Model):
+    workers: list[WorkerInfo]
 
 
 class Count(_Model):

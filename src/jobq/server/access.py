@@ -85,6 +85,9 @@ PERMISSIONS: dict[str, Role] = {
     "xcomplete": Role.WORKER,
     "xfail": Role.WORKER,
     "release": Role.WORKER,
+    "whello": Role.WORKER,
+    "wbeat": Role.WORKER,
+    "wbye": Role.WORKER,
     # reads
     "jobs": Role.VIEWER,
     "job": Role.VIEWER,
@@ -93,6 +96,8 @@ PERMISSIONS: dict[str, Role] = {
     "sshow": Role.VIEWER,
     "shistory": Role.VIEWER,
     "sruns": Role.VIEWER,
+    "wlist": Role.VIEWER,
+    "wshow": Role.VIEWER,
     # an operator's
     "pause": Role.ADMIN,
     "resume": Role.ADMIN,

@@ -212,6 +212,7 @@ async def serve(
     core = Core(engine, log, sync_always=config.sync == "always", clock=clock, history=history)
     core.set_access(access)
     core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
+    core.workers.missed_heartbeats = config.worker_missed_heartbeats
     core.replay_seconds = stats.seconds if log is not None else 0.0
     snapshotter = None
     if log is not None:
@@ -231,6 +232,7 @@ async def serve(
     core.on_fatal = stop_event.set
     core.tick()  # deadlines that passed while the server was down
     core.start_housekeeping()
+    core.workers.start_sweeping()
     if snapshotter is not None:
         snapshotter.start_checking()
     gate = Gate(
@@ -308,6 +310,7 @@ async def serve(
         drained = await core.drain_pending()
         if cleaner is not None:
             cleaner.cancel()
+        core.workers.close()
         if snapshotter is not None:
             snapshotter.close()
         core.close()

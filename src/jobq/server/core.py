@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from jobq.server.gate import Gate
     from jobq.server.snapshotter import Snapshotter
     from jobq.server.tokens import Access
+    from jobq.server.workers import WorkerRegistry
 
 logger = logging.getLogger("jobq.server")
 
@@ -196,6 +197,11 @@ class Core:
     def audit(self) -> AuditTrail:
         """The server's audit trail (``audit.py``)."""
         return self.dispatcher.audit
+
+    @property
+    def workers(self) -> WorkerRegistry:
+        """The live workers (``workers.py``)."""
+        return self.dispatcher.workers
 
     def _server_info(self) -> p.ServerInfo:
         return p.ServerInfo(len(self.connections), self.engine.evicted_jobs, self.started_ns)

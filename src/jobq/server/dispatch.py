@@ -21,6 +21,7 @@ from jobq.server import protocol as p
 from jobq.server.access import Forbidden, Principal, Role, check
 from jobq.server.audit import AuditTrail
 from jobq.server.extensions import BadRequest, Deferred, Extensions, data_reply, lease_reply
+from jobq.server.workers import WorkerRegistry
 
 #: the reply to a refused command, by the error's class (the first of its classes, most
 #: derived first, that is here): workq's own replies where workq has one, else the error's
@@ -91,6 +92,10 @@ class Dispatcher:
             engine, history or (lambda job_id, created_ns: []), self.audit
         )
         self.extensions.handlers["audit"] = self.audit.command
+        #: the live workers (in memory, not logged: ``workers.py``)
+        self.workers = WorkerRegistry(engine)
+        self.extensions.workers = self.workers
+        self.extensions.handlers.update(self.workers.handlers)
         self._handlers: dict[type[p.Request], Callable[[p.Request, object, int], bytes | None]] = {
             p.Add: self._add,
             p.Schedule: self._add,

@@ -4,7 +4,8 @@
 // toasts, a confirmation, answers still on their way) can act or show on the new one.
 //
 // Pages: #/ jobs (jobs.js), #/jobs/<id> a job (job.js), #/schedules (schedules.js),
-// #/schedules/<id or name> a schedule (schedule.js), #/metrics (metrics.js).
+// #/schedules/<id or name> a schedule (schedule.js), #/workers (workers.js), #/metrics
+// (metrics.js).
 
 import { setPrincipal } from "./actions.js";
 import { setToken, setUnauthorizedHandler } from "./api.js";
@@ -16,6 +17,7 @@ import { mountMetrics } from "./metrics.js";
 import { invalidatePages, PageContext, Stale, takePendingToast } from "./page.js";
 import { mountSchedule } from "./schedule.js";
 import { mountSchedules } from "./schedules.js";
+import { mountWorkers } from "./workers.js";
 
 const REFRESH_MS = 1000;
 const STATUS_ORDER = ["running", "pending", "paused", "failed", "canceled", "succeeded"];
@@ -25,6 +27,7 @@ const ROUTES = [
   [/^#\/jobs\/(.+)$/, "job", "jobs", mountJob],
   [/^#\/schedules\/(.+)$/, "schedule", "schedules", mountSchedule],
   [/^#\/schedules\/?$/, "schedules", "schedules", mountSchedules],
+  [/^#\/workers\/?$/, "workers", "workers", mountWorkers],
   [/^#\/metrics\/?$/, "metrics", "metrics", mountMetrics],
   [/^/, "jobs", "jobs", mountJobs],
 ];

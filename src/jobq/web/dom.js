@@ -41,6 +41,19 @@ export function ago(iso) {
   return seconds >= 0 ? `${text} ago` : `in ${text}`;
 }
 
+// A length of time to the second, as the CLI prints it: 45s, 1m20s, 3h5m, 2d4h.
+export function span(seconds) {
+  const total = Math.max(0, Math.round(seconds));
+  const days = Math.floor(total / 86400);
+  const hours = Math.floor((total % 86400) / 3600);
+  const minutes = Math.floor((total % 3600) / 60);
+  const secs = total % 60;
+  if (days) return hours ? `${days}d${hours}h` : `${days}d`;
+  if (hours) return minutes ? `${hours}h${minutes}m` : `${hours}h`;
+  if (minutes) return secs ? `${minutes}m${secs}s` : `${minutes}m`;
+  return `${secs}s`;
+}
+
 export function timeCell(iso) {
   if (!iso) return el("span", { class: "muted", text: "—" });
   return el("time", { datetime: iso, title: iso, text: ago(iso) });

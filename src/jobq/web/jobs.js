@@ -1,5 +1,6 @@
 // The jobs page: the list by status, filters, pages of 200 (the API's cursors), progress
-// bars that follow heartbeats, and an empty state that says why the list is empty.
+// bars that follow heartbeats, and an empty state that says why the list is empty. A pending
+// job says when it is due, and its name is marked when no live worker serves it.
 
 import { accessKey, jobActions } from "./actions.js";
 import { cell, clear, el, statusBadge, timeCell, user } from "./dom.js";
@@ -63,12 +64,19 @@ function makeRow(job) {
   return row;
 }
 
-function fillRow(ctx, row, job) {
+// The mark after the name of a pending job that no live worker serves.
+function noWorkerMark(name) {
+  const text = `no live worker serves ${name}`;
+  return el("span", { class: "no-worker", title: text, "aria-label": text, text: "⚠ no worker" });
+}
+
+function fillRow(ctx, row, job, unserved) {
   const c = row.cells_;
   row.dataset.status = job.status;
   clear(c.status); c.status.append(statusBadge(job.status, statusSuffix(job)));
   clear(c.name);
   c.name.append(el("a", { href: `#/jobs/${encodeURIComponent(job.id)}` }, user(job.name)));
+  if (job.status === "pending" && unserved.has(job.name)) c.name.append(noWorkerMark(job.name));
   clear(c.description); c.description.append(user(job.description || ""));
   c.description.title = job.error || job.description || "";
   updateProgress(c.progress.firstChild, job);
@@ -168,12 +176,13 @@ export function mountJobs(ctx, root) {
         return page.load();
       }
       const seen = new Set();
+      const unserved = new Set(data.unserved || []);
       let previous = null;
       for (const job of data.jobs) {
         seen.add(job.id);
         let row = rows.get(job.id);
         if (!row) { row = makeRow(job); rows.set(job.id, row); }
-        fillRow(ctx, row, job);
+        fillRow(ctx, row, job, unserved);
         const wanted = previous ? previous.nextSibling : tbody.firstChild;
         if (wanted !== row) tbody.insertBefore(row, wanted);
         previous = row;

@@ -1,12 +1,20 @@
 // A job's progress bar (percent and running status) and its status suffix, on the list
 // and on the job's page.
 
-import { el, user } from "./dom.js";
+import { el, span, user } from "./dom.js";
+
+// "due in 1m20s" for a pending job waiting for its time (this browser's clock), else "".
+export function dueIn(job, now = Date.now()) {
+  if (job.status !== "pending" || !job.time) return "";
+  const ms = Date.parse(job.time) - now;
+  return ms >= 500 ? `due in ${span(ms / 1000)}` : "";
+}
 
 export function statusSuffix(job) {
   if (job.cancel_requested && job.status === "running") return " (canceling)";
   if (job.pause_requested && job.status === "running") return " (pausing)";
-  return "";
+  const due = dueIn(job);
+  return due ? ` (${due})` : "";
 }
 
 export function progressBar(job) {

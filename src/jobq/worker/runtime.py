@@ -42,6 +42,7 @@ from jobq.client import (
 )
 from jobq.client.tls import CAFile, TLSOption, client_context
 from jobq.worker.context import Canceled, JobContext, Paused
+from jobq.worker.presence import DEFAULT_HEARTBEAT_S, Presence
 from jobq.worker.registry import REGISTRY, Handler, Registry
 
 __all__ = ["DEFAULT_GRACE_S", "DEFAULT_SERVER", "Runtime", "default_worker_id", "error_text"]
@@ -89,9 +90,12 @@ class _Heartbeats:
         self,
         make_client: Callable[[], Client],
         refused: Callable[[AccessRefused], None],
+        presence: Presence | None = None,
     ) -> None:
         self._make_client = make_client
         self._refused = refused
+        #: the worker's own announcement and heartbeat, sent by this thread too
+        self._presence = presence
         self._jobs: dict[str, JobContext] = {}
         self._wake = threading.Condition()
         self._stopped = False
@@ -134,6 +138,7 @@ class _Heartbeats:
 
     def _run(self) -> None:
         client = self._make_client()
+        presence = self._presence
         try:
             while True:
                 with self._wake:
@@ -142,12 +147,19 @@ class _Heartbeats:
                     jobs = list(self._jobs.values())
                     self._wake_at = float("inf")  # awake: any job due sooner is noted
                     self._sooner = False
+                if presence is not None and not client.connected:
+                    presence.announced = False  # the next request opens a new connection
                 now = time.monotonic()
                 batch = _due_batch(jobs, now)
                 if batch:
                     self._send(client, batch)
                     now = time.monotonic()
+                if presence is not None:
+                    presence.tick(client, now)
+                    now = time.monotonic()
                 wake_at = now + 1.0
+                if presence is not None:
+                    wake_at = min(wake_at, presence.next_at())
                 for ctx in jobs:
                     wake_at = min(wake_at, ctx._due(now).at)
                 with self._wake:
@@ -160,6 +172,8 @@ class _Heartbeats:
         except Exception:  # a bug: log it rather than die silently
             log.exception("heartbeat thread failed")
         finally:
+            if presence is not None and self._stopped:
+                presence.goodbye(client)  # a clean stop: leave the worker list at once
             client.close()
 
     def _send(self, client: Client, batch: list[JobContext]) -> None:
@@ -216,6 +230,8 @@ class Runtime:
     :param tls: connect with TLS (True: trusting the system's CAs), or an
         ``ssl.SSLContext`` to connect with
     :param tls_ca: a PEM file of the certificates to trust (turns TLS on)
+    :param heartbeat_s: how often the worker tells the server it is alive, which lists it
+        until a few of these pass without a sign of life (``docs/worker.md``)
     """
 
     def __init__(
@@ -232,6 +248,7 @@ class Runtime:
         token: str | None = None,
         tls: TLSOption = False,
         tls_ca: CAFile | None = None,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
     ) -> None:
         self.host, self.port = parse_address(server)
         self._token = token
@@ -248,6 +265,8 @@ class Runtime:
             raise ValueError("concurrency must be at least 1")
         if grace_s < 0:
             raise ValueError("grace_s must not be negative")
+        if not 0.1 <= heartbeat_s <= 3600:
+            raise ValueError("heartbeat_s must be from 0.1 to 3600")
         self.concurrency = concurrency
         self.worker_id = worker_id or default_worker_id()
         self.grace_s = grace_s
@@ -259,7 +278,12 @@ class Runtime:
         self._hurry = threading.Event()
         self._running: dict[str, JobContext] = {}
         self._threads: list[threading.Thread] = []
-        self._heartbeats = _Heartbeats(self._client, self._refused)
+        #: the worker's announcement and its own heartbeat (``presence.py``)
+        self.presence = Presence(
+            self.worker_id, self.names, concurrency, heartbeat_s=heartbeat_s,
+            outcomes=self._outcomes, refused=self._refused,
+        )
+        self._heartbeats = _Heartbeats(self._client, self._refused, self.presence)
         #: why the worker stopped by itself: the server refused its token
         self.error: AccessRefused | None = None
         self._started = False
@@ -283,6 +307,10 @@ class Runtime:
     def _count(self, outcome: str) -> None:
         with self._lock:
             self.stats[outcome] += 1
+
+    def _outcomes(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.stats)
 
     def _client(self) -> Client:
         return Client(

@@ -13,6 +13,7 @@ from jobq.server.extensions.bodies import BadRequest, Deferred
 if TYPE_CHECKING:
     from jobq.server.access import Principal
     from jobq.server.audit import AuditTrail
+    from jobq.server.workers import WorkerRegistry
 
 #: a command's handler: its body, the connection's token (for a reply that waits), now
 Handler = Callable[[bytes, object, int], "bytes | Deferred | None"]
@@ -34,6 +35,9 @@ class ExtensionsBase:
         #: whom the running request acts for (set by the dispatcher before each; None on a
         #: server without authentication)
         self.caller: Principal | None = None
+        #: the live workers, told of signs of life and asked whether a name is served (set
+        #: by the dispatcher; None: no registry, nothing is told or warned of)
+        self.workers: WorkerRegistry | None = None
 
     def _who(self) -> str:
         """Who runs the request, for the audit trail (``client`` without authentication)."""

@@ -134,7 +134,11 @@ class JobCommands(ExtensionsBase):
             created_by=valid_created_by(r.created_by),
             now_ns=now_ns,
         )
-        return data_reply({"id": str(uuid.UUID(bytes=job.id))})
+        reply: dict[str, object] = {"id": str(uuid.UUID(bytes=job.id))}
+        warning = self.workers.warning(job.name) if self.workers is not None else None
+        if warning is not None:  # a warning, not a refusal: workers may come later
+            reply["warning"] = warning
+        return data_reply(reply)
 
     def xlease(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: XLease = body(XLease, data)
@@ -147,6 +151,8 @@ class JobCommands(ExtensionsBase):
         if not worker:
             raise BadRequest("Invalid worker_id")
         wait = in_range(r.wait_timeout_ms, 0, p.MAX_WAIT_TIMEOUT_MS, p.INVALID_WAIT_TIMEOUT)
+        if self.workers is not None:
+            self.workers.seen(worker)
         job = self.engine.lease(
             names, wait_timeout_ms=wait, token=token, now_ns=now_ns, worker=worker
         )
@@ -170,6 +176,8 @@ class JobCommands(ExtensionsBase):
             checkpoint=r.checkpoint,
             now_ns=now_ns,
         )
+        if self.workers is not None:
+            self.workers.seen(r.worker_id)
         if action == Action.CONTINUE and not reason:
             return _CONTINUE_REPLY
         return data_reply({"action": action, "reason": reason})
@@ -273,7 +281,9 @@ class JobCommands(ExtensionsBase):
         page, next_cursor = self.engine.list_jobs(
             job_filter, order=r.order, limit=r.limit, cursor=r.cursor
         )
-        return data_reply({"jobs": [job_summary(j) for j in page], "next_cursor": next_cursor})
+        jobs = [job_summary(j) for j in page]
+        unserved = self.workers.unserved(jobs) if self.workers is not None else []
+        return data_reply({"jobs": jobs, "next_cursor": next_cursor, "unserved": unserved})
 
     def job(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: JobRef = body(JobRef, data)

@@ -397,6 +397,11 @@ EXTENSION_COMMANDS = (
     "sruns",
     "sdrop",
     "audit",
+    "whello",
+    "wbeat",
+    "wbye",
+    "wlist",
+    "wshow",
 )
 
 
