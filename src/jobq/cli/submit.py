@@ -17,6 +17,7 @@ from jobq.cli.common import (
     duration_ms,
     fail,
     job_options,
+    parse_backoff,
     parse_when,
     read_file,
     user,
@@ -83,6 +84,7 @@ def submit_command(
     ttl: str | None,
     max_attempts: int,
     max_fails: int,
+    retry_backoff: str | None,
     at: str | None,
     creator: str | None,
     job_id: str | None,
@@ -102,6 +104,7 @@ def submit_command(
     ttr_ms = duration_ms(ttr, "--ttr")
     ttl_ms = None if ttl is None else duration_ms(ttl, "--ttl")
     when = None if at is None else parse_when(at)
+    backoff = parse_backoff(retry_backoff)
     with connected(server) as client:
         new_id = client.submit(
             name,
@@ -115,6 +118,7 @@ def submit_command(
             time=when,
             description=description,
             creator=user() if creator is None else creator,
+            retry_backoff=backoff,
         )
     click.echo(new_id)
 

@@ -104,6 +104,7 @@ from jobq.client.models import (
     JobState,
     LeasedJob,
     QueueInfo,
+    RetryBackoff,
     ServerInfo,
     WorkerLease,
 )
@@ -146,6 +147,7 @@ __all__ = [
     "NotFound",
     "QueueInfo",
     "ReplyTimeout",
+    "RetryBackoff",
     "ServerError",
     "ServerInfo",
     "When",

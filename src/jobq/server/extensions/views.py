@@ -63,6 +63,20 @@ def job_summary(job: Job) -> dict[str, object]:
         "payload_size": len(job.payload),
         "checkpoint_size": len(meta.checkpoint) if meta and meta.checkpoint else 0,
         "error": error,
+        # when a pending job that waits (its time, or its retry's backoff) becomes leasable
+        "due": (
+            format_time(job.due_ns)
+            if job.waiting_for_time and job.status is Status.PENDING
+            else None
+        ),
+        "retry_backoff": (
+            meta.retry_backoff.as_dict()
+            if meta is not None and meta.retry_backoff is not None
+            else None
+        ),
+        "rerun_of": (
+            _id_text(meta.rerun_of) if meta is not None and meta.rerun_of is not None else None
+        ),
     }
 
 
@@ -70,7 +84,12 @@ def job_detail(job: Job) -> dict[str, object]:
     detail = job_summary(job)
     detail["payload"] = job.payload
     detail["result"] = job.result if job.status.finished else None
+    detail["reruns"] = [_id_text(i) for i in job.meta.reruns] if job.meta is not None else []
     return detail
+
+
+def _id_text(job_id: bytes) -> str:
+    return str(uuid.UUID(bytes=job_id))
 
 
 def changes(schedule: Schedule) -> list[dict[str, object]]:
