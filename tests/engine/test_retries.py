@@ -23,7 +23,7 @@ from jobq.engine.errors import InvalidArgument, InvalidStatus, JobNotFound
 from jobq.engine.job import Job, JobMeta, Status
 from jobq.engine.machine import Engine
 
-from .helpers import MS, S, T0, jid
+from .helpers import MS, T0, S, jid
 from .test_replay_property import snapshot
 
 B = Backoff(1000, 2.0, 300_000)

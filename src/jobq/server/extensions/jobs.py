@@ -49,8 +49,9 @@ class Submit(msgspec.Struct, forbid_unknown_fields=True):
     description: str = ""
     creator: str = ""
     created_by: CreatedBy | None = None
-    #: ``{"initial_ms", "multiplier", "max_ms"}`` (each optional); null: the default
-    retry_backoff: dict[str, Any] | None = None
+    #: ``{"initial_ms", "multiplier", "max_ms"}`` (each optional); null: the default.
+    #: Any JSON here: ``backoff_of`` says what is wrong with it
+    retry_backoff: Any = None
 
 
 class XLease(msgspec.Struct, forbid_unknown_fields=True):
