@@ -22,8 +22,10 @@ from jobq.engine.commands import decode_command, encode_command
 from jobq.engine.errors import InvalidArgument, InvalidStatus, JobNotFound
 from jobq.engine.job import Job, JobMeta, Status
 from jobq.engine.machine import Engine
+from jobq.engine.schedules import Work, register_executor
 
 from .helpers import MS, T0, S, jid
+from .schedule_world import forget_test_executors  # noqa: F401  (autouse)
 from .test_replay_property import snapshot
 
 B = Backoff(1000, 2.0, 300_000)
@@ -339,6 +341,39 @@ def test_a_schedule_with_a_bad_backoff_is_refused(args: bytes) -> None:
         w.call("create_schedule", name="s", every_ms=60_000, args=args)
     assert "retry_backoff" in caught.value.text
     assert w.engine.schedules == {} and w.log == []
+
+
+class _Executor:
+    """An executor of a plugin's whose jobs have the backoff it was made with (its JSON
+    form, or anything)."""
+
+    def __init__(self, args: Any) -> None:
+        self.backoff = args["backoff"]
+
+    def execute(self, schedule: Any, scheduled_ns: int, now_ns: int) -> Work:
+        return Work(name="q", retry_backoff=self.backoff)
+
+    def notify_job_termination(self, schedule: Any, run: Any, now_ns: int) -> None:
+        return None
+
+
+def test_an_executors_backoff_is_checked_and_logged_as_a_backoff() -> None:
+    register_executor("with-backoff", _Executor)
+    w = World()
+    w.call("create_schedule", name="ok", every_ms=60_000, executor="with-backoff",
+           args=b'{"backoff": {"initial_ms": 5}}')
+    w.call("create_schedule", name="none", every_ms=60_000, executor="with-backoff",
+           args=b'{"backoff": null}')
+    bad = w.call("create_schedule", name="bad", every_ms=60_000, executor="with-backoff",
+                 args=b'{"backoff": {"multiplier": 1000}}')
+    w.at(T0 + 60 * S)
+    backoffs = sorted(
+        (job.meta.retry_backoff.initial_ms if job.meta.retry_backoff else -1)  # type: ignore[union-attr]
+        for job in w.engine.jobs.values()
+    )
+    assert backoffs == [-1, 5]
+    assert bad.paused and "multiplier must be a number from 1 to 100" in bad.changes[-1][1]
+    assert snapshot(w.replayed()) == snapshot(w.engine)
 
 
 # ---------------------------------------------------------------------------------- reruns

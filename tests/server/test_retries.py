@@ -131,6 +131,7 @@ def test_reruns_are_linked_both_ways_and_survive_a_restart(tmp_path: Path) -> No
             new = client.job(rerun)
             old = client.job(original)
             events = client.history(rerun)
+            audit = [e for e in client.audit()["entries"] if e.get("action") == "rerun"]
             client.delete(second_id)
             after_delete = client.job(original)["reruns"]
             assert client.job(pending)["reruns"] == []
@@ -142,6 +143,8 @@ def test_reruns_are_linked_both_ways_and_survive_a_restart(tmp_path: Path) -> No
         assert new[field] == old[field], field
     assert old["reruns"] == [rerun, second_id] and old["rerun_of"] is None
     assert after_delete == [rerun]
+    assert [(e["target"], e["detail"]) for e in audit] == [
+        (f"job {original}", f"as {rerun}"), (f"job {original}", f"as {second_id}")]
     assert events[0]["event"] == "submitted"
     assert events[0]["detail"] == f"queue rb.r, rerun of {original}"
     second = start_server(tmp_path, sync="always")
@@ -151,3 +154,18 @@ def test_reruns_are_linked_both_ways_and_survive_a_restart(tmp_path: Path) -> No
             assert client.job(rerun)["rerun_of"] == original
     finally:
         second.stop()
+
+
+def test_a_schedules_job_waits_the_schedules_backoff(client: Client) -> None:
+    client.create_schedule("rb.s", every_ms=3_600_000, args={
+        "name": "rb.sj", "max_fails": 2, "retry_backoff": RetryBackoff(90_000, 2.0)})
+    job_id = client.trigger_schedule("rb.s")
+    assert client.job(job_id)["retry_backoff"] == {
+        "initial_ms": 90_000, "multiplier": 2.0, "max_ms": 300_000}
+    client.xlease("rb.sj", worker_id="w1", wait_timeout_ms=1000)
+    client.xfail(job_id, "w1", "boom")
+    job = client.job(job_id)
+    assert job["status"] == "pending" and job["due"] is not None
+    events = client.history(job_id)
+    assert events[-1]["event"] == "retry scheduled"
+    assert events[-1]["detail"].endswith("(attempt 1 failed: boom)")

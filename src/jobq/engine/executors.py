@@ -62,7 +62,8 @@ _WORK_RANGES: Final = (
 
 def check_work(work: Work) -> Work:
     """``work`` if the job it describes is within the limits a submitted job must keep
-    (:mod:`jobq.engine.limits`); ValueError with what is wrong if not."""
+    (:mod:`jobq.engine.limits`), its ``retry_backoff`` a checked :class:`Backoff`;
+    ValueError with what is wrong if not."""
     if not isinstance(work, Work):
         raise ValueError(f"not a Work: {type(work).__name__}")
     name = work.name
@@ -78,10 +79,12 @@ def check_work(work: Work) -> Work:
     if not isinstance(description, str) or len(description) > limits.MAX_DESCRIPTION:
         raise ValueError(f"description: text of at most {limits.MAX_DESCRIPTION} characters")
     if work.retry_backoff is not None:
-        try:
-            backoff_of(work.retry_backoff)
+        try:  # checked, and made a Backoff (an executor may give its JSON form)
+            retry_backoff = backoff_of(work.retry_backoff)
         except InvalidArgument as exc:
             raise ValueError(exc.text) from exc
+        if retry_backoff != work.retry_backoff:
+            work = msgspec.structs.replace(work, retry_backoff=retry_backoff)
     return work
 
 

@@ -109,12 +109,13 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
                 name = {"pause": "paused", "resume": "resumed", "cancel": "canceled"}[verb]
                 retries.paused = verb == "pause"
             event(logged_ns, name, command.actor or _CLIENT, command.reason)
+        elif isinstance(command, extensions.FireSchedule) and command.job is not None:
+            retries.created(command.job)  # a schedule's run: its job's limits and backoff
         elif isinstance(command, commands.DeleteJob):
             event(logged_ns, "deleted", _CLIENT)
         elif isinstance(command, commands.ExpireJob):
             event(logged_ns, "expired", "server")
     return events
-
 
 
 class _Retries:
