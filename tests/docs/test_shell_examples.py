@@ -14,6 +14,7 @@ benchmark's own argument parser), so that a renamed target or option fails here.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -50,6 +51,18 @@ class World:
     #: a server with a token and TLS, its certificate and a file holding its token, made
     #: by the first example that needs them (:meth:`secure`)
     secured: tuple[RunningServer, CertFiles, Path] | None = field(default=None)
+    #: a succeeded job whose id begins with 7c41 (docs/jobs.md and http.md rerun ``7c41``),
+    #: made by the first example that needs it (:meth:`finished_job`)
+    finished: str | None = field(default=None)
+
+    def finished_job(self) -> str:
+        if self.finished is None:
+            job_id = f"7c41{uuid.uuid4().hex[4:8]}-0000-4000-8000-000000000002"
+            with self.server.client() as client:
+                client.submit("reports.daily", b"{}", id=job_id, description="to rerun")
+                client.complete(job_id, b"done")
+            self.finished = job_id
+        return self.finished
 
     def secure(self) -> tuple[RunningServer, CertFiles, Path]:
         if self.secured is None:
@@ -168,6 +181,29 @@ def lists_workers(ex: Example, world: World) -> None:
         client.whello("docs-worker", ["reports.daily"], heartbeat_ms=3_600_000)
     output = world.run(ex.text.replace("localhost:8080", world.http_address))
     assert "docs-worker" in output and "reports.daily" in output, output
+
+
+def reruns(ex: Example, world: World) -> None:
+    """A rerun of the finished job ``7c41...``: a new job names it (``rerun_of``), and it
+    lists the new job; the CLI prints the new id, the API answers with it."""
+    original = world.finished_job()
+    output = world.run(ex.text.replace("localhost:8080", world.http_address))
+    assert '"error"' not in output, output
+    new_id = json.loads(output)["id"] if output.lstrip().startswith("{") else output.strip()
+    with Client.from_address(world.server.tcp_address) as client:
+        assert client.job(new_id)["rerun_of"] == original
+        assert new_id in client.job(original)["reruns"]
+
+
+def submits_with_backoff(ex: Example, world: World) -> None:
+    """The job (its id printed, or answered as JSON) has the backoff the example asks for."""
+    output = world.run(ex.text.replace("localhost:8080", world.http_address))
+    assert '"error"' not in output, output
+    job_id = json.loads(output)["id"] if output.lstrip().startswith("{") else output.strip()
+    with Client.from_address(world.server.tcp_address) as client:
+        backoff = client.job(job_id)["retry_backoff"]
+    assert backoff == {"initial_ms": 10_000, "multiplier": 3.0,
+                       "max_ms": 1_800_000 if "30m" in ex.text else 300_000}
 
 
 def completion(ex: Example, world: World) -> None:
@@ -424,6 +460,13 @@ CHECKS: dict[str, Check] = {
         lists_workers
     ),
     "jobq server": serves,
+    "jobq submit reports.daily --retry-backoff 10s,3,30m": submits_with_backoff,
+    'curl -s --json {"name": "reports.daily", "retry_backoff": {"initial_ms": 10000, '
+    '"multiplier": 3}} localhost:8080/api/jobs': submits_with_backoff,
+    "jobq jobs rerun 7c41": reruns,
+    "curl -s -X POST localhost:8080/api/jobs/7c41/rerun": reruns,
+    "jobq schedules create nightly-export --cron 0 2 * * * --job exports --max-fails 3 "
+    "--retry-backoff 1m,2,1h": runs,
     "jobq jobs list --server jobs.internal:9922 --auth-token-file ~/.jobq-token --tls-ca ca.pem": (
         with_token_and_tls
     ),

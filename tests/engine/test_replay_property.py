@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobq.engine.backoff import Backoff
 from jobq.engine.errors import EngineError
 from jobq.engine.job import Job, JobMeta, Status
 from jobq.engine.machine import Engine, SchedulerOptions
@@ -50,7 +51,11 @@ op = st.one_of(
         st.sampled_from(NAMES),
         st.sampled_from([0, 3000]),
         st.sampled_from([None, ("schedule", "1")]),
+        # retries: at once, or waiting a backoff (with jitter) after a fail or a timeout
+        st.sampled_from([None, Backoff(100, 2.0, 400), Backoff(0, 1.0, 0)]),
+        st.integers(0, 2),
     ),
+    st.tuples(st.just("rerun"), st.integers(0, N_IDS - 1), st.integers(0, N_IDS - 1)),
     st.tuples(st.just("xlease"), st.sampled_from(["w1", "w2"]), st.sampled_from(NAMES)),
     st.tuples(
         st.just("heartbeat"),
@@ -207,7 +212,7 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
         elif kind == "advance":
             now_ns += operation[1] * 1_000_000
         elif kind == "submit":
-            _, n, name, ttl, created_by = operation
+            _, n, name, ttl, created_by, retry_backoff, max_fails = operation
             engine.submit(
                 id=jid(n),
                 name=name,
@@ -216,8 +221,12 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
                 payload=b"s",
                 description="d",
                 created_by=created_by,
+                max_fails=max_fails,
+                retry_backoff=retry_backoff,
                 now_ns=now_ns,
             )
+        elif kind == "rerun":
+            engine.rerun(jid(operation[1]), new_id=jid(operation[2]), now_ns=now_ns)
         elif kind == "xlease":
             engine.lease(
                 [operation[2]], wait_timeout_ms=0, token=None, now_ns=now_ns, worker=operation[1]

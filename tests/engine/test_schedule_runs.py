@@ -122,11 +122,12 @@ def test_a_run_knows_the_time_it_stands_for_live_and_after_replay() -> None:
     assert sorted(runs(world.engine)) == sorted(expected)
     assert sorted(runs(world.replayed())) == sorted(expected)
     # a snapshot's rows carry them too (a row is the job's fields, its metadata's in order)
+    at = JobMeta.__struct_fields__.index("run_for_ns")
     for job in world.engine.jobs.values():
         row = msgspec.msgpack.decode(msgspec.msgpack.encode(job.row()))
-        assert row[-1][-2:] == [job.meta.run_for_ns, job.meta.run_kind]
+        assert row[-1][at : at + 2] == [job.meta.run_for_ns, job.meta.run_kind]
         # and a row written before they were added still decodes, to their defaults
-        old = msgspec.msgpack.decode(msgspec.msgpack.encode(row[-1][:-2]), type=JobMeta)
+        old = msgspec.msgpack.decode(msgspec.msgpack.encode(row[-1][:at]), type=JobMeta)
         assert (old.run_for_ns, old.run_kind, old.description) == (None, "", job.meta.description)
 
 

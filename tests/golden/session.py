@@ -321,10 +321,13 @@ async def _script(s: Session) -> None:
         return _ext("submit", body)
 
     a.send(submit(10, payload=_b64(b"p10"), description="ten", creator="me"), "submit")
-    a.send(submit(11, priority=3, max_fails=2, ttr_ms=4000), "submit")
+    # retried at once (no backoff), as workq's jobs are
+    a.send(submit(11, priority=3, max_fails=2, ttr_ms=4000, retry_backoff={"initial_ms": 0}),
+           "submit")
     a.send(submit(12, time="2026-11-26T01:00:00Z"), "submit")
     a.send(submit(13, name="bad name"), "submit")
     a.send(submit(14, bogus=1), "submit")
+    a.send(submit(15, retry_backoff={"multiplier": 0.5}), "submit")
     a.send(_ext("submit", {"name": "x1", "ttr_ms": 0}), "submit")
     a.send(_with_data(_line("submit", 3), b"{x}"), "submit")
     a.send(_with_data(_line("submit", 2), b"[]"), "submit")
@@ -368,6 +371,17 @@ async def _script(s: Session) -> None:
            "xcomplete")
     w.send(_ext("xcomplete", {"id": _id(11), "worker_id": "w3"}), "xcomplete")
     await w.replies_now("xcomplete")
+    # a retry waits its backoff (the default): pending with a due time, not leasable yet
+    a.send(submit(17, name="x2", max_fails=2), "submit")
+    await a.replies_now("a job with the default retry backoff")
+    w.send(_ext("xlease", {"names": ["x2"], "worker_id": "w1", "wait_timeout_ms": 0}), "xlease")
+    w.send(_ext("xfail", {"id": _id(17), "worker_id": "w1", "error": "boom"}), "xfail")
+    w.send(_ext("xlease", {"names": ["x2"], "worker_id": "w1", "wait_timeout_ms": 0}), "xlease")
+    await w.replies_now("the retry waits its backoff")
+    # reruns: of a finished job; an unfinished one is refused
+    a.send(_ext("rerun", {"id": _id(10), "new_id": _id(18)}), "rerun")
+    a.send(_ext("rerun", {"id": _id(12)}), "rerun")
+    await a.replies_now("rerun")
     a.send(_ext("jobs", {}), "jobs")
     a.send(_ext("jobs", {"status": ["succeeded", "canceled"], "order": "created", "limit": 1}),
            "jobs")
@@ -375,6 +389,9 @@ async def _script(s: Session) -> None:
     a.send(_ext("job", {"id": _id(11)}), "job")
     a.send(_ext("job", {"id": _id(97)}), "job")
     a.send(_ext("history", {"id": _id(11)}), "history")
+    a.send(_ext("job", {"id": _id(10)}), "job")
+    a.send(_ext("history", {"id": _id(17)}), "history")
+    a.send(_ext("history", {"id": _id(18)}), "history")
     await a.replies_now("job list, job, history")
 
     # -- schedules
@@ -442,6 +459,11 @@ async def _script(s: Session) -> None:
     await s.post("http", "/api/jobs", {"name": "bad name"})
     await s.post("http", "/api/jobs", {"name": "h1", "payload": "***"})
     await s.post("http", "/api/jobs", {"name": "h1", "ttr_ms": "1"})
+    await s.post("http", "/api/jobs", {"name": "h1", "retry_backoff": {"multiplier": 0}})
+    await s.post("http", "/api/jobs",
+                 {"name": "h1", "retry_backoff": {"initial_ms": 9000, "max_ms": 10}})
+    await s.post("http", f"/api/jobs/{_id(10)}/rerun", {"new_id": _id(19)})
+    await s.post("http", f"/api/jobs/{_id(12)}/rerun")
     await s.post("http", f"/api/jobs/{_id(20)}/pause", {"reason": "why"})
     await s.post("http", f"/api/jobs/{_id(20)}/pause")
     await s.post("http", f"/api/jobs/{_id(20)}/resume")

@@ -101,6 +101,7 @@ def test_a_viewer_reads_and_changes_nothing(roles: RunningServer) -> None:
             lambda: viewer.submit("acl.q", b"{}"),
             lambda: viewer.pause(job_id),
             lambda: viewer.cancel(job_id),
+            lambda: viewer.rerun(job_id),
             lambda: viewer.delete(job_id),
             lambda: viewer.xlease("acl.q", worker_id="w", wait_timeout_ms=0),
             lambda: viewer.audit(),
@@ -122,6 +123,7 @@ def test_a_worker_works_and_operates_nothing(roles: RunningServer) -> None:
             lambda: worker.pause(job_id),
             lambda: worker.resume(job_id),
             lambda: worker.cancel(job_id),
+            lambda: worker.rerun(job_id),
             lambda: worker.delete(job_id),
             lambda: worker.audit(),
         ):

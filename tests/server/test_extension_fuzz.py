@@ -28,13 +28,16 @@ from tests.harness import RunningServer, start_server
 from .test_server_fuzz import mutate
 
 B64 = base64.b64encode(b"payload").decode()
-PENDING, LEASED, PAUSED = (f"00000000-0000-4000-8000-00000000000{n}" for n in (1, 2, 3))
+PENDING, LEASED, PAUSED, CANCELED = (
+    f"00000000-0000-4000-8000-00000000000{n}" for n in (1, 2, 3, 4)
+)
 SCHEDULE = "fuzz.s"
 
 #: one valid body per extension word, on the seed state (reply is +OK on a fresh server)
 VALID: dict[str, dict[str, Any]] = {
     "submit": {"name": "fuzz.q", "payload": B64, "priority": 1, "ttr_ms": 86_400_000,
-               "max_attempts": 2, "description": "d", "created_by": {"type": "t", "id": 1}},
+               "max_attempts": 2, "description": "d", "created_by": {"type": "t", "id": 1},
+               "retry_backoff": {"initial_ms": 500, "multiplier": 1.5, "max_ms": 60_000}},
     "xlease": {"names": ["fuzz.none"], "wait_timeout_ms": 0, "worker_id": "w9"},
     "heartbeat": {"id": LEASED, "worker_id": "w1", "fraction_completed": 0.5,
                   "running_status": "half", "checkpoint": B64},
@@ -47,6 +50,7 @@ VALID: dict[str, dict[str, Any]] = {
     "jobs": {"status": ["pending", "paused"], "name": "fuzz.q", "order": "created", "limit": 5},
     "job": {"id": PENDING[:8]},
     "history": {"id": LEASED},
+    "rerun": {"id": CANCELED[:8]},
     "screate": {"name": "fuzz.s2", "every_ms": 3_600_000, "executor": "job",
                 "args": {"name": "fuzz.q"}, "paused": True, "reason": "r"},
     "slist": {},
@@ -115,6 +119,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         ("xlease", {"names": ["fuzz.l"], "wait_timeout_ms": 0, "worker_id": "w1"}),
         ("submit", {"name": "fuzz.q", "id": PAUSED}),
         ("pause", {"id": PAUSED}),
+        ("submit", {"name": "fuzz.q", "id": CANCELED}),
+        ("cancel", {"id": CANCELED}),
         ("screate", {"name": SCHEDULE, "every_ms": 3_600_000, "args": {"name": "fuzz.q"},
                      "paused": True}),
         ("whello", {"worker_id": "w1", "names": ["fuzz.l"], "heartbeat_ms": 3_600_000}),

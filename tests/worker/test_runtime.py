@@ -11,7 +11,15 @@ from collections.abc import Iterator
 import pytest
 
 import jobq
-from jobq.client import Client, Heartbeat, HeartbeatReply, JobqError, JobTimeout, LeaseLost
+from jobq.client import (
+    Client,
+    Heartbeat,
+    HeartbeatReply,
+    JobqError,
+    JobTimeout,
+    LeaseLost,
+    RetryBackoff,
+)
 from jobq.worker import Registry, Runtime
 from tests.harness import wait_for
 from tests.worker.conftest import status_is
@@ -335,7 +343,8 @@ def test_batch_heartbeats_in_one_round_trip(client: Client) -> None:
     ids = [client.submit("batch", ttr_ms=300) for _ in range(3)]
     for worker in ("w0", "w1", "w2"):
         client.xlease("batch", worker_id=worker, wait_timeout_ms=1000)
-    stale = client.submit("batch", ttr_ms=100)
+    # retried at once when its TTR passes (no backoff), so adopted before the others' TTR
+    stale = client.submit("batch", ttr_ms=100, retry_backoff=RetryBackoff(0))
     client.xlease("batch", worker_id="old", wait_timeout_ms=1000)
     client.xlease("batch", worker_id="new", wait_timeout_ms=3000)  # after the TTR: adopted
     client.pause(ids[1], reason="later")

@@ -230,14 +230,20 @@ def server_address(server: str) -> tuple[str, int]:
 
 
 def job_options(ttl_help: str) -> Callable[[F], F]:
-    """``--priority``, ``--ttr``, ``--ttl``, ``--max-attempts`` and ``--max-fails``: how a
-    job runs, for ``jobq submit`` and a schedule's jobs."""
+    """``--priority``, ``--ttr``, ``--ttl``, ``--max-attempts``, ``--max-fails`` and
+    ``--retry-backoff``: how a job runs, for ``jobq submit`` and a schedule's jobs."""
     options = [
         click.option("--priority", type=int, default=0, show_default=True, help="Higher first."),
         click.option("--ttr", default="60s", show_default=True, help="Time to run per attempt."),
         click.option("--ttl", default=None, help=ttl_help),
         click.option("--max-attempts", type=click.IntRange(0, 255), default=0, show_default=True),
         click.option("--max-fails", type=click.IntRange(0, 255), default=0, show_default=True),
+        click.option(
+            "--retry-backoff", default=None, metavar="INITIAL[,MULTIPLIER[,MAX]]",
+            help="How long a retry waits after a failed or timed-out attempt: INITIAL, "
+            "times MULTIPLIER each attempt, at most MAX, less up to half (jitter); "
+            "e.g. 10s,3,30m; 0: at once [default: 1s,2,5m].",
+        ),
     ]
 
     def decorate(fn: F) -> F:
@@ -416,6 +422,33 @@ def duration_ms(text: str, what: str, *, positive: bool = True) -> int:
         fail(f"{what}: {exc}", EXIT_USAGE)
     if positive and value <= 0:
         fail(f"{what}: must be positive", EXIT_USAGE)
+    return value
+
+
+def parse_backoff(text: str | None, what: str = "--retry-backoff") -> dict[str, Any] | None:
+    """``--retry-backoff INITIAL[,MULTIPLIER[,MAX]]`` (durations and a number) as the JSON
+    the server takes, checked as the server checks it; None when not given. A bad one is a
+    usage exit."""
+    if text is None:
+        return None
+    from jobq.engine.backoff import backoff_of
+    from jobq.engine.errors import InvalidArgument
+
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) > 3 or not all(parts):
+        fail(f"{what}: INITIAL[,MULTIPLIER[,MAX]], e.g. 1s,2,5m (got {text!r})", EXIT_USAGE)
+    value: dict[str, Any] = {"initial_ms": duration_ms(parts[0], what, positive=False)}
+    if len(parts) > 1:
+        try:
+            value["multiplier"] = float(parts[1])
+        except ValueError:
+            fail(f"{what}: the multiplier is a number, not {parts[1]!r}", EXIT_USAGE)
+    if len(parts) > 2:
+        value["max_ms"] = duration_ms(parts[2], what, positive=False)
+    try:
+        backoff_of(value)
+    except InvalidArgument as exc:
+        fail(f"{what}: {exc.text.removeprefix('Invalid retry_backoff: ')}", EXIT_USAGE)
     return value
 
 

@@ -50,7 +50,7 @@ FINAL_STATUSES = ("succeeded", "failed", "canceled")
 
 @click.group("jobs", context_settings={"help_option_names": ["-h", "--help"]})
 def jobs_group() -> None:
-    """List, inspect, pause, resume, cancel, delete and watch jobs."""
+    """List, inspect, pause, resume, cancel, rerun, delete and watch jobs."""
 
 
 def _statuses(values: Sequence[str]) -> list[str]:
@@ -235,10 +235,12 @@ _SHOW_FIELDS = (
     "max_attempts",
     "fails",
     "max_fails",
+    "retry_backoff",
     "ttr_ms",
     "ttl_ms",
     "created",
     "time",
+    "due",
     "started",
     "finished",
     "modified",
@@ -253,6 +255,8 @@ _SHOW_FIELDS = (
     "payload",
     "result",
     "error",
+    "rerun_of",
+    "reruns",
 )
 
 
@@ -291,6 +295,10 @@ def _show_value(key: str, value: object) -> str:
         return f"{value.get('type', '')} {value.get('id', '')}"
     if key == "schedule" and isinstance(value, dict):
         return f"{value.get('name', '')} (id {value.get('id', '')})"
+    if key == "retry_backoff" and isinstance(value, dict):
+        return _backoff_text(value)
+    if key == "reruns" and isinstance(value, list):
+        return " ".join(str(v) for v in value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict | list):
@@ -298,6 +306,26 @@ def _show_value(key: str, value: object) -> str:
 
         return json.dumps(value)
     return str(value)
+
+
+def _ms_text(ms: object) -> str:
+    """A duration in ms as ``5m``, ``1s``, ``1500ms``."""
+    if not isinstance(ms, int):
+        return str(ms)
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def _backoff_text(value: dict[str, Any]) -> str:
+    """``1s, x2, at most 5m`` (``at once`` for no wait)."""
+    if not value.get("initial_ms"):
+        return "at once"
+    return (
+        f"{_ms_text(value.get('initial_ms'))}, x{value.get('multiplier', 1):g}, "
+        f"at most {_ms_text(value.get('max_ms'))}"
+    )
 
 
 def _show_pairs(job: dict[str, Any]) -> list[tuple[str, str]]:
@@ -582,3 +610,9 @@ def _watch_live(client: Client, job_id: str | None, interval: float) -> list[dic
             jobs, done = _watch_frame(client, job_id)
             live.update(render())
     return jobs
+
+
+# the jobs subcommands of modules of their own
+from jobq.cli.job_rerun import rerun_command  # noqa: E402
+
+jobs_group.add_command(rerun_command)

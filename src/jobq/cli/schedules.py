@@ -17,6 +17,7 @@ from jobq.cli.common import (
     fail,
     job_options,
     json_option,
+    parse_backoff,
     parse_when,
     plain_rows,
     print_json,
@@ -40,7 +41,7 @@ def schedules_group() -> None:
 
 def _job_args(
     job: str, payload: str | None, priority: int, ttr: str, ttl: str | None,
-    max_attempts: int, max_fails: int, description: str,
+    max_attempts: int, max_fails: int, retry_backoff: str | None, description: str,
 ) -> dict[str, Any]:
     if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         fail(f"--priority: from {MIN_PRIORITY} to {MAX_PRIORITY}", EXIT_USAGE)
@@ -63,6 +64,9 @@ def _job_args(
         args["max_attempts"] = max_attempts
     if max_fails:
         args["max_fails"] = max_fails
+    backoff = parse_backoff(retry_backoff)
+    if backoff is not None:
+        args["retry_backoff"] = backoff
     if description:
         args["description"] = description
     return args
@@ -97,8 +101,8 @@ def _catchup_ms(catchup: str | None) -> int | None:
 def create_command(
     name: str, cron: str | None, tz: str | None, every: str | None, at: str | None,
     job: str, payload: str | None, priority: int, ttr: str, ttl: str | None,
-    max_attempts: int, max_fails: int, description: str, wait: str, on_error: str,
-    catchup: str | None, paused: bool, as_json: bool, server: Remote,
+    max_attempts: int, max_fails: int, retry_backoff: str | None, description: str,
+    wait: str, on_error: str, catchup: str | None, paused: bool, as_json: bool, server: Remote,
 ) -> None:
     """Create schedule NAME: --cron EXPR [--tz ZONE] | --every DURATION | --at TIME."""
     if sum(x is not None for x in (cron, every)) + (at is not None and every is None) != 1:
@@ -106,7 +110,9 @@ def create_command(
     if tz and not cron:
         fail("--tz goes with --cron", EXIT_USAGE)
     catchup_ms = _catchup_ms(catchup)
-    args = _job_args(job, payload, priority, ttr, ttl, max_attempts, max_fails, description)
+    args = _job_args(
+        job, payload, priority, ttr, ttl, max_attempts, max_fails, retry_backoff, description
+    )
     with connected(server) as client:
         schedule = client.create_schedule(
             name,

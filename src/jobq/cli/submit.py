@@ -18,6 +18,7 @@ from jobq.cli.common import (
     duration_ms,
     fail,
     job_options,
+    parse_backoff,
     parse_when,
     read_file,
     user,
@@ -84,6 +85,7 @@ def submit_command(
     ttl: str | None,
     max_attempts: int,
     max_fails: int,
+    retry_backoff: str | None,
     at: str | None,
     creator: str | None,
     job_id: str | None,
@@ -103,6 +105,7 @@ def submit_command(
     ttr_ms = duration_ms(ttr, "--ttr")
     ttl_ms = None if ttl is None else duration_ms(ttl, "--ttl")
     when = None if at is None else parse_when(at)
+    backoff = parse_backoff(retry_backoff)
     with connected(server) as client:
         submitted = client.submit_job(
             name,
@@ -116,6 +119,7 @@ def submit_command(
             time=when,
             description=description,
             creator=user() if creator is None else creator,
+            retry_backoff=backoff,
         )
     click.echo(submitted.id)
     if submitted.warning:  # a warning, not a refusal: the job is queued for later workers

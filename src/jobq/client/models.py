@@ -123,6 +123,36 @@ class HeartbeatReply:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class RetryBackoff:
+    """How long a job's retries wait (``submit(retry_backoff=...)``, a schedule's job
+    arguments): ``initial_ms * multiplier**(n-1)`` after the n-th attempt failed or timed
+    out, at most ``max_ms``, less up to half of it (jitter). ``RetryBackoff(0)``: retried at
+    once. The server judges the values (``ClientError`` if out of range)."""
+
+    initial_ms: int = 1000
+    multiplier: float = 2.0
+    max_ms: int | None = None
+
+    def body(self) -> dict[str, Any]:
+        """As the JSON of a ``submit``: ``max_ms`` None is left to the server (the
+        default, 5 minutes, or ``initial_ms`` if larger)."""
+        out: dict[str, Any] = {"initial_ms": self.initial_ms, "multiplier": self.multiplier}
+        if self.max_ms is not None:
+            out["max_ms"] = self.max_ms
+        return out
+
+
+def backoff_body(value: RetryBackoff | dict[str, Any]) -> dict[str, Any]:
+    """A ``retry_backoff`` argument as JSON: a :class:`RetryBackoff` or a dict of its
+    fields."""
+    if isinstance(value, RetryBackoff):
+        return value.body()
+    if isinstance(value, dict):
+        return dict(value)
+    raise TypeError(f"retry_backoff: a RetryBackoff or a dict, not {type(value).__name__}")
+
+
 class JobsChanged(int):
     """What ``pause``, ``resume`` and ``cancel`` did: the number of jobs changed (this
     int, as ever), and of those ``requested``: running jobs that were asked to stop and

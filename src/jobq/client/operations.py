@@ -54,9 +54,11 @@ from jobq.client.models import (
     JobsChanged,
     LeasedJob,
     QueueInfo,
+    RetryBackoff,
     ServerInfo,
     Submitted,
     WorkerLease,
+    backoff_body,
     to_changed,
     to_events,
     to_heartbeat,
@@ -80,6 +82,9 @@ DEFAULT_TTR_MS = 60_000
 DEFAULT_TTL_MS = 86_400_000
 #: ``lease`` waits this long for a job unless told otherwise
 DEFAULT_LEASE_WAIT_MS = 60_000
+
+#: ``new_id``, for an operation whose parameter of that name hides it
+_choose_id = new_id
 
 #: ``jobs`` filters whose values need converting before they are sent
 _TIME_FILTERS = ("created_after", "created_before")
@@ -311,13 +316,16 @@ class Operations(WorkerOperations):
         description: str = "",
         creator: str = "",
         created_by: CreatedBy | None = None,
+        retry_backoff: RetryBackoff | dict[str, Any] | None = None,
     ) -> Call[str]:
         """Queue a job with jobq's fields (an extended ``add``); returns its id.
 
         ``ttl_ms=None`` keeps the finished job for the server's retention; ``time`` (a
         datetime, naive meaning UTC, Unix seconds or RFC 3339 text) makes it leasable
-        later; ``created_by`` is ``(type, id)``. The id is chosen here unless given, so
-        retrying after ``ConnectionLost`` with the same ``id=`` is safe."""
+        later; ``created_by`` is ``(type, id)``; ``retry_backoff`` how long its retries wait
+        (None: the server's default, 1 s doubling up to 5 min; ``RetryBackoff(0)``: at
+        once). The id is chosen here unless given, so retrying after ``ConnectionLost``
+        with the same ``id=`` is safe."""
         body: Body = {
             "name": check_name(name),
             "payload": b64(payload),
@@ -333,6 +341,8 @@ class Operations(WorkerOperations):
         }
         if time is not None:
             body["time"] = rfc3339(time)
+        if retry_backoff is not None:
+            body["retry_backoff"] = backoff_body(retry_backoff)
         return ext("submit", body, 0.0, key("id"))
 
     @operation
@@ -341,6 +351,17 @@ class Operations(WorkerOperations):
         server's warning, if any (``no live worker serves <name>``: queued all the same)."""
         call = Operations.submit.build(name, payload, **options)
         return with_body(call, to_submitted)
+
+    @operation
+    def rerun(id: JobId, *, new_id: JobId | None = None) -> Call[str]:
+        """Submit a new job with the name, payload and options of a succeeded, failed or
+        canceled job (by id or id prefix); returns the new job's id. The new job names the
+        old one (``rerun_of``), which lists it (``reruns``). The new id is chosen here
+        unless given, so retrying after ``ConnectionLost`` with the same ``new_id=`` is
+        safe (a duplicate is refused). ClientError("Job is running ...") for another
+        status (the error's kind is ``conflict``)."""
+        body = {"id": ext_id(id), "new_id": p.format_id(_choose_id(new_id))}
+        return ext("rerun", body, 0.0, key("id"))
 
     @operation
     def xlease(*names: str, worker_id: str, wait_timeout_ms: int) -> Call[WorkerLease]:
@@ -474,11 +495,15 @@ class Operations(WorkerOperations):
         """Create a schedule: ``cron`` (5 fields, 6 with seconds first, or @daily...) with an
         optional IANA ``tz``, or ``every_ms`` (from ``at`` if given), or a one-off ``at``.
         The ``job`` executor's ``args``: name (required), payload, priority, ttr_ms,
-        ttl_ms, max_attempts, max_fails, description. Returns the schedule."""
+        ttl_ms, max_attempts, max_fails, description, retry_backoff (a
+        :class:`RetryBackoff` or its dict). Returns the schedule."""
+        job_args = dict(args or {})
+        if isinstance(job_args.get("retry_backoff"), RetryBackoff):
+            job_args["retry_backoff"] = job_args["retry_backoff"].body()
         body: Body = {
             "name": name,
             "executor": executor,
-            "args": dict(args or {}),
+            "args": job_args,
             "wait": wait,
             "on_error": on_error,
             "owner": owner,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from jobq.engine import scheduler
+from jobq.engine import backoff, scheduler
 from jobq.engine.commands import (
     AddJob,
     CompleteJob,
@@ -63,10 +63,12 @@ _NS_PER_MS = 1_000_000
 
 
 def create(engine: Engine, command: AddJob | ScheduleJob | SubmitJob, at_ns: int) -> None:
-    """add, schedule, submit: a new pending job."""
+    """add, schedule, submit: a new pending job; a rerun is listed by its original."""
     job = new_job(command)
     touch(engine, job.id)
     register(engine, job)
+    if type(command) is SubmitJob and command.rerun_of is not None:
+        _link_rerun(engine, command.rerun_of, job.id)
 
 
 def new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
@@ -89,9 +91,34 @@ def new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
             (command.created_by_type, command.created_by_id) if command.created_by_type else None
         )
         job.meta = JobMeta(
-            description=command.description, creator=command.creator, created_by=created_by
+            description=command.description, creator=command.creator, created_by=created_by,
+            retry_backoff=command.retry_backoff, rerun_of=command.rerun_of,
         )
     return job
+
+
+def _link_rerun(engine: Engine, original_id: bytes, rerun_id: bytes) -> None:
+    """The original of a new rerun lists it (if the original still exists)."""
+    original = engine.jobs.get(original_id)
+    if original is None or original.run:
+        return
+    touch(engine, original_id)
+    meta = meta_of(original)
+    meta.reruns = (*meta.reruns, rerun_id)
+
+
+def _unlink_rerun(engine: Engine, job: Job) -> None:
+    """A rerun that is removed leaves its original's list (the original lists the reruns
+    that exist: replay, whose log no longer holds a removed job's records, lists the
+    same)."""
+    meta = job.meta
+    if meta is None or meta.rerun_of is None:
+        return
+    original = engine.jobs.get(meta.rerun_of)
+    if original is None or original.meta is None or job.id not in original.meta.reruns:
+        return
+    touch(engine, original.id)
+    original.meta.reruns = tuple(i for i in original.meta.reruns if i != job.id)
 
 
 # ---------------------------------------------------------------------- attempts
@@ -171,6 +198,7 @@ def fail(engine: Engine, command: FailJob, at_ns: int) -> None:
         transition(engine, job, Event.FAIL_RETRY)
         job.lease_expires_ns = None
         job.modified_ns = at_ns
+        back_off(job, at_ns)
         index(engine, job)
     else:
         transition(engine, job, Event.FAIL_FINAL)
@@ -193,7 +221,22 @@ def time_out(engine: Engine, command: TimeoutAttempt, at_ns: int) -> None:
             drop_queue_if_empty(engine, job.name)
     else:
         transition(engine, job, Event.TIMEOUT_RETRY)
+        back_off(job, at_ns)
         index(engine, job)
+
+
+def back_off(job: Job, at_ns: int) -> None:
+    """A retry of a job with a ``retry_backoff`` waits (``backoff.wait_ns``): pending, but
+    not leasable before ``at_ns`` plus the wait, as a job with a later time. The wait
+    depends on the job, its attempt and its backoff only, so replay (``at_ns`` the time
+    the record was logged) makes the same."""
+    meta = job.meta
+    if meta is None or meta.retry_backoff is None:
+        return
+    wait_ns = backoff.wait_ns(meta.retry_backoff, job.id, job.attempts)
+    if wait_ns > 0:
+        meta.retry_at_ns = at_ns + wait_ns
+        job.waiting_for_time = True
 
 
 def release(engine: Engine, command: ReleaseJob, at_ns: int) -> None:
@@ -244,7 +287,8 @@ def pause(engine: Engine, command: PauseJob, at_ns: int) -> None:
     if job is None:
         return
     unindex(engine, job)
-    if job.waiting_for_time and job.time_ns is not None and job.time_ns <= at_ns:
+    due_ns = job.due_ns
+    if job.waiting_for_time and due_ns is not None and due_ns <= at_ns:
         job.waiting_for_time = False  # its time came (replay: before its tick)
     transition(engine, job, Event.PAUSE)
     if not engine._replaying:
@@ -302,6 +346,7 @@ def delete(engine: Engine, command: DeleteJob, at_ns: int) -> None:
     job = engine.jobs[command.id]
     if not job.status.finished:
         run_ended(engine, job, "deleted")
+    _unlink_rerun(engine, job)
     deregister(engine, job)
     wake_result_waiters(engine, job.id, Outcome.NOT_FOUND)
 
@@ -314,6 +359,7 @@ def expire(engine: Engine, command: ExpireJob, at_ns: int) -> None:
     if not job.status.finished:
         engine.evicted_jobs += 1
         run_ended(engine, job, "deleted")
+    _unlink_rerun(engine, job)
     deregister(engine, job)
     wake_result_waiters(engine, job.id, Outcome.NOT_FOUND)
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import msgspec
 
 from jobq.engine import limits
-from jobq.engine.errors import ScheduleError, quoted
+from jobq.engine.backoff import DEFAULT_RETRY_BACKOFF, Backoff, backoff_of
+from jobq.engine.errors import InvalidArgument, ScheduleError, quoted
 
 if TYPE_CHECKING:
     from jobq.engine.schedules import Schedule
@@ -45,6 +46,8 @@ class Work(msgspec.Struct, frozen=True):
     max_attempts: int = 0
     max_fails: int = 0
     description: str = ""
+    #: how long the job's retries wait: a jobq job's default unless the executor says
+    retry_backoff: Backoff | None = DEFAULT_RETRY_BACKOFF
 
 
 #: (field, lowest, highest) of a Work's integer fields: as a submitted job's
@@ -59,7 +62,8 @@ _WORK_RANGES: Final = (
 
 def check_work(work: Work) -> Work:
     """``work`` if the job it describes is within the limits a submitted job must keep
-    (:mod:`jobq.engine.limits`); ValueError with what is wrong if not."""
+    (:mod:`jobq.engine.limits`), its ``retry_backoff`` a checked :class:`Backoff`;
+    ValueError with what is wrong if not."""
     if not isinstance(work, Work):
         raise ValueError(f"not a Work: {type(work).__name__}")
     name = work.name
@@ -74,6 +78,13 @@ def check_work(work: Work) -> Work:
     description = work.description
     if not isinstance(description, str) or len(description) > limits.MAX_DESCRIPTION:
         raise ValueError(f"description: text of at most {limits.MAX_DESCRIPTION} characters")
+    if work.retry_backoff is not None:
+        try:  # checked, and made a Backoff (an executor may give its JSON form)
+            retry_backoff = backoff_of(work.retry_backoff)
+        except InvalidArgument as exc:
+            raise ValueError(exc.text) from exc
+        if retry_backoff != work.retry_backoff:
+            work = msgspec.structs.replace(work, retry_backoff=retry_backoff)
     return work
 
 
@@ -164,6 +175,7 @@ _JOB_ARGS: Final = {
     "max_attempts": int,
     "max_fails": int,
     "description": str,
+    "retry_backoff": dict,
 }
 
 
@@ -171,7 +183,8 @@ class JobExecutor:
     """The built-in ``job`` executor: each run submits one job with
     ``created_by = ("schedule", id)``. Arguments: ``name`` (required), ``payload`` (text) or
     ``payload_hex``, ``priority``, ``ttr_ms``, ``ttl_ms``, ``max_attempts``, ``max_fails``,
-    ``description``."""
+    ``description``, ``retry_backoff`` (``{"initial_ms", "multiplier", "max_ms"}``, each
+    optional; its jobs' retries wait so: the default backoff without it)."""
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         for key, value in args.items():
@@ -194,6 +207,12 @@ class JobExecutor:
         numbers = {k: int(args.get(k, 0)) for k in ("priority", "ttl_ms", "max_attempts",
                                                     "max_fails")}
         ttr_ms = int(args.get("ttr_ms", 60_000))
+        retry_backoff = DEFAULT_RETRY_BACKOFF
+        if "retry_backoff" in args:
+            try:
+                retry_backoff = backoff_of(args["retry_backoff"])
+            except InvalidArgument as exc:
+                raise ValueError(exc.text) from exc
         # the limits of a submitted job: a run's job that the log cannot hold (priority
         # 10**20) would fail at every firing
         self.work = check_work(Work(
@@ -205,6 +224,7 @@ class JobExecutor:
             max_attempts=numbers["max_attempts"],
             max_fails=numbers["max_fails"],
             description=str(args.get("description", "")),
+            retry_backoff=retry_backoff,
         ))
 
     def execute(self, schedule: Schedule, scheduled_ns: int, now_ns: int) -> Work:

@@ -6,7 +6,7 @@ can be added later without a new type.
 
 | type | command | what it records |
 |---|---|---|
-| 16 | :class:`SubmitJob` | an extended add: description, creator, created_by, optional TTL |
+| 16 | :class:`SubmitJob` | an extended add: metadata, optional TTL, retry backoff, rerun_of |
 | 17 | :class:`Heartbeat` | progress, running status, maybe a checkpoint; extends the lease |
 | 18 | :class:`LeaseBy` | a lease by an extended worker: starts an attempt held by ``worker`` |
 | 19 | :class:`PauseJob` | pause (a pending job) or a pause request (a running one), with a reason |
@@ -28,6 +28,8 @@ from __future__ import annotations
 from typing import ClassVar, TypeAlias
 
 import msgspec
+
+from jobq.engine.backoff import Backoff
 
 
 class _Ext(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -52,6 +54,10 @@ class SubmitJob(_Ext, kw_only=True, omit_defaults=True):
     creator: str = ""
     created_by_type: str = ""
     created_by_id: str = ""
+    #: how long its retries wait; None (and in records written before it existed): at once
+    retry_backoff: Backoff | None = None
+    #: the job this one reruns (``jobq jobs rerun``); the original lists it (``reruns``)
+    rerun_of: bytes | None = None
 
 
 class Heartbeat(_Ext, kw_only=True, omit_defaults=True):

@@ -67,9 +67,10 @@ def index(engine: Engine, job: Job) -> None:
     if status is Status.PENDING:
         queue = queue_for(engine, job.name)
         if job.waiting_for_time:
-            assert job.time_ns is not None
+            due_ns = job.due_ns
+            assert due_ns is not None
             queue.scheduled[job.id] = job
-            engine._deadlines.push(job.time_ns, DeadlineKind.READY, job)
+            engine._deadlines.push(due_ns, DeadlineKind.READY, job)
         else:
             queue.push_ready(job)
             engine._offer_names.add(job.name)

@@ -14,6 +14,8 @@ from typing import Final
 
 import msgspec
 
+from jobq.engine.backoff import Backoff
+
 
 class Status(enum.Enum):
     """A job's status (DESIGN.md)."""
@@ -159,8 +161,9 @@ WORKQ_LEASED: Final = 4
 class JobMeta(msgspec.Struct, array_like=True, eq=False):
     """What jobq adds to a workq job (DESIGN.md); only jobs that use it carry one.
 
-    Fields are in name order, then those added later (a snapshot's row written before has
-    none: their defaults): :meth:`state` and an engine snapshot's row list them so."""
+    Fields are in name order, then those added later, at the end with their defaults (an
+    engine snapshot's row lists them in this order, so that older snapshots still decode:
+    a shorter row leaves the later fields at their defaults)."""
 
     cancel_requested: bool = False
     checkpoint: bytes | None = None
@@ -178,11 +181,19 @@ class JobMeta(msgspec.Struct, array_like=True, eq=False):
     running_status: str | None = None
     #: the worker holding the lease (extended leases)
     worker: str | None = None
-    # added later
+    # -- added later (see above)
     #: a schedule's run: the scheduled time it stands for (a backfill's is in the past)
     #: and how it was fired (scheduled, trigger, backfill); from its firing record
     run_for_ns: int | None = None
     run_kind: str = ""
+    #: how long a retry waits (``backoff.py``); None: retried at once, as in workq
+    retry_backoff: Backoff | None = None
+    #: when the last retry that waited was due (it applies while the job waits:
+    #: ``Job.due_ns``)
+    retry_at_ns: int | None = None
+    #: the job this one reruns (``rerun``), and the reruns of this one that exist
+    rerun_of: bytes | None = None
+    reruns: tuple[bytes, ...] = ()
 
     def state(self) -> tuple[object, ...]:
         """Every field, in one C-level call (for the undo journal)."""
@@ -267,6 +278,19 @@ class Job(msgspec.Struct, array_like=True, eq=False):
         return base + self.ttl_ms * 1_000_000
 
     @property
+    def due_ns(self) -> int | None:
+        """When a pending job that waits (``waiting_for_time``) becomes leasable: its
+        scheduled time, or its last retry's time (``JobMeta.retry_at_ns``) if later."""
+        time_ns = self.time_ns
+        meta = self.meta
+        if meta is None:
+            return time_ns
+        retry_at_ns = meta.retry_at_ns
+        if retry_at_ns is None or (time_ns is not None and time_ns >= retry_at_ns):
+            return time_ns
+        return retry_at_ns
+
+    @property
     def workq_state(self) -> int:
         """The state code workq's ``inspect job`` reports."""
         status = self.status
@@ -330,6 +354,7 @@ CREATION_ORDER = operator.attrgetter("created_ns", "id")
 MetaRow = tuple[
     bool, bytes | None, tuple[str, str] | None, str, str, float | None, int | None,
     int | None, bool, str, str | None, str | None, int | None, str,
+    Backoff | None, int | None, bytes | None, tuple[bytes, ...],
 ]
 #: :meth:`Job.row`
 JobRow = tuple[

@@ -17,6 +17,7 @@ from jobq.engine import indexes, journal, liveness, schedule_operations, waits
 from jobq.engine import replay as replaying
 from jobq.engine import tick as ticking
 from jobq.engine.apply import APPLY, apply_heartbeat
+from jobq.engine.backoff import Backoff
 from jobq.engine.commands import (
     AddJob,
     Command,
@@ -205,10 +206,12 @@ class Engine:
         self, *, id: bytes, name: str, payload: bytes = b"", priority: int = 0,
         ttr_ms: int = 60_000, ttl_ms: int = 0, max_attempts: int = 0, max_fails: int = 0,
         time_ns: int | None = None, description: str = "", creator: str = "",
-        created_by: tuple[str, str] | None = None, now_ns: int,
+        created_by: tuple[str, str] | None = None, retry_backoff: Backoff | None = None,
+        now_ns: int,
     ) -> Job:
-        """An extended add: metadata, an optional scheduled time, and ``ttl_ms`` 0 for a job
-        kept until the server's retention after it finishes."""
+        """An extended add: metadata, an optional scheduled time, ``ttl_ms`` 0 for a job
+        kept until the server's retention after it finishes, and how long its retries wait
+        (``retry_backoff``; None: they come at once, as workq's)."""
         if time_ns is not None and ttl_ms and time_ns + ttl_ms * _NS_PER_MS <= now_ns:
             raise InvalidArgument("Invalid Time")
         command = SubmitJob(
@@ -217,6 +220,32 @@ class Engine:
             created_ns=now_ns, description=description, creator=creator,
             created_by_type=created_by[0] if created_by else "",
             created_by_id=created_by[1] if created_by else "",
+            retry_backoff=retry_backoff,
+        )
+        return self._create(command, now_ns)
+
+    def rerun(self, id: bytes, *, new_id: bytes, now_ns: int) -> Job:
+        """A new job ``new_id`` with the name, payload and options of job ``id`` (priority,
+        TTR, TTL, attempts, fails, backoff, description, creator, created_by), leasable at
+        once; it names ``id`` (``rerun_of``) and ``id`` lists it (``reruns``). Only a
+        finished job (succeeded, failed, canceled) is rerun."""
+        job = self._get(id)
+        if not job.status.finished:
+            raise InvalidStatus(
+                f"Job is {job.status.value} (only a succeeded, failed or canceled job is rerun)"
+            )
+        meta = job.meta
+        created_by = meta.created_by if meta is not None else None
+        command = SubmitJob(
+            id=new_id, name=job.name, payload=job.payload, priority=job.priority,
+            ttr_ms=job.ttr_ms, ttl_ms=job.ttl_ms, max_attempts=job.max_attempts,
+            max_fails=job.max_fails, created_ns=now_ns,
+            description=meta.description if meta is not None else "",
+            creator=meta.creator if meta is not None else "",
+            created_by_type=created_by[0] if created_by else "",
+            created_by_id=created_by[1] if created_by else "",
+            retry_backoff=meta.retry_backoff if meta is not None else None,
+            rerun_of=id,
         )
         return self._create(command, now_ns)
 

@@ -352,7 +352,9 @@ def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: in
             own = queues.get(name) or queue_for(engine, name)
             if job.waiting_for_time:
                 own.scheduled[job_id] = job
-                deadline((time_ns, ready_kind, job))  # type: ignore[arg-type]
+                # its scheduled time, or a retry's (rare: a job with metadata)
+                due_ns = time_ns if job.meta is None else job.due_ns
+                deadline((due_ns, ready_kind, job))  # type: ignore[arg-type]
             else:
                 priorities(job.priority)
                 job.queued = in_run

@@ -61,7 +61,7 @@ def tick(engine: Engine, now_ns: int) -> None:
         if engine.jobs.get(job.id) is not job:
             continue
         if kind is DeadlineKind.READY:
-            time_came(engine, job)
+            time_came(engine, job, deadline_ns)
         elif kind is DeadlineKind.TTR:
             lease_expired(engine, job, deadline_ns, now_ns)
         elif kind is DeadlineKind.TTL:
@@ -73,9 +73,13 @@ def tick(engine: Engine, now_ns: int) -> None:
     offer_ready_jobs(engine, now_ns)
 
 
-def time_came(engine: Engine, job: Job) -> None:
-    """A scheduled job's time came: it becomes leasable."""
+def time_came(engine: Engine, job: Job, deadline_ns: int) -> None:
+    """A scheduled job's time, or its retry's, came: it becomes leasable (unless a later
+    retry was set since this deadline was: a pending job failed again)."""
     if job.status is Status.PENDING and job.waiting_for_time:
+        due_ns = job.due_ns
+        if due_ns is not None and due_ns > deadline_ns:
+            return
         touch(engine, job.id)
         unindex(engine, job)
         job.waiting_for_time = False

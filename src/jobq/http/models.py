@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jobq.engine.backoff import DEFAULT_RETRY_BACKOFF, MAX_BACKOFF_MS, MAX_MULTIPLIER
 from jobq.engine.schedules import MAX_DURATION_MS
 from jobq.server import protocol as p
 
@@ -38,6 +39,12 @@ class CreatedBy(_Model):
     id: str | int
 
 
+class RetryBackoff(_Model):
+    initial_ms: int
+    multiplier: float
+    max_ms: int
+
+
 class JobSummary(_Model):
     id: str
     name: str
@@ -66,6 +73,14 @@ class JobSummary(_Model):
     payload_size: int
     checkpoint_size: int
     error: str | None
+    due: str | None = Field(
+        None, description="when a pending job that waits (its time, or its retry's backoff) "
+        "becomes leasable"
+    )
+    retry_backoff: RetryBackoff | None = Field(
+        None, description="how long its retries wait; null: at once (a workq job)"
+    )
+    rerun_of: str | None = Field(None, description="the job this one reruns")
     run_for: str | None = Field(
         None, description="a schedule's run: the scheduled time it stands for"
     )
@@ -82,6 +97,7 @@ class ScheduleLink(_Model):
 class JobDetail(JobSummary):
     payload: str = Field(description="base64")
     result: str | None = Field(description="base64, for finished jobs")
+    reruns: list[str] = Field(default_factory=list, description="the reruns of this job")
     schedule: ScheduleLink | None = Field(
         None, description="the schedule that created the job, while it exists"
     )
@@ -154,6 +170,11 @@ class WorkerInfo(_Model):
 
 class WorkerList(_Model):
     workers: list[WorkerInfo]
+
+
+class Rerun(_Model):
+    id: str = Field(description="the new job's id")
+    rerun_of: str = Field(description="the job it reruns (its full id)")
 
 
 class Count(_Model):
@@ -245,6 +266,26 @@ class Audit(_Model):
     auth_failures: list[AddressFailures]
 
 
+class RetryBackoffBody(_Input):
+    """How long a job's retries wait: ``initial_ms * multiplier**(n-1)`` after attempt n,
+    at most ``max_ms``, less up to half of it (jitter)."""
+
+    initial_ms: int = Field(DEFAULT_RETRY_BACKOFF.initial_ms, ge=0, le=MAX_BACKOFF_MS,
+                            description="0: retried at once")
+    multiplier: float = Field(DEFAULT_RETRY_BACKOFF.multiplier, ge=1, le=MAX_MULTIPLIER,
+                              allow_inf_nan=False)
+    max_ms: int | None = Field(
+        None, ge=0, le=MAX_BACKOFF_MS,
+        description=f"at least initial_ms; default {DEFAULT_RETRY_BACKOFF.max_ms} "
+        "(or initial_ms if larger)",
+    )
+
+
+class RerunBody(_Input):
+    new_id: str | None = Field(None, description="the new job's id (a UUID); generated when "
+                               "omitted")
+
+
 class SubmitBody(_Input):
     name: str = Field(pattern=NAME_PATTERN, description="the queue a worker leases from")
     payload: str | None = Field(None, description="base64 bytes (at most 1 MiB decoded)")
@@ -258,6 +299,9 @@ class SubmitBody(_Input):
     time: str | None = Field(None, description="RFC 3339; when the job becomes leasable")
     description: str = Field("", max_length=4096)
     creator: str = Field("", max_length=255)
+    retry_backoff: RetryBackoffBody | None = Field(
+        None, description="how long its retries wait; default 1 s, x2, up to 5 min"
+    )
 
 
 class OperateBody(_Input):

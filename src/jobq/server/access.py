@@ -102,6 +102,7 @@ PERMISSIONS: dict[str, Role] = {
     "pause": Role.ADMIN,
     "resume": Role.ADMIN,
     "cancel": Role.ADMIN,
+    "rerun": Role.ADMIN,
     "screate": Role.ADMIN,
     "spause": Role.ADMIN,
     "sresume": Role.ADMIN,

@@ -246,7 +246,7 @@ class Dispatcher:
         queue = self.engine.queue(r.name)
         jobs: list[Job] = []
         if queue is not None:
-            jobs = sorted(queue.scheduled.values(), key=lambda j: (j.time_ns or 0, j.id))
+            jobs = sorted(queue.scheduled.values(), key=lambda j: (j.due_ns or 0, j.id))
         selected = jobs[r.offset : r.offset + r.limit]
         return p.inspect_jobs_reply([job_info(j) for j in selected])
 

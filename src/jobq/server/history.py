@@ -7,8 +7,10 @@ Runs in a worker thread (it reads every segment); it never touches the engine.
 
 from __future__ import annotations
 
+import uuid
+
 from jobq.cmdlog.cursor import Cursor
-from jobq.engine import commands, extensions
+from jobq.engine import backoff, commands, extensions
 from jobq.server.extensions import format_time
 
 _CLIENT = "client"
@@ -48,9 +50,17 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
     running = False
     attempt = 0
     requested = ""  # "pause" or "cancel" while such a request waits for the worker
+    retries = _Retries()
 
     def event(at_ns: int, name: str, actor: str, detail: str = "") -> None:
         events.append({"time": format_time(at_ns), "event": name, "actor": actor, "detail": detail})
+
+    def retry(at_ns: int, why: str) -> None:
+        """A retry that waits out the job's backoff (as ``apply.back_off`` computes it)."""
+        wait_ns = retries.wait_ns(job_id, attempt)
+        if wait_ns:
+            detail = f"retry at {format_time(at_ns + wait_ns)} (attempt {max(attempt, 1)} {why})"
+            event(at_ns, "retry scheduled", "server", detail)
 
     cursor = Cursor(log_dir, allow_torn_tail=True)
     for logged_ns, payload in cursor.iter_raw():
@@ -76,9 +86,13 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
             detail = f"queue {command.name}"
             if submitted and submitted.created_by_type:
                 detail += f", created by {submitted.created_by_type} {submitted.created_by_id}"
+            if submitted and submitted.rerun_of is not None:
+                detail += f", rerun of {uuid.UUID(bytes=submitted.rerun_of)}"
+            retries.created(command)
             event(logged_ns, "submitted", actor, detail)
         elif isinstance(command, extensions.FireSchedule):
             if command.job is not None:
+                retries.created(command.job)  # a schedule's run: its job's limits and backoff
                 detail = _created_by_schedule(command, schedule_names)
                 event(logged_ns, "created", "scheduler", detail)
         elif isinstance(command, _LEASE):
@@ -98,13 +112,20 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
         elif isinstance(command, commands.FailJob):
             text = command.result.decode("utf-8", "replace")
             event(logged_ns, "failed", holder or _CLIENT, text[:200])
+            retries.fails += 1
+            if retries.fail_retries(attempt):
+                retry(logged_ns, f"failed: {text[:100]}" if text else "failed")
             running, holder = False, None
         elif isinstance(command, commands.TimeoutAttempt):
             event(logged_ns, "timed out", "server", f"attempt {attempt}: TTR passed")
+            if not requested and retries.timeout_retries(attempt):
+                retry(logged_ns, "timed out")
+            retries.paused = requested == "pause"
             running, holder, requested = False, None, ""
         elif isinstance(command, extensions.ReleaseJob):
             outcome = {"pause": "paused", "cancel": "canceled"}.get(requested, "pending")
             event(logged_ns, "released", command.worker, f"now {outcome}")
+            retries.paused = outcome == "paused"
             running, holder, requested = False, None, ""
         elif isinstance(command, _OPERATOR):
             verb = _VERBS[type(command)]
@@ -116,6 +137,7 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
                 requested = "" if requested == "pause" else requested
             else:
                 name = {"pause": "paused", "resume": "resumed", "cancel": "canceled"}[verb]
+                retries.paused = verb == "pause"
             event(logged_ns, name, command.actor or _CLIENT, command.reason)
         elif isinstance(command, commands.DeleteJob):
             event(logged_ns, "deleted", _CLIENT)
@@ -123,3 +145,35 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
             event(logged_ns, "expired", "server")
     return events
 
+
+class _Retries:
+    """What the history needs to tell whether a failed or timed-out attempt is retried, and
+    when: the job's limits and backoff (from the record that created it), its fails, and
+    whether it is paused (a paused job that fails is failed for good)."""
+
+    def __init__(self) -> None:
+        self.max_attempts = 0
+        self.max_fails = 0
+        self.backoff: backoff.Backoff | None = None
+        self.fails = 0
+        self.paused = False
+
+    def created(
+        self, command: commands.AddJob | commands.ScheduleJob | extensions.SubmitJob
+    ) -> None:
+        self.max_attempts, self.max_fails = command.max_attempts, command.max_fails
+        if isinstance(command, extensions.SubmitJob):
+            self.backoff = command.retry_backoff
+
+    def fail_retries(self, attempt: int) -> bool:
+        """Whether a fail (counted in ``fails``) after ``attempt`` attempts is retried."""
+        attempts_left = self.max_attempts == 0 or attempt < self.max_attempts
+        return self.fails < self.max_fails and attempts_left and not self.paused
+
+    def timeout_retries(self, attempt: int) -> bool:
+        return self.max_attempts == 0 or attempt < self.max_attempts
+
+    def wait_ns(self, job_id: bytes, attempt: int) -> int:
+        if self.backoff is None:
+            return 0
+        return backoff.wait_ns(self.backoff, job_id, attempt)

@@ -1,6 +1,7 @@
 // The buttons that change a job or a schedule. Each is bound, when drawn, to the id (or
 // schedule name) of what its page or row shows, and to that page's context: a button of a
-// page no longer shown does nothing. Cancel, delete and drop ask first.
+// page no longer shown does nothing. Cancel, delete and drop ask first; Rerun opens the
+// new job's page.
 
 import { el, user } from "./dom.js";
 
@@ -97,6 +98,14 @@ export function jobActions(ctx, job, compact) {
     } catch (error) { ctx.fail(error); }
   };
 
+  const rerun = async () => {
+    try {
+      const reply = await ctx.api("POST", jobPath(id, "rerun"), {});
+      ctx.navigate(`#/jobs/${encodeURIComponent(reply.id)}`,
+        ["Rerun of ", user(name), ": job ", user(reply.id, { class: "mono" })]);
+    } catch (error) { ctx.fail(error); }
+  };
+
   const buttons = [];
   if (job.status === "pending" || (job.status === "running" && !job.pause_requested)) {
     buttons.push(button("Pause", "pause", "Pause this job", () => simple("pause", "Paused")));
@@ -108,6 +117,8 @@ export function jobActions(ctx, job, compact) {
     buttons.push(button("Cancel", "cancel", "Cancel this job (asks first)", cancel));
   }
   if (!compact && FINAL.includes(job.status)) {
+    buttons.push(button("Rerun", "rerun",
+      "Submit a new job with this job's name, payload and options", rerun));
     buttons.push(button("Delete", "delete", "Delete this job (asks first)", remove));
   }
   return el("span", { class: "actions" }, ...buttons);

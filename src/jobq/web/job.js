@@ -13,13 +13,26 @@ const FIELDS = [
   ["id", "ID"], ["name", "Name"], ["description", "Description"], ["status", "Status"],
   ["priority", "Priority"], ["attempts", "Attempts"], ["max_attempts", "Max attempts"],
   ["fails", "Fails"], ["max_fails", "Max fails"], ["ttr_ms", "TTR (ms)"], ["ttl_ms", "TTL (ms)"],
-  ["created", "Created"], ["time", "Due"], ["started", "Started"], ["modified", "Modified"],
-  ["finished", "Finished"], ["running_status", "Running status"], ["lease", "Lease"],
-  ["checkpoint_size", "Checkpoint size"], ["payload_size", "Payload size"],
+  ["retry_backoff", "Retry backoff"],
+  ["created", "Created"], ["time", "Time"], ["due", "Due"], ["started", "Started"],
+  ["modified", "Modified"], ["finished", "Finished"], ["running_status", "Running status"],
+  ["lease", "Lease"], ["checkpoint_size", "Checkpoint size"], ["payload_size", "Payload size"],
   ["creator", "Creator"], ["created_by", "Created by"], ["run_for", "Run for"],
-  ["run_kind", "Run kind"], ["reason", "Reason"],
+  ["run_kind", "Run kind"], ["reason", "Reason"], ["rerun_of", "Rerun of"], ["reruns", "Reruns"],
 ];
-const TIMES = ["created", "time", "started", "modified", "finished", "run_for"];
+const TIMES = ["created", "time", "due", "started", "modified", "finished", "run_for"];
+
+// A duration in ms as "5m", "1s", "1500ms".
+function duration(ms) {
+  for (const [unit, size] of [["h", 3600000], ["m", 60000], ["s", 1000]]) {
+    if (ms && ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
+}
+
+function jobLink(id) {
+  return el("a", { href: `#/jobs/${encodeURIComponent(id)}`, class: "mono" }, user(id));
+}
 
 function decodeBase64(text) {
   const binary = atob(text || "");
@@ -65,6 +78,16 @@ function fieldValue(key, value) {
       "schedule ", user(value.id))];
   }
   if (key === "created_by") return [user(value.type), " ", user(value.id)];
+  if (key === "retry_backoff") {
+    if (!value.initial_ms) return ["at once"];
+    const { initial_ms: initial, multiplier, max_ms: most } = value;
+    return [`${duration(initial)}, x${multiplier}, at most ${duration(most)}`];
+  }
+  if (key === "rerun_of") return [jobLink(value)];
+  if (key === "reruns") {
+    if (!value.length) return ["—"];
+    return value.flatMap((id, i) => (i ? [", ", jobLink(id)] : [jobLink(id)]));
+  }
   if (key === "checkpoint_size" || key === "payload_size") return [`${value} bytes`];
   return [user(String(value))];
 }

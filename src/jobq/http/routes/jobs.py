@@ -1,4 +1,4 @@
-"""The job routes: list, submit, show, history, pause, resume, cancel, delete."""
+"""The job routes: list, submit, show, history, pause, resume, cancel, rerun, delete."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from jobq.http.models import (
     JobDetail,
     JobPage,
     OperateBody,
+    Rerun,
+    RerunBody,
     SubmitBody,
     Submitted,
 )
@@ -119,6 +121,16 @@ def add_routes(app: FastAPI, core: Core) -> None:
     async def cancel_job(job_id: str = JobId, body: OperateBody | None = Body(None)) -> Response:
         """Cancel: final for a pending or paused job; a running one is asked to stop."""
         return await operate("cancel", job_id, body)
+
+    @app.post("/api/jobs/{job_id}/rerun", response_model=Rerun, tags=["jobs"])
+    async def rerun_job(job_id: str = JobId, body: RerunBody | None = Body(None)) -> Response:
+        """Rerun a succeeded, failed or canceled job: a new job with its name, payload and
+        options, leasable at once, linked both ways (``rerun_of``, ``reruns``). Any other
+        status: 409."""
+        data: dict[str, Any] = {"id": job_id}
+        if body is not None and body.new_id is not None:
+            data["new_id"] = body.new_id
+        return await run(core, "rerun", data)
 
     @app.delete("/api/jobs/{job_id}", response_model=Deleted, tags=["jobs"])
     async def delete_job(job_id: str = JobId) -> Response:

@@ -4,10 +4,12 @@ worker's xlease/heartbeat/xcomplete/xfail/release, pause/resume/cancel, and the 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import msgspec
 
 from jobq.engine import limits
+from jobq.engine.backoff import DEFAULT_RETRY_BACKOFF, backoff_of
 from jobq.engine.job import Status
 from jobq.engine.joblist import JobFilter
 from jobq.engine.machine import Action
@@ -47,6 +49,9 @@ class Submit(msgspec.Struct, forbid_unknown_fields=True):
     description: str = ""
     creator: str = ""
     created_by: CreatedBy | None = None
+    #: ``{"initial_ms", "multiplier", "max_ms"}`` (each optional); null: the default.
+    #: Any JSON here: ``backoff_of`` says what is wrong with it
+    retry_backoff: Any = None
 
 
 class XLease(msgspec.Struct, forbid_unknown_fields=True):
@@ -132,6 +137,9 @@ class JobCommands(ExtensionsBase):
             description=limited(r.description, MAX_DESCRIPTION, "description"),
             creator=limited(r.creator, MAX_SHORT_TEXT, "creator"),
             created_by=valid_created_by(r.created_by),
+            retry_backoff=(
+                DEFAULT_RETRY_BACKOFF if r.retry_backoff is None else backoff_of(r.retry_backoff)
+            ),
             now_ns=now_ns,
         )
         reply: dict[str, object] = {"id": str(uuid.UUID(bytes=job.id))}

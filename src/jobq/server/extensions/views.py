@@ -68,6 +68,20 @@ def job_summary(job: Job) -> dict[str, object]:
         "payload_size": len(job.payload),
         "checkpoint_size": len(meta.checkpoint) if meta and meta.checkpoint else 0,
         "error": error,
+        # when a pending job that waits (its time, or its retry's backoff) becomes leasable
+        "due": (
+            format_time(job.due_ns)
+            if job.waiting_for_time and job.status is Status.PENDING
+            else None
+        ),
+        "retry_backoff": (
+            meta.retry_backoff.as_dict()
+            if meta is not None and meta.retry_backoff is not None
+            else None
+        ),
+        "rerun_of": (
+            _id_text(meta.rerun_of) if meta is not None and meta.rerun_of is not None else None
+        ),
     }
 
 
@@ -75,6 +89,7 @@ def job_detail(job: Job) -> dict[str, object]:
     detail = job_summary(job)
     detail["payload"] = job.payload
     detail["result"] = job.result if job.status.finished else None
+    detail["reruns"] = [_id_text(i) for i in job.meta.reruns] if job.meta is not None else []
     return detail
 
 
@@ -100,6 +115,10 @@ def run_summary(job: Job, now_ns: int) -> dict[str, object]:
         duration_ms = max(0, (ended - started) // 1_000_000)
     summary["duration_ms"] = duration_ms
     return summary
+
+
+def _id_text(job_id: bytes) -> str:
+    return str(uuid.UUID(bytes=job_id))
 
 
 def changes(schedule: Schedule) -> list[dict[str, object]]:

@@ -385,6 +385,7 @@ EXTENSION_COMMANDS = (
     "jobs",
     "job",
     "history",
+    "rerun",
     "screate",
     "slist",
     "sshow",
