@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from jobq.cli import main
-from jobq.client import Client
+from jobq.client import Client, RetryBackoff
 
 
 def run(address: str, *args: str) -> Result:
@@ -91,3 +91,13 @@ def test_rerun_prints_the_new_id_and_links_both_ways(address: str, client: Clien
     assert re.search(rf"^rerun_of +{original}$", shown_new, re.M), shown_new
     missing = run(address, "jobs", "rerun", "00000000-0000-4000-8000-00000000dead")
     assert (missing.exit_code, missing.output.strip()) == (2, "jobq: no such job")
+
+
+def test_a_retry_waiting_its_backoff_is_listed_as_due(address: str, client: Client) -> None:
+    job_id = client.submit("cb.due", b"", max_fails=2,
+                           retry_backoff=RetryBackoff(120_000, 1.0, 120_000))
+    client.xlease("cb.due", worker_id="w", wait_timeout_ms=1000)
+    client.xfail(job_id, "w", "boom")  # due again in 60-120 s
+    listed = run(address, "jobs", "list", "--name", "cb.due").stdout
+    row = next(line for line in listed.splitlines() if job_id[:8] in line)
+    assert re.search(r"pending \(due in (1m\d+s|[6-9]\ds|2m)\)", row), row

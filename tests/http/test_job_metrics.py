@@ -11,7 +11,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobq.client import Client
+from jobq.client import Client, RetryBackoff
 from jobq.http import job_metrics
 from tests.harness import RunningServer
 
@@ -43,7 +43,7 @@ def value(scrape: dict, sample: str, /, **labels: str) -> float | None:  # type:
 
 def test_durations_and_queue_waits_by_name(server: RunningServer) -> None:
     with Client(port=server.port) as client:
-        job_id = client.submit("m.work", b"", max_fails=2)
+        job_id = client.submit("m.work", b"", max_fails=2, retry_backoff=RetryBackoff(0))
         time.sleep(WAIT_S)
         lease = client.xlease("m.work", worker_id="w", wait_timeout_ms=1000)
         time.sleep(RUN_S)
@@ -71,6 +71,23 @@ def test_durations_and_queue_waits_by_name(server: RunningServer) -> None:
     assert value(scrape, "jobq_job_duration_seconds_count", name="m.other",
                  outcome="succeeded") == 1
     assert value(scrape, "jobq_job_queue_wait_seconds_count", name="m.other") == 1
+
+
+def test_a_retry_waits_in_the_queue_from_the_end_of_its_backoff(server: RunningServer) -> None:
+    """A retry that waits its backoff is not waiting in the queue meanwhile: its queue wait
+    counts from when it became leasable again."""
+    with Client(port=server.port) as client:
+        job_id = client.submit("m.backoff", b"", max_fails=2,
+                               retry_backoff=RetryBackoff(800, 1.0, 800))
+        client.xlease("m.backoff", worker_id="w", wait_timeout_ms=1000)
+        client.xfail(job_id, "w", "boom")  # due again 0.4-0.8 s from now
+        again = client.xlease("m.backoff", worker_id="w", wait_timeout_ms=3000)
+        assert again is not None and again.id == job_id
+    scrape = samples(server)
+    assert value(scrape, "jobq_job_queue_wait_seconds_count", name="m.backoff") == 2
+    wait_sum = value(scrape, "jobq_job_queue_wait_seconds_sum", name="m.backoff")
+    # both leases came as soon as the job was leasable (counted from the fail: >= 0.4 s)
+    assert wait_sum is not None and wait_sum < 0.3
 
 
 def test_a_released_and_a_timed_out_attempt_are_observed(server: RunningServer) -> None:

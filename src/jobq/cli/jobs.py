@@ -76,7 +76,7 @@ def _status_text(job: dict[str, Any]) -> str:
     (``pending (due in 1m20s)``)."""
     status = str(job.get("status", ""))
     if status == "pending":
-        due_s = seconds_until(job.get("time"))
+        due_s = seconds_until(job.get("due") or job.get("time"))
         if due_s is not None and due_s >= 0.5:
             return f"{status} (due in {span(due_s)})"
     return status

@@ -137,7 +137,9 @@ class JobTimings:
                 if status is Status.PENDING or (
                     status is Status.RUNNING and kind is not ResumeJob
                 ):
-                    _remember(self._ready_since, job_id, now_ns)
+                    # leasable from now, or once its retry's backoff is over
+                    due_ns = job.due_ns if job is not None else None
+                    _remember(self._ready_since, job_id, max(now_ns, due_ns or 0))
             elif kind is DeleteJob or kind is ExpireJob:
                 self._attempts.pop(job_id, None)
                 self._ready_since.pop(job_id, None)

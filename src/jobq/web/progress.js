@@ -5,8 +5,9 @@ import { el, span, user } from "./dom.js";
 
 // "due in 1m20s" for a pending job waiting for its time (this browser's clock), else "".
 export function dueIn(job, now = Date.now()) {
-  if (job.status !== "pending" || !job.time) return "";
-  const ms = Date.parse(job.time) - now;
+  const due = job.due || job.time; // its time, or when its retry's backoff ends
+  if (job.status !== "pending" || !due) return "";
+  const ms = Date.parse(due) - now;
   return ms >= 500 ? `due in ${span(ms / 1000)}` : "";
 }
 
