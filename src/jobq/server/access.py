@@ -96,6 +96,7 @@ PERMISSIONS: dict[str, Role] = {
     "pause": Role.ADMIN,
     "resume": Role.ADMIN,
     "cancel": Role.ADMIN,
+    "bulk": Role.ADMIN,
     "screate": Role.ADMIN,
     "spause": Role.ADMIN,
     "sresume": Role.ADMIN,

@@ -1,8 +1,9 @@
 """jobq's protocol extensions (docs/extensions.md): JSON bodies in, engine calls, JSON out.
 
 Each command word has a request schema (msgspec; unknown fields are refused) and a handler,
-in the module of its part (``jobs``, ``schedules``); ``bodies`` decodes and checks bodies,
-``views`` builds the JSON of a job or a schedule. Errors are raised as engine errors or
+in the module of its part (``jobs``, ``bulk``, ``schedules``); ``bodies`` decodes and checks
+bodies, ``selection`` the job list's filters (a bulk action's selection), ``views`` builds
+the JSON of a job or a schedule. Errors are raised as engine errors or
 :class:`BadRequest` and mapped to replies in ``dispatch.py``, the one place that does so.
 """
 
@@ -20,6 +21,7 @@ from jobq.server.extensions.bodies import (
     format_time,
     parse_time,
 )
+from jobq.server.extensions.bulk import BulkCommands
 from jobq.server.extensions.jobs import JobCommands
 from jobq.server.extensions.schedules import ScheduleCommands
 from jobq.server.extensions.views import job_detail, job_summary, lease_reply, schedule_summary
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 
-class Extensions(JobCommands, ScheduleCommands):
+class Extensions(JobCommands, BulkCommands, ScheduleCommands):
     """The extension commands of one server, by command word (``handlers``)."""
 
     def __init__(
@@ -65,6 +67,7 @@ class Extensions(JobCommands, ScheduleCommands):
             "jobs": self.jobs,
             "job": self.job,
             "history": self.history,
+            "bulk": self.bulk,
             "screate": self.screate,
             "slist": self.slist,
             "sshow": self.sshow,

@@ -396,6 +396,7 @@ EXTENSION_COMMANDS = (
     "shistory",
     "sdrop",
     "audit",
+    "bulk",
 )
 
 
