@@ -27,6 +27,8 @@ class JobFilter(msgspec.Struct, frozen=True):
     constraint. Every constraint given must hold."""
 
     statuses: frozenset[Status] | None = None
+    #: these jobs (their ids)
+    ids: frozenset[bytes] | None = None
     #: a job name, or a glob (``etl.*``) when it holds ``*``, ``?`` or ``[``, which no
     #: name does
     name: str | None = None
@@ -47,6 +49,8 @@ class JobFilter(msgspec.Struct, frozen=True):
         """Whether ``job`` meets every constraint but the statuses and the creation bounds
         (the indexes apply those): the definition that ``selection.py``'s faster passes
         follow."""
+        if self.ids is not None and job.id not in self.ids:
+            return False
         name = self.name
         if name is not None:
             if is_glob(name):

@@ -4,10 +4,11 @@ page of the list (:func:`list_jobs`) or every one, for a bulk action (:func:`sel
 Two ways to find them, chosen per call by how many jobs the filter's narrowest index
 leaves to look at:
 
-* **From candidates.** A filter by name (a name, a prefix, a glob) reaches the jobs of the
-  names it matches through the name index (``names.py``), a filter by ``created_by`` its
-  jobs through ``by_created_by``. When those are few (:func:`few`), only they are checked,
-  and put in order by merging (each name's jobs come in creation order).
+* **From candidates.** A filter by ids names its jobs; one by name (a name, a prefix, a
+  glob) reaches the jobs of the names it matches through the name index (``names.py``), a
+  filter by ``created_by`` its jobs through ``by_created_by``. When those are few
+  (:func:`few`), only they are checked, and put in order by merging (each name's jobs come
+  in creation order).
 * **By status.** Otherwise each status's jobs are walked newest first (``StatusIndex``), a
   chunk at a time, stopping as soon as the page is full.
 
@@ -85,13 +86,10 @@ def matching(
         return iter(())
     found = _candidates(engine, job_filter)
     if found is not None:
-        groups, from_names = found
-        checks = passes(
-            job_filter, statuses=frozenset(statuses), bounds=True,
-            names=not from_names, created_by=from_names,
-        )
+        groups, source = found
+        checks = passes(job_filter, statuses=frozenset(statuses), bounds=True, skip=source)
         return _from_candidates(groups, checks, statuses, order, start)
-    checks = passes(job_filter, statuses=None, bounds=False, names=True, created_by=True)
+    checks = passes(job_filter, statuses=None, bounds=False)
     return _by_status(engine.by_status, job_filter, checks, statuses, order, start)
 
 
@@ -108,13 +106,15 @@ def passes(
     *,
     statuses: frozenset[Status] | None,
     bounds: bool,
-    names: bool,
-    created_by: bool,
+    skip: str = "",
 ) -> list[Pass]:
     """One pass per constraint of ``f``, cheapest first: ``statuses`` and the creation
-    ``bounds`` when no index applied them; the name constraints if ``names``; ``created_by``
-    if asked."""
+    ``bounds`` when no index applied them, and every other but the one the candidates came
+    from (``skip``: ``ids``, ``names`` or ``created_by``)."""
     out: list[Pass] = []
+    ids = f.ids
+    if ids is not None and skip != "ids":
+        out.append(lambda jobs: [j for j in jobs if j.id in ids])
     if statuses is not None and len(statuses) < len(Status):
         out.append(lambda jobs: [j for j in jobs if j.status in statuses])
     after, before = f.created_after_ns, f.created_before_ns
@@ -122,7 +122,7 @@ def passes(
         out.append(lambda jobs: [j for j in jobs if j.created_ns >= after])
     if bounds and before is not None:
         out.append(lambda jobs: [j for j in jobs if j.created_ns < before])
-    if names:
+    if skip != "names":
         out.extend(_name_passes(f))
     if f.id_prefix is not None:
         out.append(_id_pass(f.id_prefix))
@@ -132,7 +132,7 @@ def passes(
             lambda jobs: [j for j in jobs if (m := j.meta) is not None and m.creator == creator]
         )
     made_by = f.created_by
-    if created_by and made_by is not None:
+    if made_by is not None and skip != "created_by":
         out.append(
             lambda jobs: [
                 j for j in jobs if (m := j.meta) is not None and m.created_by == made_by
@@ -207,10 +207,15 @@ def _checked(jobs: list[Job], checks: list[Pass]) -> list[Job]:
 # ---------------------------------------------------------------------- from candidates
 
 
-def _candidates(engine: Engine, f: JobFilter) -> tuple[list[list[Job]], bool] | None:
+def _candidates(engine: Engine, f: JobFilter) -> tuple[list[list[Job]], str] | None:
     """The jobs of the narrowest index the filter has, if few enough (:func:`few`): lists
-    of jobs, each in creation order, and whether they came from the name index (else from
-    ``by_created_by``)."""
+    of jobs, each in creation order, and the constraint they meet (``ids``, ``names``,
+    ``created_by``)."""
+    jobs = engine.jobs
+    if f.ids is not None:  # a page's worth at most
+        chosen = (jobs.get(job_id) for job_id in f.ids)
+        found_jobs = [job for job in chosen if job is not None and not job.run]
+        return [sorted(found_jobs, key=CREATION_ORDER)], "ids"
     best: tuple[int, str, object] | None = None
     if f.name is not None or f.name_prefix is not None:
         glob = f.name if f.name is not None and is_glob(f.name) else None
@@ -226,10 +231,9 @@ def _candidates(engine: Engine, f: JobFilter) -> tuple[list[list[Job]], bool] | 
     _, source, found = best
     if source == "names":
         assert isinstance(found, list)
-        return [engine.by_name.jobs(name) for name in found], True
+        return [engine.by_name.jobs(name) for name in found], source
     assert isinstance(found, set)
-    jobs = engine.jobs
-    return [sorted((jobs[job_id] for job_id in found), key=CREATION_ORDER)], False
+    return [sorted((jobs[job_id] for job_id in found), key=CREATION_ORDER)], source
 
 
 def _from_candidates(

@@ -223,6 +223,7 @@ class SelectionBody(_Input):
     status: list[Literal["pending", "running", "paused", "succeeded", "failed", "canceled"]] | (
         None
     ) = None
+    ids: list[str] | None = Field(None, max_length=1000, description="these jobs (full ids)")
     name: str | None = Field(None, max_length=255, description="a name, or a glob (etl.*)")
     name_prefix: str | None = Field(None, max_length=255)
     id_prefix: str | None = Field(None, max_length=36, description="hex digits")

@@ -11,7 +11,8 @@ import msgspec
 
 from jobq.engine.errors import InvalidArgument
 from jobq.engine.job import Status
-from jobq.engine.joblist import JobFilter, id_digits
+from jobq.engine.joblist import MAX_PAGE, JobFilter, id_digits
+from jobq.server import protocol as p
 from jobq.server.extensions.bodies import (
     MAX_SHORT_TEXT,
     BadRequest,
@@ -27,12 +28,16 @@ if TYPE_CHECKING:
 #: a name, or a glob of one (``*``, ``?``, ``[...]``)
 _NAME_OR_GLOB = re.compile(r"[A-Za-z0-9_.\-*?\[\]!]{1,255}")
 _NAME_PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,255}")
+#: most ids a selection may list (a page of the job list)
+MAX_IDS = MAX_PAGE
 
 
 class Selection(msgspec.Struct, forbid_unknown_fields=True):
     """Which jobs: every constraint given must hold."""
 
     status: list[str] | None = None
+    #: these jobs (full ids; at most MAX_IDS)
+    ids: list[str] | None = None
     name: str | None = None
     name_prefix: str | None = None
     id_prefix: str | None = None
@@ -55,6 +60,14 @@ def job_filter(engine: Engine, s: Selection) -> JobFilter:
             statuses = frozenset(Status(value) for value in s.status)
         except ValueError as exc:
             raise BadRequest("Invalid status") from exc
+    ids = None
+    if s.ids is not None:
+        if len(s.ids) > MAX_IDS:
+            raise BadRequest(f"Invalid ids: at most {MAX_IDS}")
+        try:
+            ids = frozenset(p.parse_id(text) for text in s.ids)
+        except p.ClientError as exc:
+            raise BadRequest(p.INVALID_ID) from exc
     if s.name is not None and _NAME_OR_GLOB.fullmatch(s.name) is None:
         raise BadRequest("Invalid name: a job name or a glob of one (etl.*)")
     name_prefix = s.name_prefix or None
@@ -76,6 +89,7 @@ def job_filter(engine: Engine, s: Selection) -> JobFilter:
         created_by = ("schedule", str(schedule.id))
     return JobFilter(
         statuses=statuses,
+        ids=ids,
         name=s.name,
         name_prefix=name_prefix,
         id_prefix=id_prefix,
@@ -109,6 +123,8 @@ def describe(s: Selection) -> str:
             continue
         if field == "status":
             text = ",".join(value)
+        elif field == "ids":
+            text = f"{len(value)} jobs"
         elif isinstance(value, CreatedBy):
             text = f"{value.type}:{value.id}"
         elif isinstance(value, str) and (not value or " " in value or '"' in value):
