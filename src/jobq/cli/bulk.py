@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from jobq.cli.common import EXIT_FAILURE, EXIT_USAGE, actor, fail
-from jobq.cli.selection import resolve_schedule
 from jobq.engine.limits import MAX_BULK_JOBS
 
 if TYPE_CHECKING:
@@ -74,7 +73,6 @@ def run_bulk(
 ) -> tuple[int, int] | None:
     """The bulk action ``verb`` on ``selection``; prints what it did. Returns the jobs
     changed and, of those, the running ones only asked to stop (None: nothing done)."""
-    resolve_schedule(client, selection)
     preview = client.bulk(verb, dry_run=True, limit=None, **selection)
     if preview.count == 0:
         if preview.matched == 0:

@@ -37,7 +37,7 @@ from jobq.cli.common import (
     reads,
     short_time,
 )
-from jobq.cli.selection import resolve_schedule, selection_options
+from jobq.cli.selection import selection_options
 
 if TYPE_CHECKING:
     from jobq.client import Client
@@ -128,7 +128,6 @@ def list_command(
 ) -> None:
     """List jobs (newest first within each status)."""
     with connected(server) as client:
-        resolve_schedule(client, selection)
         page = client.jobs(**selection, limit=limit, order=order, cursor=cursor)
     if as_json:
         print_json({"jobs": page.jobs, "next_cursor": page.next_cursor})

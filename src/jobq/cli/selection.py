@@ -7,14 +7,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from jobq.cli.common import EXIT_USAGE, STATUSES, duration_ms, fail, parse_when
-
-if TYPE_CHECKING:
-    from jobq.client import Client
 
 F = TypeVar("F")
 
@@ -106,16 +103,3 @@ def _past_or_time(text: str, what: str) -> str:
     else:
         moment = parse_when(text, what=what)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def resolve_schedule(client: Client, selection: dict[str, Any]) -> None:
-    """``--schedule NAME`` as the schedule's id, so that a name no schedule has is one clear
-    line (exit 2) rather than the server's "not found"."""
-    if "schedule" not in selection:
-        return
-    from jobq.client import NotFound
-
-    try:
-        selection["schedule"] = client.get_schedule(selection["schedule"])["id"]
-    except NotFound:
-        fail(f"--schedule: no schedule {selection['schedule']!r}", EXIT_USAGE)
