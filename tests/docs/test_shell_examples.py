@@ -383,6 +383,11 @@ CHECKS: dict[str, Check] = {
     'curl -s --json {"name": "reports.daily", "payload_text": "{\\"day\\": \\"2026-11-21\\"}"} '
     "localhost:8080/api/jobs": curl,
     'curl -s --json {"reason": "disk full"} localhost:8080/api/jobs/3f2a/pause': curl,
+    "curl -s localhost:8080/api/jobs?name_prefix=reports.&status=pending | jq .jobs[].id": curl,
+    'curl -s --json {"action": "cancel", "selection": {"name": "reports.*"}, "dry_run": true} '
+    "localhost:8080/api/jobs/bulk": curl,
+    "jobq jobs list --name-prefix reports. --created-after -1d": runs,
+    "jobq jobs cancel --name reports.* --dry-run": runs,
     "jobq server": serves,
     "jobq jobs list --server jobs.internal:9922 --auth-token-file ~/.jobq-token --tls-ca ca.pem": (
         with_token_and_tls

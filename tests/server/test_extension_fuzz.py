@@ -44,7 +44,8 @@ VALID: dict[str, dict[str, Any]] = {
     "pause": {"id": PENDING, "reason": "r", "actor": "fuzz"},
     "resume": {"id": PAUSED, "reason": "r"},
     "cancel": {"created_by": {"type": "t", "id": 1}, "reason": "r"},
-    "jobs": {"status": ["pending", "paused"], "name": "fuzz.q", "order": "created", "limit": 5},
+    "jobs": {"status": ["pending", "paused"], "name": "fuzz.q", "order": "created", "limit": 5,
+             "name_prefix": "fuzz.", "text": "d", "id_prefix": "00"},
     "job": {"id": PENDING[:8]},
     "history": {"id": LEASED},
     "screate": {"name": "fuzz.s2", "every_ms": 3_600_000, "executor": "job",
@@ -60,6 +61,9 @@ VALID: dict[str, dict[str, Any]] = {
     "shistory": {"name": SCHEDULE},
     "sdrop": {"name": SCHEDULE, "reason": "r"},
     "audit": {"limit": 10},
+    "bulk": {"action": "pause", "selection": {"name": "fuzz.*", "text": "d",
+                                             "status": ["pending"]},
+             "dry_run": True, "limit": 10, "reason": "r"},
 }  # fmt: skip
 
 
