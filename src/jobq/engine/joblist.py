@@ -17,6 +17,7 @@ from sortedcontainers import SortedList
 from jobq.engine.errors import AmbiguousId, InvalidArgument, JobNotFound
 from jobq.engine.job import CREATION_ORDER, STATUS_ORDER, Job, JobBound, Status
 from jobq.engine.names import glob_matcher, is_glob
+from jobq.engine.sortedjobs import add_sorted, discard_sorted, presorted
 
 #: most jobs one page may hold
 MAX_PAGE = 1000
@@ -106,22 +107,7 @@ class StatusIndex:
         self._lists: dict[Status, SortedList] = {s: SortedList() for s in Status}
 
     def add(self, job: Job) -> None:
-        entries = self._lists[job.status]
-        maxes = entries._maxes
-        if maxes and not job < maxes[-1]:
-            # after every job there (jobs mostly change status in creation order):
-            # SortedList.add's own branch for that case, without its bisect of ``_maxes``
-            # (a Python-level comparison per step; sortedcontainers 2.x layout, see
-            # _presorted)
-            pos = len(maxes) - 1
-            last = entries._lists[pos]
-            last.append(job)
-            maxes[pos] = job
-            if entries._index or len(last) > entries._load << 1:
-                entries._expand(pos)  # else it would do nothing
-            entries._len += 1
-        else:
-            entries.add(job)
+        add_sorted(self._lists[job.status], job)
 
     def rebuild(self, jobs: dict[Status, list[Job]], *, in_creation_order: bool) -> None:
         """Replace the contents with ``jobs`` (each status's jobs), which are in creation
@@ -133,18 +119,11 @@ class StatusIndex:
             of_status = jobs.get(status, [])
             if not in_creation_order:
                 of_status.sort(key=CREATION_ORDER)
-            lists[status] = _presorted(of_status)
+            lists[status] = presorted(of_status)
         self._lists = lists
 
     def discard(self, job: Job, status: Status) -> None:
-        entries = self._lists[status]
-        lists = entries._lists
-        if lists and lists[0][0] is job:
-            # the oldest job of its status (a queue's usual order): where SortedList.discard
-            # would find it, without its two bisects
-            entries._delete(0, 0)
-        else:
-            entries.discard(job)
+        discard_sorted(self._lists[status], job)
 
     def count(self, status: Status) -> int:
         return len(self._lists[status])
@@ -169,22 +148,6 @@ class StatusIndex:
         return iter(
             self._lists[status].irange(low, high, inclusive=(True, False), reverse=True)
         )
-
-
-def _presorted(values: list[Job]) -> SortedList:
-    """A SortedList of ``values``, which are already in order.
-
-    ``SortedList(values)`` would sort them again with ``Job.__lt__`` (a Python call per
-    comparison); this fills it as ``SortedList.update`` does for an empty list, minus the
-    sort (sortedcontainers 2.x layout: ``_lists`` of at most ``_load`` values, ``_maxes``
-    their last values, ``_len``, ``_index`` empty until first needed).
-    """
-    result = SortedList()
-    load = result._load
-    result._lists = [values[pos : pos + load] for pos in range(0, len(values), load)]
-    result._maxes = [chunk[-1] for chunk in result._lists]
-    result._len = len(values)
-    return result
 
 
 class Cursor(msgspec.Struct, frozen=True):

@@ -16,12 +16,13 @@ import re
 from bisect import insort
 from collections.abc import Iterable, Iterator
 from itertools import takewhile
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from sortedcontainers import SortedList
 
 from jobq.engine.compaction import right_size
 from jobq.engine.job import CREATION_ORDER, Job
+from jobq.engine.sortedjobs import add_sorted, discard_sorted, presorted
 
 #: most jobs a name holds in a plain list (a removal scans it); beyond, a SortedList
 SMALL = 256
@@ -60,40 +61,41 @@ class NameIndex:
     def add(self, job: Job) -> None:
         name = job.name
         by_name = self.by_name
-        held = by_name.get(name)
-        if held is None:
-            by_name[name] = job
-            self._names.add(name)
-        elif isinstance(held, Job):
-            by_name[name] = [held, job] if held < job else [job, held]
-        elif isinstance(held, list):
+        # Any: dispatched on its class below, the commonest first (a name with many jobs)
+        held: Any = by_name.get(name)
+        kind = held.__class__
+        if kind is SortedList:
+            add_sorted(held, job)
+        elif kind is list:
             if job < held[-1]:
                 insort(held, job)
             else:
                 held.append(job)  # the usual case: the newest job of its name
             if len(held) > SMALL:
-                by_name[name] = SortedList(held)
-        else:
-            held.add(job)
+                by_name[name] = presorted(held)
+        elif held is None:
+            by_name[name] = job
+            self._names.add(name)
+        else:  # one job
+            by_name[name] = [held, job] if held < job else [job, held]
 
     def discard(self, job: Job) -> None:
         name = job.name
         by_name = self.by_name
-        held = by_name.get(name)
-        if held is None:
-            return
-        if held is job:
-            del by_name[name]
-            self._names.discard(name)
-        elif isinstance(held, list):
+        held: Any = by_name.get(name)
+        kind = held.__class__
+        if kind is SortedList:
+            discard_sorted(held, job)
+            if len(held) <= SMALL // 2:
+                by_name[name] = list(held)
+        elif kind is list:
             if job in held:  # identity (jobs compare equal only to themselves)
                 held.remove(job)
             if len(held) == 1:
                 by_name[name] = held[0]
-        elif isinstance(held, SortedList):
-            held.discard(job)
-            if len(held) <= SMALL // 2:
-                by_name[name] = list(held)
+        elif held is job:
+            del by_name[name]
+            self._names.discard(name)
 
     def rebuild(self, groups: dict[str, list[Job]], *, in_creation_order: bool) -> None:
         """Replace the contents with ``groups`` (each name's jobs; sorted here unless they
@@ -105,7 +107,7 @@ class NameIndex:
             if len(jobs) == 1:
                 by_name[name] = jobs[0]
             elif len(jobs) > SMALL:
-                by_name[name] = SortedList(jobs)
+                by_name[name] = presorted(jobs)
             else:
                 by_name[name] = jobs
         self.by_name = by_name
