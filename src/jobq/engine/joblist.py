@@ -30,8 +30,8 @@ class JobFilter(msgspec.Struct, frozen=True):
     statuses: frozenset[Status] | None = None
     #: these jobs (their ids)
     ids: frozenset[bytes] | None = None
-    #: a job name, or a glob (``etl.*``) when it holds ``*``, ``?`` or ``[``, which no
-    #: name does
+    #: a job name, or a glob (``etl.*``) when it holds ``*`` (any text) or ``?`` (one
+    #: character), which no name does
     name: str | None = None
     name_prefix: str | None = None
     #: hex digits (dashes ignored) that the job's id begins with

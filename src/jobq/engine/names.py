@@ -11,7 +11,6 @@ nothing keyed by them outlives the jobs that use them. ``run`` jobs are not inde
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from bisect import insort
 from collections.abc import Iterable, Iterator
@@ -26,8 +25,8 @@ from jobq.engine.sortedjobs import add_sorted, discard_sorted, presorted
 
 #: most jobs a name holds in a plain list (a removal scans it); beyond, a SortedList
 SMALL = 256
-#: the characters that make a name filter a glob (none of them may be in a job's name)
-GLOB_CHARACTERS = frozenset("*?[")
+#: the characters that make a name filter a glob (neither may be in a job's name)
+GLOB_CHARACTERS = frozenset("*?")
 
 #: what the index holds for one name
 Held: TypeAlias = Job | list[Job] | SortedList
@@ -39,8 +38,10 @@ def is_glob(pattern: str) -> bool:
 
 
 def glob_matcher(pattern: str) -> re.Pattern[str]:
-    """The regular expression of a glob, case-sensitive as names are."""
-    return re.compile(fnmatch.translate(pattern))
+    """The regular expression of a glob, case-sensitive as names are: ``*`` any text, ``?``
+    one character, anything else itself."""
+    parts = [".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern]
+    return re.compile("".join(parts) + r"\Z", re.DOTALL)
 
 
 def literal_prefix(pattern: str) -> str:

@@ -25,8 +25,8 @@ from jobq.server.extensions.bodies import (
 if TYPE_CHECKING:
     from jobq.engine.machine import Engine
 
-#: a name, or a glob of one (``*``, ``?``, ``[...]``)
-_NAME_OR_GLOB = re.compile(r"[A-Za-z0-9_.\-*?\[\]!]{1,255}")
+#: a name, or a glob of one (``*``: any text, ``?``: one character)
+_NAME_OR_GLOB = re.compile(r"[A-Za-z0-9_.\-*?]{1,255}")
 _NAME_PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,255}")
 #: most ids a selection may list (a page of the job list)
 MAX_IDS = MAX_PAGE
