@@ -59,6 +59,7 @@ QUERIES: list[tuple[str, dict[str, str], str]] = [
     ("name prefix `etl.` ({1/10} jobs) + text `disk full`",
      {"name_prefix": "etl.", "text": "disk full"}, ""),
     ("name glob `etl.*` + text `disk full`", {"name": "etl.*", "text": "disk full"}, ""),
+    ("name prefix `etl.d1` alone", {"name_prefix": "etl.d1"}, ""),
     ("text `disk full` alone (every job read)", {"text": "disk full"}, ""),
     ("no filter", {}, ""),
 ]
@@ -94,7 +95,9 @@ def build(count: int) -> Any:
         meta = JobMeta(
             description=f"load {name} for 2026-11-{1 + i % 28:02d}",
             creator="ann",
-            running_status="disk full on db-3" if rng.randrange(800) == 0 else f"part {i % 100}/100",
+            running_status=(
+                "disk full on db-3" if rng.randrange(800) == 0 else f"part {i % 100}/100"
+            ),
         )
         began = None if status is Status.PENDING else created
         job = Job(
@@ -109,6 +112,26 @@ def build(count: int) -> Any:
     engine = Engine()
     engine.adopt_jobs(jobs, now)
     return engine
+
+
+def index_mib(engine: Any) -> float:
+    """The name index's own memory: its table, its sorted names, the lists and SortedLists
+    that hold each name's jobs (not the jobs, nor the names' strings: the jobs hold those)."""
+    from sortedcontainers import SortedList
+
+    def sorted_bytes(entries: SortedList) -> int:
+        return (sys.getsizeof(entries) + sys.getsizeof(entries.__dict__)
+                + sys.getsizeof(entries._lists) + sys.getsizeof(entries._maxes)
+                + sys.getsizeof(entries._index) + sum(map(sys.getsizeof, entries._lists)))
+
+    index = engine.by_name
+    total = sys.getsizeof(index.by_name) + sorted_bytes(index._names)
+    for held in index.by_name.values():
+        if isinstance(held, SortedList):
+            total += sorted_bytes(held)
+        elif isinstance(held, list):
+            total += sys.getsizeof(held)
+    return total / 2**20
 
 
 def save(engine: Any, data_dir: Path) -> None:
@@ -173,9 +196,9 @@ class Server:
             try:
                 self.http.get("/api/server").raise_for_status()
                 break
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
                 if self.proc.poll() is not None or time.perf_counter() > deadline:
-                    raise RuntimeError(f"the server did not start: see {self.log.name}")
+                    raise RuntimeError(f"the server did not start: see {self.log.name}") from exc
                 time.sleep(0.05)
         self.start_s = time.perf_counter() - started
         self.rss_mib = rss_mib(self.proc.pid)
@@ -219,6 +242,7 @@ def main() -> None:
     built_s = time.perf_counter() - t0
     print(f"built {args.jobs:,} jobs in {built_s:.1f} s", flush=True)
     in_engine, bulk_ms, matched = engine_times(engine, args.rounds)
+    index_size = index_mib(engine)
     with tempfile.TemporaryDirectory(prefix="bench-joblist-") as tmp:
         data_dir = Path(tmp) / "data"
         save(engine, data_dir)
@@ -237,7 +261,7 @@ def main() -> None:
                 server.stop()
             print(f"{tree}: started in {server.start_s:.2f} s, RSS {server.rss_mib:.0f} MiB",
                   flush=True)
-    text = report(args, started, in_engine, through, bulk_ms, matched, servers)
+    text = report(args, started, in_engine, through, bulk_ms, matched, servers, index_size)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "joblist.md").write_text(text)
     print(text)
@@ -251,6 +275,7 @@ def report(
     bulk_ms: float,
     matched: int,
     servers: dict[str, tuple[float, float]],
+    index_size: float,
 ) -> str:
     lines = [
         f"Reproduce: `.venv/bin/python -m bench.bench_joblist --jobs {args.jobs} --rounds "
@@ -284,6 +309,9 @@ def report(
         delta = servers["after"][1] - servers["before"][1]
         lines.append(f"| difference | | {delta:+.0f} MiB ({delta * 2**20 / args.jobs:+.0f} B "
                      "a job) |")
+    lines += ["", f"The name index itself (its table, sorted names and each name's list of "
+              f"jobs, counted with `sys.getsizeof`): {index_size:.1f} MiB, "
+              f"{index_size * 2**20 / args.jobs:.1f} B a job."]
     return "\n".join(lines) + "\n"
 
 

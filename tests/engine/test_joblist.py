@@ -119,7 +119,7 @@ def test_pages_concatenate_to_the_reference_order(specs, job_filter, order, limi
     few = selection.few
     with pytest.MonkeyPatch.context() as patch:
         if way != "either":  # else: as chosen by the sizes
-            patch.setattr(selection, "few", lambda m, total: way == "candidates")
+            patch.setattr(selection, "few", lambda *_, **__: way == "candidates")
         assert_pages(engine, job_filter, order, limit)
     assert selection.few is few
 

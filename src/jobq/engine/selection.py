@@ -23,6 +23,7 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from itertools import islice
+from math import isqrt
 from typing import TYPE_CHECKING
 
 from jobq.engine.errors import InvalidArgument
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
 
 #: jobs checked at a time when walking the status lists
 CHUNK = 1024
-#: up to this many candidates are always checked one by one (else only a quarter of all
-#: jobs or fewer: beyond, walking by status, which stops at a full page, is likely cheaper)
+#: with a check few jobs pass (text, ...), up to this many candidates (or a quarter of all
+#: jobs) are checked one by one rather than walking every job by status (:func:`few`)
 CANDIDATES_MAX = 100_000
 
 #: one constraint: the jobs of a chunk that meet it, in the same order
@@ -67,15 +68,22 @@ def list_jobs(
 
 
 def select(engine: Engine, job_filter: JobFilter) -> list[Job]:
-    """Every job ``job_filter`` selects, in the job list's "status" order."""
-    return list(matching(engine, job_filter, order="status", start=None))
+    """Every job ``job_filter`` selects, in the job list's "status" order (from candidates
+    whenever an index gives them: all are read anyway)."""
+    return list(matching(engine, job_filter, order="status", start=None, every=True))
 
 
 def matching(
-    engine: Engine, job_filter: JobFilter, *, order: str, start: Cursor | None
+    engine: Engine,
+    job_filter: JobFilter,
+    *,
+    order: str,
+    start: Cursor | None,
+    every: bool = False,
 ) -> Iterator[Job]:
     """The jobs ``job_filter`` selects, in ``order`` ("status" or "created"), after the
-    job ``start`` names; lazily, so that a page costs what it takes to fill it."""
+    job ``start`` names; lazily, so that a page costs what it takes to fill it. ``every``:
+    all of them will be read (no page to stop at)."""
     statuses = [
         status
         for status in STATUS_ORDER
@@ -84,7 +92,7 @@ def matching(
     ]
     if not statuses:
         return iter(())
-    found = _candidates(engine, job_filter)
+    found = _candidates(engine, job_filter, every)
     if found is not None:
         groups, source = found
         checks = passes(job_filter, statuses=frozenset(statuses), bounds=True, skip=source)
@@ -93,9 +101,19 @@ def matching(
     return _by_status(engine.by_status, job_filter, checks, statuses, order, start)
 
 
-def few(candidates: int, total: int) -> bool:
-    """Whether checking ``candidates`` jobs one by one beats walking all ``total`` by status."""
-    return candidates <= CANDIDATES_MAX or candidates * 4 <= total
+def few(candidates: int, total: int, *, sparse: bool) -> bool:
+    """Whether checking ``candidates`` jobs one by one is likely to beat walking all
+    ``total`` jobs by status for a page.
+
+    With a check that few jobs pass (``sparse``: text, an id prefix...), a walk reads many
+    jobs per match, and candidates win up to a quarter of all jobs (always up to
+    :data:`CANDIDATES_MAX`). Without, most candidates match and a walk stops early (it
+    reads about ``total / candidates`` jobs a match): candidates win while they are about
+    ``4·√total`` or fewer (1,000 at least).
+    """
+    if sparse:
+        return candidates <= CANDIDATES_MAX or candidates * 4 <= total
+    return candidates <= max(1000, 4 * isqrt(total))
 
 
 # ---------------------------------------------------------------------- the passes
@@ -207,10 +225,12 @@ def _checked(jobs: list[Job], checks: list[Pass]) -> list[Job]:
 # ---------------------------------------------------------------------- from candidates
 
 
-def _candidates(engine: Engine, f: JobFilter) -> tuple[list[list[Job]], str] | None:
-    """The jobs of the narrowest index the filter has, if few enough (:func:`few`): lists
-    of jobs, each in creation order, and the constraint they meet (``ids``, ``names``,
-    ``created_by``)."""
+def _candidates(
+    engine: Engine, f: JobFilter, every: bool
+) -> tuple[list[list[Job]], str] | None:
+    """The jobs of the narrowest index the filter has, if few enough (:func:`few`; any
+    number for ``every``): lists of jobs, each in creation order, and the constraint they
+    meet (``ids``, ``names``, ``created_by``)."""
     jobs = engine.jobs
     if f.ids is not None:  # a page's worth at most
         chosen = (jobs.get(job_id) for job_id in f.ids)
@@ -226,9 +246,19 @@ def _candidates(engine: Engine, f: JobFilter) -> tuple[list[list[Job]], str] | N
         ids = engine.by_created_by.get(f.created_by, set())
         if best is None or len(ids) < best[0]:
             best = (len(ids), "created_by", ids)
-    if best is None or not few(best[0], len(engine.jobs)):
+    if best is None:
         return None
-    _, source, found = best
+    size, source, found = best
+    sparse = (
+        f.text is not None
+        or f.id_prefix is not None
+        or f.creator is not None
+        or f.worker is not None
+        or (f.created_by is not None and source == "names")
+        or ((f.name is not None or f.name_prefix is not None) and source == "created_by")
+    )
+    if not every and not few(size, len(engine.jobs), sparse=sparse):
+        return None
     if source == "names":
         assert isinstance(found, list)
         return [engine.by_name.jobs(name) for name in found], source
