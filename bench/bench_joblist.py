@@ -18,11 +18,12 @@ Measured, each as the median of ``--rounds`` calls (first page: 100 jobs, "statu
   client from request to parsed JSON (a keep-alive connection);
 - the target (issue 22): name prefix ``etl.d1`` (11 names, 11,000 jobs) and text ``disk
   full``, < 50 ms. For reference: a wider prefix (``etl.``, 100,000 jobs), the same as a
-  glob, the text alone (no index narrows it: every job is read), no filter, and the dry
+  glob, the prefix alone, the text alone (no index narrows it), no filter, and the dry
   run of a bulk action on the target's selection (the UI's "select all N matching");
 - the server's RSS once started from the snapshot, and the time from process start to its
-  first HTTP reply; with ``--before SRC`` (an older tree's ``src/``, e.g. main's, which has
-  no name index) the same server and snapshot there, for the index's cost in memory.
+  first HTTP reply; with ``--before SRC`` (an older tree's ``src/``, without the name
+  index) the same server and snapshot there, for the index's cost in memory; and the name
+  index's own size, counted in this process.
 """
 
 from __future__ import annotations
@@ -177,6 +178,39 @@ def engine_times(engine: Any, rounds: int) -> tuple[list[float], float, int]:
     return times, bulk, matched
 
 
+#: the engine's hot path, in a process of its own with a given tree first on the path: CPU
+#: seconds for JOBS jobs added, leased, completed and deleted (10 names)
+HOT_PATH = """
+import gc, sys, time, uuid
+from jobq.engine.machine import Engine
+jobs = int(sys.argv[1])
+engine, now = Engine(), 10**18
+ids = [uuid.uuid4().bytes for _ in range(jobs)]
+gc.disable()
+started = time.process_time()
+for i, job_id in enumerate(ids):
+    engine.add(id=job_id, name=f"q{i % 10}", ttr_ms=60000, ttl_ms=0, payload=b"x", now_ns=now + i)
+for i in range(jobs):
+    job = engine.lease([f"q{i % 10}"], wait_timeout_ms=0, token=None, now_ns=now + jobs + i)
+    engine.complete(job.id, b"", now_ns=now + jobs + i)
+    engine.drain()
+for job_id in ids:
+    engine.delete(job_id, now_ns=now + 3 * jobs)
+engine.drain()
+print(time.process_time() - started)
+"""
+HOT_PATH_JOBS = 100_000
+
+
+def hot_path_s(src: Path) -> float:
+    """CPU seconds of :data:`HOT_PATH` with ``src``'s engine."""
+    done = subprocess.run(
+        [sys.executable, "-c", HOT_PATH, str(HOT_PATH_JOBS)], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(src)}, check=True, timeout=600,
+    )
+    return float(done.stdout.split()[-1])
+
+
 class Server:
     """``jobq server --http`` from ``src`` on ``data_dir``."""
 
@@ -261,7 +295,13 @@ def main() -> None:
                 server.stop()
             print(f"{tree}: started in {server.start_s:.2f} s, RSS {server.rss_mib:.0f} MiB",
                   flush=True)
-    text = report(args, started, in_engine, through, bulk_ms, matched, servers, index_size)
+    hot: dict[str, list[float]] = {}
+    if args.before is not None:
+        for _ in range(3):  # alternated: the machine's load moves both alike
+            for tree, src in (("before", args.before), ("after", args.after)):
+                hot.setdefault(tree, []).append(hot_path_s(src.resolve()))
+    text = report(args, started, in_engine, through, bulk_ms, matched, servers, index_size,
+                  hot)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "joblist.md").write_text(text)
     print(text)
@@ -276,10 +316,12 @@ def report(
     matched: int,
     servers: dict[str, tuple[float, float]],
     index_size: float,
+    hot: dict[str, list[float]],
 ) -> str:
     lines = [
         f"Reproduce: `.venv/bin/python -m bench.bench_joblist --jobs {args.jobs} --rounds "
-        f"{args.rounds}{' --before <main>/src' if args.before else ''}`; measured {started}, "
+        f"{args.rounds}{' --before <older tree>/src' if args.before else ''}`; measured "
+        f"{started}, "
         f"{os.cpu_count()} cores, Python {sys.version.split()[0]}. The first page (100 jobs, "
         f'"status" order) over {args.jobs:,} jobs, median of {args.rounds} calls; '
         f"{matched} jobs match the target's filter (so its first page reads every candidate).",
@@ -312,6 +354,12 @@ def report(
     lines += ["", f"The name index itself (its table, sorted names and each name's list of "
               f"jobs, counted with `sys.getsizeof`): {index_size:.1f} MiB, "
               f"{index_size * 2**20 / args.jobs:.1f} B a job."]
+    if hot:
+        before, after = statistics.median(hot["before"]), statistics.median(hot["after"])
+        lines += ["", f"The engine's hot path, CPU time of {HOT_PATH_JOBS:,} jobs added, "
+                  "leased, completed and deleted (median of 3 alternated runs): "
+                  f"before {before:.2f} s, after {after:.2f} s, "
+                  f"{(after - before) / HOT_PATH_JOBS * 1e6:+.1f} µs a job."]
     return "\n".join(lines) + "\n"
 
 

@@ -367,6 +367,8 @@ CHECKS: dict[str, Check] = {
     ".venv/bin/python -m bench.bench_fairness --before /tmp/jobq-before/src --rounds 3": (
         benchmark_arguments("bench.bench_fairness")
     ),
+    ".venv/bin/python -m bench.bench_joblist --jobs 1000000 --rounds 9 --before "
+    "/tmp/jobq-before/src": benchmark_arguments("bench.bench_joblist"),
     "eval $(_JOBQ_COMPLETE=bash_source jobq)": completion,
     "eval $(_JOBQ_COMPLETE=zsh_source jobq)": completion,
     "_JOBQ_COMPLETE=fish_source jobq | source": completion,
