@@ -90,6 +90,8 @@ BENCHMARKS = [
     Bench("Fairness: another client's latency under one client's load", 21,
           "bench.bench_fairness", [],
           ["--rounds", "1", "--pipeline-adds", "20000", "--load-jobs", "50000"], "fairness.md"),
+    Bench("Finding jobs: the job list's filters over 1,000,000 jobs", 22, "bench.bench_joblist",
+          ["--rounds", "9"], ["--jobs", "50000", "--rounds", "3"], "joblist.md"),
     Bench("Before and after the reshaping", 20, "bench.bench_ab", [], [], "ab.md",
           runs=False),
     Bench("The client's hot path, with and without a token", 21, "bench.bench_client", [], [],

@@ -434,6 +434,8 @@ CHECKS: dict[str, Check] = {
     ".venv/bin/python -m bench.bench_fairness --before /tmp/jobq-before/src --rounds 3": (
         benchmark_arguments("bench.bench_fairness")
     ),
+    ".venv/bin/python -m bench.bench_joblist --jobs 1000000 --rounds 9 --before "
+    "/tmp/jobq-before/src": benchmark_arguments("bench.bench_joblist"),
     "eval $(_JOBQ_COMPLETE=bash_source jobq)": completion,
     "eval $(_JOBQ_COMPLETE=zsh_source jobq)": completion,
     "_JOBQ_COMPLETE=fish_source jobq | source": completion,
@@ -459,6 +461,11 @@ CHECKS: dict[str, Check] = {
     "curl -s localhost:8080/api/workers | jq .workers[] | {id, names, running_count}": (
         lists_workers
     ),
+    "curl -s localhost:8080/api/jobs?name_prefix=reports.&status=pending | jq .jobs[].id": curl,
+    'curl -s --json {"action": "cancel", "selection": {"name": "reports.*"}, "dry_run": true} '
+    "localhost:8080/api/jobs/bulk": curl,
+    "jobq jobs list --name-prefix reports. --created-after -1d": runs,
+    "jobq jobs cancel --name reports.* --dry-run": runs,
     "jobq server": serves,
     "jobq submit reports.daily --retry-backoff 10s,3,30m": submits_with_backoff,
     'curl -s --json {"name": "reports.daily", "retry_backoff": {"initial_ms": 10000, '

@@ -1,35 +1,54 @@
-"""The job list's order, filters and paging against a brute-force reference on random data."""
+"""The job list's order, filters and paging against a brute-force reference on random data,
+both ways of finding the jobs (from candidates, by status); and the name index."""
 
 from __future__ import annotations
 
+import fnmatch
+import uuid
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobq.engine import selection
+from jobq.engine.errors import InvalidArgument
 from jobq.engine.job import STATUS_ORDER, Job, Status
 from jobq.engine.joblist import JobFilter, StatusIndex
 from jobq.engine.machine import Engine
+from jobq.engine.names import SMALL, NameIndex
 
 from .helpers import MS, T0, jid
 
 STATUSES = list(Status)
 RANK = {status: n for n, status in enumerate(STATUS_ORDER)}
 
+NAMES = ["a", "b", "etl.x", "etl.y", "etl.xy"]
+
 job_spec = st.tuples(
     st.integers(0, 30),  # created, ms after T0 (ties happen)
-    st.sampled_from(["a", "b"]),  # name
+    st.sampled_from(NAMES),  # name
     st.sampled_from(["", "ann", "bob"]),  # creator
     st.sampled_from([None, ("schedule", "1"), ("schedule", "2")]),  # created_by
     st.sampled_from(["pending", "running", "paused", "succeeded", "failed", "canceled"]),
+    st.sampled_from(["", "Disk full", "fine"]),  # description
+    st.sampled_from(["w1", "w2"]),  # worker, if running
 )
 
 
-def build(specs: list[tuple[int, str, str, tuple[str, str] | None, str]]) -> Engine:
+def build(
+    specs: list[tuple[int, str, str, tuple[str, str] | None, str, str, str]],
+) -> Engine:
     engine = Engine()
-    for n, (created, name, creator, created_by, status) in enumerate(specs):
+    for n, (created, name, creator, created_by, status, description, worker) in enumerate(specs):
         now = T0 + created * MS
-        engine.submit(id=jid(n), name=name, creator=creator, created_by=created_by, now_ns=now)
+        engine.submit(
+            id=jid(n), name=name, creator=creator, created_by=created_by,
+            description=description, now_ns=now,
+        )
         if status == "running":
-            engine.lease([name], wait_timeout_ms=0, token=None, now_ns=now, worker="w")
+            job = engine.lease([name], wait_timeout_ms=0, token=None, now_ns=now, worker=worker)
+            if job is not None and description:
+                engine.heartbeat(job.id, worker=worker, running_status="DISK check", now_ns=now)
             # leasing picks the best job of the queue, maybe another one: fine, any status mix
         elif status == "paused":
             engine.pause(jid(n), now_ns=now)
@@ -45,7 +64,12 @@ def build(specs: list[tuple[int, str, str, tuple[str, str] | None, str]]) -> Eng
 filters = st.builds(
     JobFilter,
     statuses=st.none() | st.frozensets(st.sampled_from(STATUSES), min_size=1),
-    name=st.none() | st.sampled_from(["a", "b"]),
+    ids=st.none() | st.frozensets(st.integers(0, 45).map(jid), max_size=8),
+    name=st.none() | st.sampled_from(["a", "b", "etl.*", "etl.?", "*y", "?", "zz*", "*.x*"]),
+    name_prefix=st.none() | st.sampled_from(["etl.", "etl.x", "a", "q"]),
+    id_prefix=st.none() | st.sampled_from(["0", "00000000-0000-0000-0000-00000000000", "f"]),
+    text=st.none() | st.sampled_from(["disk", "FULL", "check", "nothing"]),
+    worker=st.none() | st.sampled_from(["w1", "w2"]),
     creator=st.none() | st.sampled_from(["ann", "bob"]),
     created_by=st.none() | st.sampled_from([("schedule", "1"), ("schedule", "2")]),
     created_after_ns=st.none() | st.integers(0, 30).map(lambda m: T0 + m * MS),
@@ -56,13 +80,23 @@ filters = st.builds(
 def reference(engine: Engine, job_filter: JobFilter, order: str) -> list[bytes]:
     def admitted(job: Job) -> bool:
         f = job_filter
-        if f.statuses is not None and job.status not in f.statuses:
-            return False
-        if f.created_after_ns is not None and job.created_ns < f.created_after_ns:
-            return False
-        if f.created_before_ns is not None and job.created_ns >= f.created_before_ns:
-            return False
-        return f.admits(job)
+        meta = job.meta
+        assert meta is not None  # every job here was submitted
+        texts = [meta.description, meta.running_status or ""]
+        return (
+            (f.statuses is None or job.status in f.statuses)
+            and (f.created_after_ns is None or job.created_ns >= f.created_after_ns)
+            and (f.created_before_ns is None or job.created_ns < f.created_before_ns)
+            and (f.ids is None or job.id in f.ids)
+            and (f.name is None or fnmatch.fnmatchcase(job.name, f.name))
+            and (f.name_prefix is None or job.name.startswith(f.name_prefix))
+            and (f.id_prefix is None or str(uuid.UUID(bytes=job.id)).startswith(f.id_prefix))
+            and (f.text is None or any(f.text.lower() in t.lower() for t in texts))
+            and (f.worker is None or meta.worker == f.worker)
+            and (f.creator is None or meta.creator == f.creator)
+            and (f.created_by is None or meta.created_by == f.created_by)
+            and f.admits(job)  # the filter's own definition agrees
+        )
 
     jobs = [j for j in engine.jobs.values() if admitted(j)]
     if order == "status":
@@ -72,15 +106,25 @@ def reference(engine: Engine, job_filter: JobFilter, order: str) -> list[bytes]:
     return [j.id for j in jobs]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(job_spec, max_size=40),
     filters,
     st.sampled_from(["status", "created"]),
     st.integers(1, 7),
+    st.sampled_from(["candidates", "by status", "either"]),
 )
-def test_pages_concatenate_to_the_reference_order(specs, job_filter, order, limit) -> None:  # type: ignore[no-untyped-def]
+def test_pages_concatenate_to_the_reference_order(specs, job_filter, order, limit, way) -> None:  # type: ignore[no-untyped-def]
     engine = build(specs)
+    few = selection.few
+    with pytest.MonkeyPatch.context() as patch:
+        if way != "either":  # else: as chosen by the sizes
+            patch.setattr(selection, "few", lambda *_, **__: way == "candidates")
+        assert_pages(engine, job_filter, order, limit)
+    assert selection.few is few
+
+
+def assert_pages(engine: Engine, job_filter: JobFilter, order: str, limit: int) -> None:
     got: list[bytes] = []
     cursor = None
     for _ in range(100):
@@ -90,6 +134,46 @@ def test_pages_concatenate_to_the_reference_order(specs, job_filter, order, limi
         if cursor is None:
             break
     assert got == reference(engine, job_filter, order)
+    if order == "status":
+        assert [j.id for j in selection.select(engine, job_filter)] == got
+
+
+def test_bad_ids_prefixes_are_refused() -> None:
+    engine = build([])
+    for prefix in ("xyz", "", "0" * 33):
+        with pytest.raises(InvalidArgument, match="Invalid id prefix"):
+            engine.list_jobs(JobFilter(id_prefix=prefix))
+
+
+def test_the_name_index_through_its_shapes() -> None:
+    """One job, a plain list, a SortedList and back: always each name's jobs in creation
+    order; names in sorted order, and gone with their last job."""
+    import random
+
+    rng = random.Random(7)
+    index = NameIndex()
+    alive: dict[bytes, Job] = {}
+    for step in range(4 * SMALL):
+        if rng.random() < 0.6 or not alive:
+            created = step if rng.random() < 0.8 else rng.randrange(step + 1)
+            name = rng.choice(["big", "big", "big", "one", "two"])
+            job = Job(rng.randbytes(16), name, b"", 0, 1, 0, 0, 0, None, created)
+            alive[job.id] = job
+            index.add(job)
+        else:
+            job = alive.pop(rng.choice(list(alive)))
+            index.discard(job)
+        expected: dict[str, list[Job]] = {}
+        for job in sorted(alive.values(), key=lambda j: (j.created_ns, j.id)):
+            expected.setdefault(job.name, []).append(job)
+        assert list(index) == sorted(expected)
+        for name, jobs in expected.items():
+            assert index.jobs(name) == jobs and index.count(name) == len(jobs)
+    assert index.names(exact=None, prefix="b", glob=None) == (["big"] if "big" in index.by_name
+                                                              else [])
+    assert index.names(exact=None, prefix=None, glob="t*") == [
+        name for name in ("two",) if name in index.by_name
+    ]
 
 
 def test_the_status_index_keeps_the_layout_sortedlist_would() -> None:

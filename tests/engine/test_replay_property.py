@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from jobq.engine.backoff import Backoff
 from jobq.engine.errors import EngineError
 from jobq.engine.job import Job, JobMeta, Status
+from jobq.engine.joblist import JobFilter
 from jobq.engine.machine import Engine, SchedulerOptions
 
 from .helpers import T0, jid
@@ -66,6 +67,23 @@ op = st.one_of(
     st.tuples(st.just("release"), st.integers(0, N_IDS - 1), st.sampled_from(["w1", "w2"])),
     st.tuples(st.sampled_from(["pause", "resume", "cancel"]), st.integers(0, N_IDS - 1)),
     st.tuples(st.just("by_creator"), st.sampled_from(["pause", "resume", "cancel"])),
+    # a bulk action: one record for every job of a selection
+    st.tuples(
+        st.just("bulk"),
+        st.sampled_from(["pause", "resume", "cancel", "delete"]),
+        st.sampled_from(
+            [
+                JobFilter(name="a"),
+                JobFilter(name="*"),
+                JobFilter(statuses=frozenset({Status.PENDING, Status.RUNNING})),
+                JobFilter(name_prefix="b", statuses=frozenset({Status.PAUSED})),
+                JobFilter(text="D"),
+                JobFilter(worker="w1"),
+                JobFilter(ids=frozenset({jid(0), jid(1), jid(2)})),
+                JobFilter(created_by=("schedule", "1")),
+            ]
+        ),
+    ),
     # schedules: created, paused, resumed, triggered, dropped; their jobs end
     st.tuples(
         st.just("screate"),
@@ -117,6 +135,7 @@ def snapshot(engine: Engine) -> dict[str, Any]:
     return {
         "by_status": by_status,
         "by_created_by": {k: set(v) for k, v in engine.by_created_by.items()},
+        "by_name": {name: [j.id for j in engine.by_name.jobs(name)] for name in engine.by_name},
         "jobs": jobs,
         "order": {k: v for k, v in order.items() if v},
         "counts": {k: v for k, v in counts.items() if v != (0, 0, 0)},
@@ -278,6 +297,8 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
                     engine.complete(made[0], b"ok", now_ns=now_ns)
                 else:
                     engine.fail(made[0], b"no", now_ns=now_ns)
+        elif kind == "bulk":
+            engine.bulk(operation[1], operation[2], reason="r", actor="x", now_ns=now_ns)
         elif kind == "by_creator":
             engine.apply_to_created_by(
                 operation[1], ("schedule", "1"), reason="", actor="", now_ns=now_ns

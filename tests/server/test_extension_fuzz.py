@@ -47,7 +47,8 @@ VALID: dict[str, dict[str, Any]] = {
     "pause": {"id": PENDING, "reason": "r", "actor": "fuzz"},
     "resume": {"id": PAUSED, "reason": "r"},
     "cancel": {"created_by": {"type": "t", "id": 1}, "reason": "r"},
-    "jobs": {"status": ["pending", "paused"], "name": "fuzz.q", "order": "created", "limit": 5},
+    "jobs": {"status": ["pending", "paused"], "name": "fuzz.q", "order": "created", "limit": 5,
+             "name_prefix": "fuzz.", "text": "d", "id_prefix": "00"},
     "job": {"id": PENDING[:8]},
     "history": {"id": LEASED},
     "rerun": {"id": CANCELED[:8]},
@@ -72,6 +73,9 @@ VALID: dict[str, dict[str, Any]] = {
     "wbye": {"worker_id": "w9"},
     "wlist": {},
     "wshow": {"id": "w1"},
+    "bulk": {"action": "pause", "selection": {"name": "fuzz.*", "text": "d",
+                                             "status": ["pending"]},
+             "dry_run": True, "limit": 10, "reason": "r"},
 }  # fmt: skip
 
 

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from jobq.cli.bulk import bulk_options, changed_text, run_bulk
 from jobq.cli.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
-    STATUSES,
     Remote,
     actor,
     client_options,
@@ -40,6 +40,7 @@ from jobq.cli.common import (
     short_time,
     span,
 )
+from jobq.cli.selection import selection_options
 
 if TYPE_CHECKING:
     from jobq.client import Client
@@ -51,19 +52,6 @@ FINAL_STATUSES = ("succeeded", "failed", "canceled")
 @click.group("jobs", context_settings={"help_option_names": ["-h", "--help"]})
 def jobs_group() -> None:
     """List, inspect, pause, resume, cancel, rerun, delete and watch jobs."""
-
-
-def _statuses(values: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    for value in values:
-        for status in value.split(","):
-            status = status.strip().lower()
-            if not status:
-                continue
-            if status not in STATUSES:
-                fail(f"--status: unknown status {status!r} ({', '.join(STATUSES)})", EXIT_USAGE)
-            out.append(status)
-    return out
 
 
 _LIST_COLUMNS = ("ID", "NAME", "STATUS", "PROGRESS", "RUNNING STATUS", "CREATED")
@@ -146,16 +134,9 @@ def _rich_jobs_table(
 
 
 @jobs_group.command("list")
-@click.option(
-    "--status",
-    "statuses",
-    multiple=True,
-    metavar="S",
-    help="Only jobs in this status (repeatable, or comma-separated).",
-)
-@click.option("--name", default=None, help="Only jobs of this name.")
-@click.option("--creator", default=None, help="Only jobs of this creator.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@selection_options
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="Jobs on a page.")
 @click.option(
     "--order",
     type=click.Choice(["status", "created"]),
@@ -167,9 +148,7 @@ def _rich_jobs_table(
 @json_option
 @client_options
 def list_command(
-    statuses: tuple[str, ...],
-    name: str | None,
-    creator: str | None,
+    selection: dict[str, Any],
     limit: int,
     order: str,
     cursor: str | None,
@@ -181,16 +160,8 @@ def list_command(
     A pending job waiting for its time says when it is due: "pending (due in 1m20s)". The
     name of a pending job that no live worker serves is marked "!", and a line under the
     list says so."""
-    wanted = _statuses(statuses)
     with connected(server) as client:
-        page = client.jobs(
-            status=wanted or None,
-            name=name,
-            creator=creator,
-            limit=limit,
-            order=order,
-            cursor=cursor,
-        )
+        page = client.jobs(**selection, limit=limit, order=order, cursor=cursor)
     if as_json:
         print_json(
             {"jobs": page.jobs, "next_cursor": page.next_cursor, "unserved": page.unserved}
@@ -391,42 +362,43 @@ WAIT_POLL_S = 0.2
 
 
 def _operate(verb: str, past: str) -> click.Command:
-    """``pause``, ``resume`` or ``cancel``; pause and cancel also take ``--wait``."""
+    """``pause``, ``resume`` or ``cancel`` of one job or of a selection (a bulk action);
+    pause and cancel also take ``--wait``."""
 
     @click.command(verb)
-    @click.argument("job_id", metavar="ID", required=False)
-    @click.option("--schedule", default=None, metavar="NAME",
-                  help="Every job of this schedule instead (PAUSE JOBS FOR SCHEDULE).")
+    @click.argument("job_id", metavar="[ID]", required=False)
+    @selection_options
     @click.option("--reason", default="", help="Why; kept in the job's history.")
+    @bulk_options
     @client_options
     def command(
         job_id: str | None,
-        schedule: str | None,
+        selection: dict[str, Any],
         reason: str,
+        dry_run: bool,
+        yes: bool,
+        limit: int,
         server: Remote,
         wait: bool = False,
         timeout: str = "",
     ) -> None:
-        if (job_id is None) == (schedule is None):
-            fail("give a job ID or --schedule NAME", EXIT_USAGE)
+        _one_or_selection(job_id, selection, dry_run, yes)
         timeout_s = duration_ms(timeout, "--timeout") / 1000 if wait else 0.0
         with connected(server) as client:
-            if schedule is not None:
-                created_by = ("schedule", str(client.get_schedule(schedule)["id"]))
-                changed = getattr(client, verb)(
-                    created_by=created_by, reason=reason, actor=actor()
+            if job_id is None:
+                done = run_bulk(
+                    client, verb, past, selection, reason=reason, dry_run=dry_run, yes=yes,
+                    limit=limit,
                 )
-            else:
-                created_by = None
-                changed = getattr(client, verb)(job_id, reason=reason, actor=actor())
-            click.echo(_changed_text(verb, past, changed.count, changed.requested))
+                if wait and done is not None:
+                    flag = f"{verb}_requested"
+                    refs = _asked_jobs(client, selection, flag) if done[1] else []
+                    _wait_for_stop(client, refs, flag, timeout_s, timeout)
+                return
+            changed = getattr(client, verb)(job_id, reason=reason, actor=actor())
+            click.echo(changed_text(verb, past, changed.count, changed.requested))
             if wait:
-                flag = f"{verb}_requested"
-                if created_by is None:
-                    refs = [str(job_id)]
-                else:
-                    refs = _asked_jobs(client, created_by, flag) if changed.requested else []
-                _wait_for_stop(client, refs, flag, timeout_s, timeout)
+                _wait_for_stop(client, [job_id], f"{verb}_requested", timeout_s, timeout)
 
     if verb in ("pause", "cancel"):  # options added to a built command come last
         command = click.option(
@@ -445,27 +417,34 @@ def _operate(verb: str, past: str) -> click.Command:
         "cancel": "Cancel a job: a pending or paused one at once; a running one is asked to "
         "stop and is canceled when its worker releases it (within about a second while its "
         "handler reports progress), unless its handler returns first.",
-    }[verb]
+    }[verb] + _SELECTION_HELP
     return command
 
 
-def _changed_text(verb: str, past: str, count: int, requested: int) -> str:
-    """``canceled 2 jobs; cancel requested for 1 running job``."""
-    at_once = count - requested
-    parts = []
-    if at_once or not requested:
-        parts.append(f"{past} {at_once} job{'s' if at_once != 1 else ''}")
-    if requested:
-        parts.append(f"{verb} requested for {requested} running job{'s' if requested != 1 else ''}")
-    return "; ".join(parts)
+_SELECTION_HELP = (
+    "\n\nWith a selection instead of an ID (--status, --name, --schedule, ...): every job it "
+    "holds, as one action (jobs it cannot change are skipped). It asks first on a terminal "
+    "(--yes: not), --dry-run only says how many, and more than --limit jobs need --yes."
+)
 
 
-def _asked_jobs(client: Client, created_by: tuple[str, str], flag: str) -> list[str]:
-    """The ids of ``created_by``'s running jobs that carry the request ``flag``."""
+def _one_or_selection(
+    job_id: str | None, selection: dict[str, Any], dry_run: bool, yes: bool
+) -> None:
+    """An ID or a selection, not both; --dry-run and --yes only with a selection."""
+    if (job_id is None) == (not selection):
+        fail("give a job ID or a selection (--status, --name, --schedule, ...)", EXIT_USAGE)
+    if job_id is not None and (dry_run or yes):
+        fail("--dry-run and --yes go with a selection, not a job ID", EXIT_USAGE)
+
+
+def _asked_jobs(client: Client, selection: dict[str, Any], flag: str) -> list[str]:
+    """The ids of the selection's running jobs that carry the request ``flag``."""
     ids: list[str] = []
     cursor = None
+    running = {**selection, "status": "running"}
     while True:
-        page = client.jobs(status="running", created_by=created_by, limit=1000, cursor=cursor)
+        page = client.jobs(**running, limit=1000, cursor=cursor)
         ids.extend(str(job["id"]) for job in page.jobs if job.get(flag))
         if page.next_cursor is None:
             return ids
@@ -502,11 +481,34 @@ jobs_group.add_command(_operate("cancel", "canceled"))
 
 
 @jobs_group.command("delete")
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="[ID]", required=False)
+@selection_options
+@click.option("--reason", default="", help="Why (with a selection); kept in the audit trail.")
+@bulk_options
 @client_options
-def delete_command(job_id: str, server: Remote) -> None:
-    """Delete a job whatever its state (workq's delete)."""
+def delete_command(
+    job_id: str | None,
+    selection: dict[str, Any],
+    reason: str,
+    dry_run: bool,
+    yes: bool,
+    limit: int,
+    server: Remote,
+) -> None:
+    """Delete a job whatever its state (workq's delete).
+
+    With a selection instead of an ID (--status, --name, --schedule, ...): every job it
+    holds, as one action. It asks first on a terminal (--yes: not), --dry-run only says how
+    many, and more than --limit jobs need --yes.
+    """
+    _one_or_selection(job_id, selection, dry_run, yes)
     with connected(server) as client:
+        if job_id is None:
+            run_bulk(
+                client, "delete", "deleted", selection, reason=reason, dry_run=dry_run,
+                yes=yes, limit=limit,
+            )
+            return
         job = client.job(job_id)
         full_id = str(job["id"])
         client.delete(full_id)

@@ -95,6 +95,7 @@ from jobq.client.errors import (
     ServerError,
 )
 from jobq.client.models import (
+    BulkResult,
     Heartbeat,
     HeartbeatReply,
     JobInfo,
@@ -126,6 +127,7 @@ __all__ = [
     "AccessRefused",
     "AsyncClient",
     "AuthenticationFailed",
+    "BulkResult",
     "Client",
     "ClientError",
     "ConnectionLost",

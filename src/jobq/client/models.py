@@ -200,6 +200,21 @@ class Submitted:
     warning: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """What ``bulk`` did, or would do (``dry_run``): the selection held ``matched`` jobs;
+    the action changed (or would change) ``count`` of them, the others' status not allowing
+    it; ``requested`` of those are running jobs only asked to stop; ``ids`` are the first
+    few of them (canonical text), in the order applied."""
+
+    action: str
+    dry_run: bool
+    matched: int
+    count: int
+    requested: int
+    ids: list[str]
+
+
 def _datetime(time_ns: int) -> datetime:
     return EPOCH + timedelta(microseconds=time_ns // 1000)
 
@@ -330,6 +345,17 @@ def to_changed(body: Body) -> JobsChanged:
     if not isinstance(count, int) or not isinstance(requested, int):
         raise ConnectionLost("malformed reply: no count")
     return JobsChanged(count, requested)
+
+
+def to_bulk(body: Body) -> BulkResult:
+    try:
+        result = BulkResult(
+            str(body["action"]), bool(body["dry_run"]), int(body["matched"]),
+            int(body["count"]), int(body["requested"]), [str(i) for i in body["ids"]],
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConnectionLost("malformed reply: not a bulk result") from exc
+    return result
 
 
 def to_page(body: Body) -> JobPage:

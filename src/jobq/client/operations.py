@@ -46,6 +46,7 @@ from jobq.client.calls import (
 )
 from jobq.client.models import (
     Body,
+    BulkResult,
     Heartbeat,
     HeartbeatReply,
     JobInfo,
@@ -59,6 +60,7 @@ from jobq.client.models import (
     Submitted,
     WorkerLease,
     backoff_body,
+    to_bulk,
     to_changed,
     to_events,
     to_heartbeat,
@@ -88,6 +90,27 @@ _choose_id = new_id
 
 #: ``jobs`` filters whose values need converting before they are sent
 _TIME_FILTERS = ("created_after", "created_before")
+#: the limit ``bulk`` sends unless given another (the server's default too)
+DEFAULT_BULK_LIMIT = 1000
+
+
+def _filters(filters: Mapping[str, Any]) -> Body:
+    """A selection's filters (``jobs``, ``bulk``) as the server takes them; None values are
+    left out."""
+    body: Body = {}
+    for name, value in filters.items():
+        if value is None:
+            continue
+        if name == "status" and isinstance(value, str):
+            value = [value]
+        elif name == "status":
+            value = list(value)
+        elif name in _TIME_FILTERS:
+            value = rfc3339(value)
+        elif name == "created_by":
+            value = created_by_body(value)
+        body[name] = value
+    return body
 
 
 def _select_jobs(
@@ -443,24 +466,37 @@ class Operations(WorkerOperations):
 
     @operation
     def jobs(**filters: Any) -> Call[JobPage]:
-        """One page of the job list. Filters: ``status`` (a status or a list), ``name``,
-        ``creator``, ``created_by`` (``(type, id)``), ``created_after``/``created_before``
-        (datetimes or RFC 3339), ``order`` (``status`` or ``created``), ``limit`` (1-1000),
-        ``cursor`` (the previous page's ``next_cursor``). None values are left out."""
-        body: Body = {}
-        for name, value in filters.items():
-            if value is None:
-                continue
-            if name == "status" and isinstance(value, str):
-                value = [value]
-            elif name == "status":
-                value = list(value)
-            elif name in _TIME_FILTERS:
-                value = rfc3339(value)
-            elif name == "created_by":
-                value = created_by_body(value)
-            body[name] = value
-        return ext("jobs", body, 0.0, to_page)
+        """One page of the job list. Filters: ``status`` (a status or a list), ``name`` (a
+        name or a glob: ``etl.*``), ``name_prefix``, ``id_prefix``, ``text`` (in the
+        description or running status, ignoring case), ``creator``, ``created_by``
+        (``(type, id)``), ``schedule`` (a schedule's name or id: the jobs it created),
+        ``worker`` (running jobs it holds), ``created_after``/``created_before`` (datetimes
+        or RFC 3339), ``order`` (``status`` or ``created``), ``limit`` (1-1000), ``cursor``
+        (the previous page's ``next_cursor``). None values are left out."""
+        return ext("jobs", _filters(filters), 0.0, to_page)
+
+    @operation
+    def bulk(
+        action: str,
+        *,
+        dry_run: bool = False,
+        limit: int | None = DEFAULT_BULK_LIMIT,
+        reason: str = "",
+        actor: str | None = None,
+        **selection: Any,
+    ) -> Call[BulkResult]:
+        """``pause``, ``resume``, ``cancel`` or ``delete`` every job of a selection (the
+        filters of :meth:`jobs` but ``order``, ``limit`` and ``cursor``; at least one), as
+        one action; jobs whose status does not allow it are skipped. ``dry_run`` changes
+        nothing and says what it would do. More than ``limit`` jobs to change (None: no
+        limit but the server's, 100,000) raises ``ClientError`` and changes nothing."""
+        body: Body = {
+            "action": action, "selection": _filters(selection), "dry_run": dry_run,
+            "limit": limit, "reason": reason,
+        }
+        if actor is not None:
+            body["actor"] = actor
+        return ext("bulk", body, 0.0, to_bulk)
 
     @operation
     def job(id: JobId) -> Call[dict[str, Any]]:

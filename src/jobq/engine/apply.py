@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from jobq.engine import backoff, scheduler
+from jobq.engine.bulk import ACTIONS as BULK_ACTIONS
 from jobq.engine.commands import (
     AddJob,
     CompleteJob,
@@ -27,6 +28,7 @@ from jobq.engine.commands import (
 from jobq.engine.deadlines import DeadlineKind
 from jobq.engine.extensions import (
     AlterSchedule,
+    BulkJobs,
     CancelJob,
     CreateSchedule,
     DropSchedule,
@@ -364,6 +366,24 @@ def expire(engine: Engine, command: ExpireJob, at_ns: int) -> None:
     wake_result_waiters(engine, job.id, Outcome.NOT_FOUND)
 
 
+def apply_bulk(engine: Engine, command: BulkJobs, at_ns: int) -> None:
+    """A bulk action (``bulk.py``): each job it names that is still there and that the
+    action applies to gets the action's single-job command, applied as that command is.
+    Live, every job named qualifies (``bulk.bulk`` chose them so); replay skips the jobs
+    that are gone, as it does a single command's. An action this version does not know
+    changes nothing."""
+    entry = BULK_ACTIONS.get(command.action)
+    if entry is None:
+        return
+    jobs = engine.jobs
+    for job_id in command.ids:
+        job = jobs.get(job_id)
+        if job is None or job.run or not entry.applies(job):
+            continue
+        single = entry.command(job_id, command)
+        APPLY[type(single)](engine, single, at_ns)
+
+
 # ---------------------------------------------------------------------- schedules
 
 
@@ -413,6 +433,7 @@ APPLY: Final[dict[type, Callable[[Engine, Any, int], None]]] = {
     DropSchedule: scheduler.apply_drop,
     FireSchedule: fire_schedule,
     ScheduleRunEnded: scheduler.apply_run_ended,
+    BulkJobs: apply_bulk,
 }
 
 

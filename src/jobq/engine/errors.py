@@ -88,6 +88,10 @@ class AmbiguousId(EngineError):
     text = "Ambiguous id"
 
 
+class TooManyJobs(InvalidArgument):
+    """A bulk action whose selection holds more jobs than its limit; nothing changed."""
+
+
 class ScheduleError(InvalidArgument):
     """A schedule that cannot be created or changed as asked; nothing changed."""
 

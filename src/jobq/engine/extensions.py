@@ -18,9 +18,11 @@ can be added later without a new type.
 | 25 | :class:`DropSchedule` | a schedule is removed (its jobs stay) |
 | 26 | :class:`FireSchedule` | one run: the job it creates AND the next run, skips, misses |
 | 27 | :class:`ScheduleRunEnded` | a run's job ended: how, and what the error policy decided |
+| 30 | :class:`BulkJobs` | one bulk action (pause, resume, cancel, delete) on every job it names |
 
 Schedule commands carry the schedule's small integer id in ``schedule``; their ``id`` is the
-job a firing created (16 bytes) or empty.
+job a firing created (16 bytes) or empty. A bulk action's ``id`` is empty: its jobs are in
+``ids``. Types 28-29 and 32-33 are kept for other parts of issue 22 (rerun, schedules).
 """
 
 from __future__ import annotations
@@ -185,6 +187,20 @@ class ScheduleRunEnded(_SchedExt, kw_only=True, omit_defaults=True):
     last_success_ns: int | None = None
 
 
+class BulkJobs(_Ext, kw_only=True, omit_defaults=True):
+    """One bulk action, one record: applied to each job of ``ids`` in order, as one
+    operation, live and in replay alike (``bulk.py``)."""
+
+    TYPE: ClassVar[int] = 30
+    id: bytes = b""
+    #: what is done to each job: a key of ``bulk.ACTIONS``
+    action: str
+    #: the jobs it applies to, in the order applied (16 bytes each)
+    ids: list[bytes]
+    reason: str = ""
+    actor: str = ""
+
+
 ScheduleCommand: TypeAlias = (
     CreateSchedule | AlterSchedule | DropSchedule | FireSchedule | ScheduleRunEnded
 )
@@ -205,6 +221,7 @@ ExtensionCommand: TypeAlias = (
     | CancelJob
     | ReleaseJob
     | ScheduleCommand
+    | BulkJobs
 )
 
 EXTENSION_TYPES: dict[int, type[ExtensionCommand]] = {
@@ -218,6 +235,7 @@ EXTENSION_TYPES: dict[int, type[ExtensionCommand]] = {
         CancelJob,
         ReleaseJob,
         *SCHEDULE_COMMANDS,
+        BulkJobs,
     )
 }
 
@@ -235,6 +253,7 @@ EXTENSION_NAMES: dict[int, str] = {
     25: "schedule-drop",
     26: "schedule-fire",
     27: "schedule-run-ended",
+    30: "bulk",
 }
 
 _encoder = msgspec.msgpack.Encoder()
@@ -257,6 +276,9 @@ def decode_extension(payload: bytes | memoryview) -> ExtensionCommand:
         command: ExtensionCommand = decoder.decode(payload[1:])
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ExtensionDecodeError(str(exc)) from exc
-    if len(command.id) != 16 and not (isinstance(command, _SchedExt) and not command.id):
+    if isinstance(command, BulkJobs):
+        if command.id or any(len(job_id) != 16 for job_id in command.ids):
+            raise ExtensionDecodeError("job id is not 16 bytes")
+    elif len(command.id) != 16 and not (isinstance(command, _SchedExt) and not command.id):
         raise ExtensionDecodeError("job id is not 16 bytes")
     return command

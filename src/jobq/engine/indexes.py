@@ -1,6 +1,6 @@
 """A job enters the engine's tables and leaves them: the job table, the job list, the jobs
-of each creator, its queue, its deadlines; a schedule's next look in the deadline heap; and
-the tables' compaction (:func:`compact`).
+of each name and of each creator, its queue, its deadlines; a schedule's next look in the
+deadline heap; and the tables' compaction (:func:`compact`).
 
 Live operation keeps every table up to date one job at a time. Replay keeps only the job
 table (``engine._replaying``): ``replay.rebuild_indexes`` builds the rest once, in bulk.
@@ -32,6 +32,7 @@ def register(engine: Engine, job: Job) -> None:
         return
     if not job.run:
         engine.by_status.add(job)
+        engine.by_name.add(job)
         meta = job.meta
         if meta is not None and meta.created_by is not None:
             engine.by_created_by.setdefault(meta.created_by, set()).add(job.id)
@@ -50,6 +51,7 @@ def deregister(engine: Engine, job: Job) -> None:
         compact_deadlines(engine)
     if not job.run:
         engine.by_status.discard(job, job.status)
+        engine.by_name.discard(job)
         meta = job.meta
         if meta is not None and meta.created_by is not None:
             ids = engine.by_created_by.get(meta.created_by)
@@ -174,4 +176,5 @@ def compact(engine: Engine) -> CompactStats:
     # the job table (read by the cleaner's thread), and tables keyed by names and ids
     # that clients choose, once far larger than what they hold
     tables += right_size(engine, "jobs", "queues", "_waiters", "_result_waiters", "_run_waiters")
+    tables += engine.by_name.compact()
     return CompactStats(deadline_entries, ready_entries, waiters, tables)

@@ -1,4 +1,6 @@
-"""The job list (the seed's SHOW JOBS): indexes the engine keeps, and the paged query on them.
+"""The job list (the seed's SHOW JOBS): its filter (:class:`JobFilter`, also a bulk
+action's selection), the index of jobs by status, and the cursor between pages. The query
+itself is ``selection.py``.
 
 Each status has a list of its jobs sorted by creation time, so a page in "status, then
 created" order walks at most the jobs it returns plus those its filters skip; nothing sorts
@@ -7,42 +9,94 @@ all jobs per call. "created" order merges the per-status lists.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import msgspec
 from sortedcontainers import SortedList
 
 from jobq.engine.errors import AmbiguousId, InvalidArgument, JobNotFound
 from jobq.engine.job import CREATION_ORDER, STATUS_ORDER, Job, JobBound, Status
+from jobq.engine.names import glob_matcher, is_glob
+from jobq.engine.sortedjobs import add_sorted, discard_sorted, presorted
 
 #: most jobs one page may hold
 MAX_PAGE = 1000
 
 
 class JobFilter(msgspec.Struct, frozen=True):
-    """What the list shows; ``None`` means no constraint."""
+    """What the list shows, and what a bulk action acts on (a selection); ``None`` means no
+    constraint. Every constraint given must hold."""
 
     statuses: frozenset[Status] | None = None
+    #: these jobs (their ids)
+    ids: frozenset[bytes] | None = None
+    #: a job name, or a glob (``etl.*``) when it holds ``*`` (any text) or ``?`` (one
+    #: character), which no name does
     name: str | None = None
+    name_prefix: str | None = None
+    #: hex digits (dashes ignored) that the job's id begins with
+    id_prefix: str | None = None
+    #: text in the job's description or running status, ignoring case
+    text: str | None = None
     creator: str | None = None
     created_by: tuple[str, str] | None = None
+    #: the worker holding the lease (so: running jobs)
+    worker: str | None = None
     #: inclusive lower and exclusive upper bounds on ``created``, Unix ns
     created_after_ns: int | None = None
     created_before_ns: int | None = None
 
     def admits(self, job: Job) -> bool:
-        if self.name is not None and job.name != self.name:
+        """Whether ``job`` meets every constraint but the statuses and the creation bounds
+        (the indexes apply those): the definition that ``selection.py``'s faster passes
+        follow."""
+        if self.ids is not None and job.id not in self.ids:
             return False
-        if self.creator is not None or self.created_by is not None:
-            meta = job.meta
-            if meta is None:
+        name = self.name
+        if name is not None:
+            if is_glob(name):
+                if glob_matcher(name).match(job.name) is None:
+                    return False
+            elif job.name != name:
                 return False
-            if self.creator is not None and meta.creator != self.creator:
-                return False
-            if self.created_by is not None and meta.created_by != self.created_by:
+        if self.name_prefix is not None and not job.name.startswith(self.name_prefix):
+            return False
+        if self.id_prefix is not None and not job.id.hex().startswith(
+            id_digits(self.id_prefix)
+        ):
+            return False
+        if (
+            self.creator is None
+            and self.created_by is None
+            and self.worker is None
+            and self.text is None
+        ):
+            return True
+        meta = job.meta
+        if meta is None:
+            return False
+        if self.creator is not None and meta.creator != self.creator:
+            return False
+        if self.created_by is not None and meta.created_by != self.created_by:
+            return False
+        if self.worker is not None and meta.worker != self.worker:
+            return False
+        if self.text is not None:
+            needle = self.text.casefold()
+            running_status = meta.running_status or ""
+            if needle not in meta.description.casefold() and (
+                needle not in running_status.casefold()
+            ):
                 return False
         return True
+
+
+def id_digits(prefix: str) -> str:
+    """An id prefix as lower-case hex digits (dashes dropped), or InvalidArgument."""
+    digits = prefix.replace("-", "").lower()
+    if not 1 <= len(digits) <= 32 or not all(c in "0123456789abcdef" for c in digits):
+        raise InvalidArgument("Invalid id prefix")
+    return digits
 
 
 class StatusIndex:
@@ -53,22 +107,7 @@ class StatusIndex:
         self._lists: dict[Status, SortedList] = {s: SortedList() for s in Status}
 
     def add(self, job: Job) -> None:
-        entries = self._lists[job.status]
-        maxes = entries._maxes
-        if maxes and not job < maxes[-1]:
-            # after every job there (jobs mostly change status in creation order):
-            # SortedList.add's own branch for that case, without its bisect of ``_maxes``
-            # (a Python-level comparison per step; sortedcontainers 2.x layout, see
-            # _presorted)
-            pos = len(maxes) - 1
-            last = entries._lists[pos]
-            last.append(job)
-            maxes[pos] = job
-            if entries._index or len(last) > entries._load << 1:
-                entries._expand(pos)  # else it would do nothing
-            entries._len += 1
-        else:
-            entries.add(job)
+        add_sorted(self._lists[job.status], job)
 
     def rebuild(self, jobs: dict[Status, list[Job]], *, in_creation_order: bool) -> None:
         """Replace the contents with ``jobs`` (each status's jobs), which are in creation
@@ -80,18 +119,11 @@ class StatusIndex:
             of_status = jobs.get(status, [])
             if not in_creation_order:
                 of_status.sort(key=CREATION_ORDER)
-            lists[status] = _presorted(of_status)
+            lists[status] = presorted(of_status)
         self._lists = lists
 
     def discard(self, job: Job, status: Status) -> None:
-        entries = self._lists[status]
-        lists = entries._lists
-        if lists and lists[0][0] is job:
-            # the oldest job of its status (a queue's usual order): where SortedList.discard
-            # would find it, without its two bisects
-            entries._delete(0, 0)
-        else:
-            entries.discard(job)
+        discard_sorted(self._lists[status], job)
 
     def count(self, status: Status) -> int:
         return len(self._lists[status])
@@ -118,22 +150,6 @@ class StatusIndex:
         )
 
 
-def _presorted(values: list[Job]) -> SortedList:
-    """A SortedList of ``values``, which are already in order.
-
-    ``SortedList(values)`` would sort them again with ``Job.__lt__`` (a Python call per
-    comparison); this fills it as ``SortedList.update`` does for an empty list, minus the
-    sort (sortedcontainers 2.x layout: ``_lists`` of at most ``_load`` values, ``_maxes``
-    their last values, ``_len``, ``_index`` empty until first needed).
-    """
-    result = SortedList()
-    load = result._load
-    result._lists = [values[pos : pos + load] for pos in range(0, len(values), load)]
-    result._maxes = [chunk[-1] for chunk in result._lists]
-    result._len = len(values)
-    return result
-
-
 class Cursor(msgspec.Struct, frozen=True):
     """Where the previous page ended: that job's status rank, creation time and id."""
 
@@ -154,59 +170,6 @@ class Cursor(msgspec.Struct, frozen=True):
         if len(cursor.id) != 16 or not 0 <= cursor.rank < len(STATUS_ORDER):
             raise InvalidArgument("Invalid cursor")
         return cursor
-
-
-def list_jobs(
-    index: StatusIndex,
-    job_filter: JobFilter,
-    *,
-    order: str = "status",
-    limit: int = 100,
-    cursor: str | None = None,
-) -> tuple[list[Job], str | None]:
-    """One page of the job list and the cursor of the next (None on the last page)."""
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidArgument("Invalid limit")
-    if order not in ("status", "created"):
-        raise InvalidArgument("Invalid order")
-    start = Cursor.decode(cursor) if cursor else None
-    statuses = [
-        s for s in STATUS_ORDER if job_filter.statuses is None or s in job_filter.statuses
-    ]
-    after, before = job_filter.created_after_ns, job_filter.created_before_ns
-    rank = {status: n for n, status in enumerate(STATUS_ORDER)}
-    stream: Iterable[Job]
-    if order == "status":
-        stream = _by_status(index, statuses, rank, after, before, start)
-    else:
-        streams = [index.newest_first(s, after, before, start) for s in statuses]
-        stream = heapq.merge(*streams, reverse=True)
-    page: list[Job] = []
-    for job in stream:
-        if not job_filter.admits(job):
-            continue
-        if len(page) == limit:
-            last = page[-1]
-            next_cursor = Cursor(rank[last.status] if order == "status" else 0,
-                                 last.created_ns, last.id)
-            return page, next_cursor.encode()
-        page.append(job)
-    return page, None
-
-
-def _by_status(
-    index: StatusIndex,
-    statuses: list[Status],
-    rank: dict[Status, int],
-    after: int | None,
-    before: int | None,
-    start: Cursor | None,
-) -> Iterator[Job]:
-    for status in statuses:
-        if start is not None and rank[status] < start.rank:
-            continue
-        resume = start if start is not None and rank[status] == start.rank else None
-        yield from index.newest_first(status, after, before, resume)
 
 
 def resolve_id(jobs: dict[bytes, Job], text: str) -> bytes:

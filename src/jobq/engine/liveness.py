@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from jobq.engine.extensions import (
     AlterSchedule,
+    BulkJobs,
     CreateSchedule,
     DropSchedule,
     FireSchedule,
@@ -72,9 +73,12 @@ def _job_is_live(engine: Engine, job_id: bytes, logged_ns: int) -> bool:
 
 def command_is_live(engine: Engine, command: Command, logged_ns: int) -> bool:
     """Whether replay still needs this logged command (see :func:`record_is_live`); of a
-    job's heartbeats only the newest, and the newest carrying a checkpoint, are."""
+    job's heartbeats only the newest, and the newest carrying a checkpoint, are; a bulk
+    action is needed while any of its jobs is."""
     if isinstance(command, SCHEDULE_COMMAND_TYPES):
         return _schedule_command_is_live(engine, command, logged_ns)
+    if isinstance(command, BulkJobs):  # needed while any job it names is
+        return any(record_is_live(engine, job_id, logged_ns) for job_id in command.ids)
     if not record_is_live(engine, command.id, logged_ns):
         return False
     if isinstance(command, Heartbeat):
@@ -90,7 +94,9 @@ def command_keys(command: Command) -> tuple[bytes | int, ...]:
     """What a logged command is about, for the cleaner (``CommandLog.clean(keys=...)``,
     which keeps every later record of a key once a dead record of it stays): its job's
     id; for a schedule command, the schedule's number, and the job a firing created or
-    a run's end names."""
+    a run's end names; for a bulk action, every job it names."""
+    if isinstance(command, BulkJobs):
+        return tuple(command.ids)
     if isinstance(command, SCHEDULE_COMMAND_TYPES):
         keys: list[bytes | int] = [command.schedule]
         if isinstance(command, FireSchedule) and command.job is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from jobq.engine import bulk as bulk_actions
 from jobq.engine import indexes, journal, liveness, schedule_operations, waits
 from jobq.engine import replay as replaying
 from jobq.engine import tick as ticking
@@ -46,12 +47,14 @@ from jobq.engine.extensions import (
     SubmitJob,
 )
 from jobq.engine.job import TRANSITIONS, Event, Job, Status, allowed
-from jobq.engine.joblist import JobFilter, StatusIndex, list_jobs, resolve_id
+from jobq.engine.joblist import JobFilter, StatusIndex, resolve_id
 from jobq.engine.limits import MAX_LEASE_NAMES, TOO_MANY_NAMES
+from jobq.engine.names import NameIndex
 from jobq.engine.queues import Queue, best_ready
 from jobq.engine.replay import EngineRows
 from jobq.engine.scheduler import SchedulerOptions, notify_ended_runs
 from jobq.engine.schedules import Schedule
+from jobq.engine.selection import list_jobs
 from jobq.engine.waiters import Waiter, Wakeup
 
 __all__ = ["Action", "Command", "Engine", "EngineRows", "SchedulerOptions"]
@@ -88,6 +91,8 @@ class Engine:
         self.queues: dict[str, Queue] = {}
         #: jobs by status, each sorted by creation (the job list)
         self.by_status = StatusIndex()
+        #: jobs by name, each name's in creation order; the names sorted (names.py)
+        self.by_name = NameIndex()
         #: ids of the jobs each creator (e.g. ("schedule", "7")) made
         self.by_created_by: dict[tuple[str, str], set[bytes]] = {}
         #: incomplete jobs whose TTL passed (workq's ``evicted-jobs``)
@@ -372,17 +377,15 @@ class Engine:
         self, operation: str, created_by: tuple[str, str], *, reason: str, actor: str, now_ns: int
     ) -> int:
         """Pause, resume or cancel every job one creator made (the seed's PAUSE JOBS FOR
-        SCHEDULE); jobs whose status the operation cannot change are skipped. Returns how
-        many changed."""
-        method = {"pause": self.pause, "resume": self.resume, "cancel": self.cancel}[operation]
-        count = 0
-        for job_id in sorted(self.by_created_by.get(created_by, ())):
-            try:
-                method(job_id, reason=reason, actor=actor, now_ns=now_ns)
-            except InvalidStatus:
-                continue
-            count += 1
-        return count
+        SCHEDULE), as one bulk action; jobs whose status the operation cannot change are
+        skipped. Returns how many changed."""
+        return self.bulk(
+            operation, JobFilter(created_by=created_by), reason=reason, actor=actor,
+            now_ns=now_ns,
+        ).count
+
+    #: a bulk action: every job of a selection at once, one record (bulk.py)
+    bulk = bulk_actions.bulk
 
     # ------------------------------------------------------------------ waits (waits.py)
 
@@ -413,7 +416,7 @@ class Engine:
         cursor: str | None = None,
     ) -> tuple[list[Job], str | None]:
         """A page of the job list (SHOW JOBS) and the cursor of the next page."""
-        return list_jobs(self.by_status, job_filter, order=order, limit=limit, cursor=cursor)
+        return list_jobs(self, job_filter, order=order, limit=limit, cursor=cursor)
 
     def resolve_id(self, text: str) -> bytes:
         """A job id from its canonical form or a unique prefix of at least 4 hex digits."""

@@ -21,6 +21,7 @@ from jobq.engine.deadlines import DeadlineKind
 from jobq.engine.deadlines import Entry as DeadlineEntry
 from jobq.engine.executors import executor_for
 from jobq.engine.extensions import (
+    BulkJobs,
     CreateSchedule,
     DropSchedule,
     FireSchedule,
@@ -88,6 +89,8 @@ def replay(engine: Engine, command: Command, *, logged_ns: int, now_ns: int) -> 
                 base = command.created_ns
             if base + command.ttl_ms * _NS_PER_MS <= now_ns:
                 return
+    elif isinstance(command, BulkJobs):
+        pass  # its jobs are checked one by one (``apply.apply_bulk``)
     elif isinstance(command, SCHEDULE_COMMAND_TYPES):
         _replay_schedule(engine, command, logged_ns, now_ns)
         engine._commands.clear()
@@ -301,6 +304,11 @@ def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: in
     ttl, retention = DeadlineKind.TTL, DeadlineKind.RETENTION
     ready_kind, ttr = DeadlineKind.READY, DeadlineKind.TTR
     by_status: dict[Status, list[Job]] = {status: [] for status in Status}
+    #: each name's jobs (the name index), the group appended to last at hand
+    by_name: dict[str, list[Job]] = {}
+    group_name = ""
+    no_group: list[Job] = []
+    add_to_group = no_group.append
     pending_jobs = by_status[pending].append
     running_jobs = by_status[running].append
     deadline_entries: list[DeadlineEntry] = []
@@ -345,6 +353,12 @@ def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: in
         if created_ns <= last_created_ns:
             in_order = False
         last_created_ns = created_ns
+        if name is not group_name:
+            group = by_name.get(name)
+            if group is None:
+                group = by_name[name] = []
+            group_name, add_to_group = name, group.append
+        add_to_group(job)
         status = job.status
         # only jobs waiting or running have a queue (as live operation makes them)
         if status is pending:
@@ -392,6 +406,7 @@ def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: in
     for name in emptied:
         del queues[name]  # it held jobs before the rebuild, and none now
     engine.by_status.rebuild(by_status, in_creation_order=in_order)
+    engine.by_name.rebuild(by_name, in_creation_order=in_order)
     if not in_order:
         for run in ttl_runs.values():
             run.sort(key=CREATION_ORDER)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobq.engine.backoff import DEFAULT_RETRY_BACKOFF, MAX_BACKOFF_MS, MAX_MULTIPLIER
+from jobq.engine.limits import MAX_BULK_JOBS
 from jobq.engine.schedules import MAX_DURATION_MS
 from jobq.server import protocol as p
 
@@ -189,6 +190,20 @@ class Deleted(_Model):
     id: str
 
 
+class BulkDone(_Model):
+    action: str
+    dry_run: bool
+    matched: int = Field(description="jobs the selection holds")
+    count: int = Field(
+        description="of those, the jobs the action changed (dry run: would change); the "
+        "others' status does not allow it"
+    )
+    requested: int = Field(
+        description="of those, running jobs only asked to stop (pause, cancel)"
+    )
+    ids: list[str] = Field(description="the first (up to 10) of the jobs changed")
+
+
 class Ids(_Model):
     ids: list[str]
 
@@ -305,6 +320,45 @@ class SubmitBody(_Input):
 
 
 class OperateBody(_Input):
+    reason: str = Field("", max_length=255)
+    actor: str | None = Field(None, max_length=255)
+
+
+class CreatedByInput(_Input):
+    type: str = Field(max_length=255)
+    id: str | int
+
+
+class SelectionBody(_Input):
+    """Which jobs: every constraint given must hold (at least one)."""
+
+    status: list[Literal["pending", "running", "paused", "succeeded", "failed", "canceled"]] | (
+        None
+    ) = None
+    ids: list[str] | None = Field(None, max_length=1000, description="these jobs (full ids)")
+    name: str | None = Field(None, max_length=255, description="a name, or a glob (etl.*)")
+    name_prefix: str | None = Field(None, max_length=255)
+    id_prefix: str | None = Field(None, max_length=36, description="hex digits")
+    text: str | None = Field(
+        None, max_length=255, description="in the description or running status, any case"
+    )
+    creator: str | None = Field(None, max_length=255)
+    created_by: CreatedByInput | None = None
+    schedule: str | int | None = Field(None, description="a schedule's name or id")
+    worker: str | None = Field(None, max_length=255, description="running jobs it holds")
+    created_after: str | None = Field(None, description="RFC 3339, inclusive")
+    created_before: str | None = Field(None, description="RFC 3339, exclusive")
+
+
+class BulkBody(_Input):
+    action: Literal["pause", "resume", "cancel", "delete"]
+    selection: SelectionBody
+    dry_run: bool = False
+    limit: int | None = Field(
+        1000, ge=1, le=MAX_BULK_JOBS,
+        description="refuse (400) to change more jobs than this; null: no limit but "
+        f"{MAX_BULK_JOBS:,}",
+    )
     reason: str = Field("", max_length=255)
     actor: str | None = Field(None, max_length=255)
 

@@ -103,6 +103,7 @@ PERMISSIONS: dict[str, Role] = {
     "resume": Role.ADMIN,
     "cancel": Role.ADMIN,
     "rerun": Role.ADMIN,
+    "bulk": Role.ADMIN,
     "screate": Role.ADMIN,
     "spause": Role.ADMIN,
     "sresume": Role.ADMIN,

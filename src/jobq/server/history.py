@@ -11,6 +11,7 @@ import uuid
 
 from jobq.cmdlog.cursor import Cursor
 from jobq.engine import backoff, commands, extensions
+from jobq.engine.bulk import ACTIONS as BULK_ACTIONS
 from jobq.server.extensions import format_time
 
 _CLIENT = "client"
@@ -78,6 +79,13 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
             command = commands.decode_command(payload)
         except commands.CommandDecodeError:
             continue
+        bulk: extensions.BulkJobs | None = None
+        if isinstance(command, extensions.BulkJobs):
+            # one record for many jobs: this job's part of it is the single command
+            entry = BULK_ACTIONS.get(command.action)
+            if entry is None or job_id not in command.ids:
+                continue
+            bulk, command = command, entry.command(job_id, command)
         if command.id != job_id:
             continue
         if isinstance(command, _CREATE):
@@ -138,9 +146,10 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
             else:
                 name = {"pause": "paused", "resume": "resumed", "cancel": "canceled"}[verb]
                 retries.paused = verb == "pause"
-            event(logged_ns, name, command.actor or _CLIENT, command.reason)
+            event(logged_ns, name, command.actor or _CLIENT, _detail(command.reason, bulk))
         elif isinstance(command, commands.DeleteJob):
-            event(logged_ns, "deleted", _CLIENT)
+            actor = bulk.actor if bulk is not None and bulk.actor else _CLIENT
+            event(logged_ns, "deleted", actor, _detail(bulk.reason if bulk else "", bulk))
         elif isinstance(command, commands.ExpireJob):
             event(logged_ns, "expired", "server")
     return events
@@ -177,3 +186,12 @@ class _Retries:
         if self.backoff is None:
             return 0
         return backoff.wait_ns(self.backoff, job_id, attempt)
+
+
+def _detail(reason: str, bulk: extensions.BulkJobs | None) -> str:
+    """An operator's change: its reason, and for a bulk action what it was
+    (``disk full; bulk cancel of 200 jobs``)."""
+    if bulk is None:
+        return reason
+    note = f"bulk {bulk.action} of {len(bulk.ids)} job{'s' if len(bulk.ids) != 1 else ''}"
+    return f"{reason}; {note}" if reason else note

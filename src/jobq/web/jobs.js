@@ -1,15 +1,16 @@
-// The jobs page: the list by status, filters, pages of 200 (the API's cursors), progress
-// bars that follow heartbeats, and an empty state that says why the list is empty. A pending
-// job says when it is due, and its name is marked when no live worker serves it.
+// The jobs page: the list by status, filters kept in the URL (filters.js), pages of 200
+// (the API's cursors), progress bars that follow heartbeats, an empty state that says why
+// the list is empty, and for an admin checkboxes to act on many jobs at once (bulk.js). A
+// pending job says when it is due, and its name is marked when no live worker serves it.
 
 import { accessKey, jobActions } from "./actions.js";
+import { bulkSelection } from "./bulk.js";
 import { cell, clear, el, statusBadge, timeCell, user } from "./dom.js";
+import { addParams, filterFields, isFiltered, readFilters, writeFilters } from "./filters.js";
 import { progressBar, statusSuffix, updateProgress } from "./progress.js";
 
 export const PAGE_SIZE = 200;
-const FILTERS_KEY = "jobq.filters";
 const PAGES_KEY = "jobq.pages";
-const STATUSES = ["running", "pending", "paused", "failed", "canceled", "succeeded"];
 // Works as printed in the repository after `make run` (tests/web run it).
 export const SUBMIT_HINT =
   `.venv/bin/jobq submit demo.report --payload '{"table": ".jobq/demo/warehouse/sales.jsonl"}'`;
@@ -23,25 +24,21 @@ function loadState(key, fallback) {
   } catch (e) { return fallback; }
 }
 
-// The filters and the cursors of the pages before the one shown (null: the first page).
-const state = {
-  filters: { status: "", name: "", ...loadState(FILTERS_KEY, {}) },
-  cursors: loadState(PAGES_KEY, [null]),
-};
+// The filters (read from the URL when the page is drawn) and the cursors of the pages
+// before the one shown (null: the first page).
+const state = { filters: {}, cursors: loadState(PAGES_KEY, [null]) };
 if (!Array.isArray(state.cursors) || !state.cursors.length) state.cursors = [null];
 
 function save() {
-  sessionStorage.setItem(FILTERS_KEY, JSON.stringify(state.filters));
+  writeFilters(state.filters);
   sessionStorage.setItem(PAGES_KEY, JSON.stringify(state.cursors));
 }
 
-function filtered() { return Boolean(state.filters.status || state.filters.name.trim()); }
+function filtered() { return isFiltered(state.filters); }
 
 function query() {
   const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
-  if (state.filters.status) params.append("status", state.filters.status);
-  const name = state.filters.name.trim();
-  if (name) params.set("name", name);
+  addParams(params, state.filters);
   const cursor = state.cursors[state.cursors.length - 1];
   if (cursor) params.set("cursor", cursor);
   return params.toString();
@@ -49,9 +46,10 @@ function query() {
 
 // ------------------------------------------------------------------ rows
 
-function makeRow(job) {
+function makeRow(job, bulk) {
   const row = el("tr", { "data-id": job.id });
   row.cells_ = {
+    select: cell("Select", { class: "col-select" }, bulk.box(job)),
     status: cell("Status", { class: "col-status" }),
     name: cell("Name", { class: "col-name" }),
     description: cell("Description", { class: "col-description" }),
@@ -116,12 +114,14 @@ function emptyState(ctx, page, kind) {
 function firstPage() { state.cursors = [null]; save(); }
 
 export function mountJobs(ctx, root) {
-  const status = el("select", { id: "filter-status" },
-    el("option", { value: "", text: "all" }),
-    ...STATUSES.map((s) => el("option", { value: s, text: s })));
-  const name = el("input", { id: "filter-name", placeholder: "any", maxlength: 255 });
-  status.value = state.filters.status;
-  name.value = state.filters.name;
+  state.filters = readFilters();
+  const bulk = bulkSelection(ctx, () => state.filters);
+  const fields = filterFields(state.filters, (filters) => {
+    state.filters = filters;
+    firstPage();
+    bulk.reset();
+    ctx.refresh();
+  });
   const count = el("span", { id: "jobs-count", class: "muted" });
   const tbody = el("tbody");
   const empty = el("div", { id: "jobs-empty", class: "empty", hidden: true });
@@ -133,13 +133,6 @@ export function mountJobs(ctx, root) {
   const rows = new Map();
   let nextCursor = null;
 
-  const changed = () => {
-    state.filters = { status: status.value, name: name.value };
-    firstPage();
-    ctx.refresh();
-  };
-  status.addEventListener("change", changed);
-  name.addEventListener("input", changed);
   pager.first.addEventListener("click", () => { firstPage(); ctx.refresh(); });
   pager.previous.addEventListener("click", () => {
     if (state.cursors.length > 1) state.cursors.pop();
@@ -150,22 +143,21 @@ export function mountJobs(ctx, root) {
     save(); ctx.refresh();
   });
 
+  const table = el("table", { id: "jobs-table", class: "list" },
+    el("thead", {}, el("tr", {}, el("th", { class: "col-select" },
+      el("label", {}, bulk.headBox, el("span", { class: "narrow-only", text: " All on this page" }))),
+      ...["Status", "Name", "Description", "Progress", "Created", "Attempts", ""]
+        .map((h) => el("th", { text: h })))),
+    tbody);
   root.append(
-    el("div", { class: "toolbar" }, el("h1", { text: "Jobs" }),
-      el("label", {}, "Status ", status), el("label", {}, "Name ", name), count),
-    el("div", { class: "table-box" },
-      el("table", { id: "jobs-table", class: "list" },
-        el("thead", {}, el("tr", {}, ...["Status", "Name", "Description", "Progress",
-          "Created", "Attempts", ""].map((h) => el("th", { text: h })))),
-        tbody)),
+    el("div", { class: "toolbar filters" }, el("h1", { text: "Jobs" }), ...fields.nodes, count),
+    bulk.bar,
+    el("div", { class: "table-box" }, table),
     empty,
     el("nav", { class: "pager", "aria-label": "pages" }, pager.first, pager.previous, pager.next));
 
   const page = {
-    clearFilters() {
-      status.value = ""; name.value = "";
-      changed();
-    },
+    clearFilters() { fields.clear(); },
     async load() {
       let data;
       try {
@@ -181,7 +173,7 @@ export function mountJobs(ctx, root) {
       for (const job of data.jobs) {
         seen.add(job.id);
         let row = rows.get(job.id);
-        if (!row) { row = makeRow(job); rows.set(job.id, row); }
+        if (!row) { row = makeRow(job, bulk); rows.set(job.id, row); }
         fillRow(ctx, row, job, unserved);
         const wanted = previous ? previous.nextSibling : tbody.firstChild;
         if (wanted !== row) tbody.insertBefore(row, wanted);
@@ -191,6 +183,8 @@ export function mountJobs(ctx, root) {
         if (!seen.has(id)) { row.remove(); rows.delete(id); }
       }
       nextCursor = data.next_cursor || null;
+      table.classList.toggle("selectable", accessKey() === "act");
+      bulk.update(data.jobs.map((job) => job.id), Boolean(nextCursor) || state.cursors.length > 1);
       const index = state.cursors.length - 1;
       const first = index * PAGE_SIZE + 1;
       count.textContent = data.jobs.length === 0 ? "" :

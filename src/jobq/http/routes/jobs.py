@@ -1,4 +1,5 @@
-"""The job routes: list, submit, show, history, pause, resume, cancel, rerun, delete."""
+"""The job routes: list, submit, show, history, pause, resume, cancel, rerun, delete, and the
+bulk action on a selection."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from fastapi.responses import Response
 from jobq.engine.job import Status
 from jobq.http import bridge
 from jobq.http.models import (
+    BulkBody,
+    BulkDone,
     Count,
     Deleted,
     History,
@@ -38,8 +41,17 @@ def add_routes(app: FastAPI, core: Core) -> None:
         status: list[str] | None = Query(
             None, description="statuses to include (repeat, or comma-separated)"
         ),
-        name: str | None = Query(None, max_length=255),
+        name: str | None = Query(None, max_length=255, description="a name, or a glob (etl.*)"),
+        name_prefix: str | None = Query(None, max_length=255),
+        id_prefix: str | None = Query(None, max_length=36, description="hex digits"),
+        text: str | None = Query(
+            None, max_length=255, description="in the description or running status, any case"
+        ),
         creator: str | None = Query(None, max_length=255),
+        schedule: str | None = Query(
+            None, max_length=255, description="a schedule's name or id: the jobs it created"
+        ),
+        worker: str | None = Query(None, max_length=255, description="running jobs it holds"),
         created_by_type: str | None = Query(None, max_length=255),
         created_by_id: str | None = Query(None, max_length=255),
         created_after: str | None = Query(None, description="RFC 3339, inclusive"),
@@ -56,7 +68,11 @@ def add_routes(app: FastAPI, core: Core) -> None:
             if any(s not in STATUSES for s in wanted):
                 return bad("Invalid status")
             body["status"] = wanted
-        for key, value in (("name", name), ("creator", creator), ("cursor", cursor)):
+        for key, value in (
+            ("name", name), ("name_prefix", name_prefix), ("id_prefix", id_prefix),
+            ("text", text), ("creator", creator), ("schedule", schedule), ("worker", worker),
+            ("cursor", cursor),
+        ):
             if value is not None:
                 body[key] = value
         if (created_by_type is None) != (created_by_id is None):
@@ -69,6 +85,24 @@ def add_routes(app: FastAPI, core: Core) -> None:
                     return bad(f"Invalid {key}")
                 body[key] = value
         return await run(core, "jobs", body)
+
+    @app.post("/api/jobs/bulk", response_model=BulkDone, tags=["jobs"])
+    async def bulk_jobs(body: BulkBody) -> Response:
+        """Pause, resume, cancel or delete every job of a selection (the job list's filters)
+        as one action; jobs whose status does not allow it are skipped. ``dry_run``:
+        change nothing, say what it would do. More jobs to change than ``limit`` (default
+        1,000; null: none) is 400 and changes nothing."""
+        selection = body.selection.model_dump(exclude_none=True)
+        for key in ("created_after", "created_before"):
+            if not time_ok(selection.get(key)):
+                return bad(f"Invalid {key}")
+        data: dict[str, Any] = {
+            "action": body.action, "selection": selection, "dry_run": body.dry_run,
+            "limit": body.limit, "reason": body.reason,
+        }
+        if body.actor is not None:
+            data["actor"] = body.actor
+        return await run(core, "bulk", data)
 
     @app.post("/api/jobs", response_model=Submitted, status_code=200, tags=["jobs"])
     async def submit_job(body: SubmitBody) -> Response:

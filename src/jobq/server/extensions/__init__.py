@@ -1,10 +1,10 @@
 """jobq's protocol extensions (docs/extensions.md): JSON bodies in, engine calls, JSON out.
 
 Each command word has a request schema (msgspec; unknown fields are refused) and a handler,
-in the module of its part (``jobs``, ``reruns``, ``schedules``); ``bodies`` decodes and
-checks bodies, ``views`` builds the JSON of a job or a schedule. Errors are raised as engine
-errors or :class:`BadRequest` and mapped to replies in ``dispatch.py``, the one place that
-does so.
+in the module of its part (``jobs``, ``reruns``, ``bulk``, ``schedules``); ``bodies``
+decodes and checks bodies, ``selection`` the job list's filters (a bulk action's selection),
+``views`` builds the JSON of a job or a schedule. Errors are raised as engine errors or
+:class:`BadRequest` and mapped to replies in ``dispatch.py``, the one place that does so.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from jobq.server.extensions.bodies import (
     format_time,
     parse_time,
 )
+from jobq.server.extensions.bulk import BulkCommands
 from jobq.server.extensions.jobs import JobCommands
 from jobq.server.extensions.reruns import RerunCommands
 from jobq.server.extensions.schedules import ScheduleCommands
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 
-class Extensions(JobCommands, RerunCommands, ScheduleCommands):
+class Extensions(JobCommands, RerunCommands, BulkCommands, ScheduleCommands):
     """The extension commands of one server, by command word (``handlers``)."""
 
     def __init__(
@@ -68,6 +69,7 @@ class Extensions(JobCommands, RerunCommands, ScheduleCommands):
             "job": self.job,
             "history": self.history,
             "rerun": self.rerun,
+            "bulk": self.bulk,
             "screate": self.screate,
             "slist": self.slist,
             "sshow": self.sshow,

@@ -33,6 +33,7 @@ from jobq.server.extensions.bodies import (
     valid_created_by,
     valid_name,
 )
+from jobq.server.extensions.selection import Selection, job_filter
 from jobq.server.extensions.views import job_detail, job_schedule, job_summary, lease_reply
 
 
@@ -91,13 +92,7 @@ class Operate(Reasoned, forbid_unknown_fields=True):
     created_by: CreatedBy | None = None
 
 
-class ListJobs(msgspec.Struct, forbid_unknown_fields=True):
-    status: list[str] | None = None
-    name: str | None = None
-    creator: str | None = None
-    created_by: CreatedBy | None = None
-    created_after: str | None = None
-    created_before: str | None = None
+class ListJobs(Selection, forbid_unknown_fields=True):
     order: str = "status"
     limit: int = 100
     cursor: str | None = None
@@ -231,12 +226,11 @@ class JobCommands(ExtensionsBase):
         if r.created_by is not None:
             created_by = valid_created_by(r.created_by)
             assert created_by is not None
-            ids = list(self.engine.by_created_by.get(created_by, ()))
-            asked_before = self._asked(ids, flag)
-            count = self.engine.apply_to_created_by(
-                operation, created_by, reason=reason, actor=actor, now_ns=now_ns
+            outcome = self.engine.bulk(  # one logged action (bulk.py)
+                operation, JobFilter(created_by=created_by), reason=reason, actor=actor,
+                now_ns=now_ns,
             )
-            requested = self._asked(ids, flag) - asked_before
+            count, requested = outcome.count, outcome.requested
             target = f"jobs created by {created_by[0]}:{created_by[1]} ({count})"
         else:
             assert r.id is not None
@@ -272,22 +266,8 @@ class JobCommands(ExtensionsBase):
 
     def jobs(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: ListJobs = body(ListJobs, data)
-        statuses = None
-        if r.status is not None:
-            try:
-                statuses = frozenset(Status(s) for s in r.status)
-            except ValueError as exc:
-                raise BadRequest("Invalid status") from exc
-        job_filter = JobFilter(
-            statuses=statuses,
-            name=r.name,
-            creator=r.creator,
-            created_by=valid_created_by(r.created_by),
-            created_after_ns=parse_time(r.created_after) if r.created_after else None,
-            created_before_ns=parse_time(r.created_before) if r.created_before else None,
-        )
         page, next_cursor = self.engine.list_jobs(
-            job_filter, order=r.order, limit=r.limit, cursor=r.cursor
+            job_filter(self.engine, r), order=r.order, limit=r.limit, cursor=r.cursor
         )
         jobs = [job_summary(j) for j in page]
         unserved = self.workers.unserved(jobs) if self.workers is not None else []

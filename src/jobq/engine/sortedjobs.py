@@ -1,0 +1,55 @@
+"""SortedLists of jobs in creation order (``Job.__lt__``), as the job list keeps them: by
+status (``joblist.StatusIndex``) and by name (``names.NameIndex``). Jobs mostly arrive
+newest and leave oldest; :func:`add_sorted` and :func:`discard_sorted` take SortedList's own
+branches for those ends without its bisects, and :func:`presorted` fills one from jobs
+already in order without sorting them again.
+"""
+
+from __future__ import annotations
+
+from sortedcontainers import SortedList
+
+from jobq.engine.job import Job
+
+
+def add_sorted(entries: SortedList, job: Job) -> None:
+    """``entries.add(job)``, faster when ``job`` goes last (jobs mostly come in creation
+    order): SortedList.add's own branch for that case, without its bisect of ``_maxes`` (a
+    Python-level comparison per step; sortedcontainers 2.x layout, see :func:`presorted`)."""
+    maxes = entries._maxes
+    if maxes and not job < maxes[-1]:
+        pos = len(maxes) - 1
+        last = entries._lists[pos]
+        last.append(job)
+        maxes[pos] = job
+        if entries._index or len(last) > entries._load << 1:
+            entries._expand(pos)  # else it would do nothing
+        entries._len += 1
+    else:
+        entries.add(job)
+
+
+def discard_sorted(entries: SortedList, job: Job) -> None:
+    """``entries.discard(job)``, faster for the oldest job (a queue's usual order, and
+    retention's): where SortedList.discard would find it, without its two bisects."""
+    lists = entries._lists
+    if lists and lists[0][0] is job:
+        entries._delete(0, 0)
+    else:
+        entries.discard(job)
+
+
+def presorted(values: list[Job]) -> SortedList:
+    """A SortedList of ``values``, which are already in order.
+
+    ``SortedList(values)`` would sort them again with ``Job.__lt__`` (a Python call per
+    comparison); this fills it as ``SortedList.update`` does for an empty list, minus the
+    sort (sortedcontainers 2.x layout: ``_lists`` of at most ``_load`` values, ``_maxes``
+    their last values, ``_len``, ``_index`` empty until first needed).
+    """
+    result = SortedList()
+    load = result._load
+    result._lists = [values[pos : pos + load] for pos in range(0, len(values), load)]
+    result._maxes = [chunk[-1] for chunk in result._lists]
+    result._len = len(values)
+    return result
