@@ -60,6 +60,8 @@ VALID: dict[str, dict[str, Any]] = {
     "shistory": {"name": SCHEDULE},
     "sdrop": {"name": SCHEDULE, "reason": "r"},
     "audit": {"limit": 10},
+    "logappend": {"id": LEASED, "attempt": 1, "worker_id": "w1", "lines": ["a", "b"]},
+    "logs": {"id": LEASED[:8], "attempt": 1, "offset": 0, "limit": 1000},
 }  # fmt: skip
 
 

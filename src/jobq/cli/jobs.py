@@ -532,3 +532,10 @@ def _watch_live(client: Client, job_id: str | None, interval: float) -> list[dic
             jobs, done = _watch_frame(client, job_id)
             live.update(render())
     return jobs
+
+
+# -- subcommands of their own modules
+
+from jobq.cli.job_logs import logs_command  # noqa: E402
+
+jobs_group.add_command(logs_command)

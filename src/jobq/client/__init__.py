@@ -94,6 +94,7 @@ from jobq.client.errors import (
     ReplyTimeout,
     ServerError,
 )
+from jobq.client.logs import LogLines, LogPage
 from jobq.client.models import (
     Heartbeat,
     HeartbeatReply,
@@ -143,6 +144,8 @@ __all__ = [
     "JobsChanged",
     "LeaseLost",
     "LeasedJob",
+    "LogLines",
+    "LogPage",
     "NotFound",
     "QueueInfo",
     "ReplyTimeout",

@@ -85,6 +85,7 @@ PERMISSIONS: dict[str, Role] = {
     "xcomplete": Role.WORKER,
     "xfail": Role.WORKER,
     "release": Role.WORKER,
+    "logappend": Role.WORKER,
     # reads
     "jobs": Role.VIEWER,
     "job": Role.VIEWER,
@@ -92,6 +93,7 @@ PERMISSIONS: dict[str, Role] = {
     "slist": Role.VIEWER,
     "sshow": Role.VIEWER,
     "shistory": Role.VIEWER,
+    "logs": Role.VIEWER,
     # an operator's
     "pause": Role.ADMIN,
     "resume": Role.ADMIN,

@@ -1,9 +1,11 @@
-// A job's page: its fields, payload and result, error, progress and history. The page is
-// drawn afresh for each navigation; its buttons act on the job it shows (the full id the
-// server answered with), and an id that names no job shows "not found" and no buttons.
+// A job's page: its fields, payload and result, error, progress and history, and a Logs
+// tab (logs.js). The page is drawn afresh for each navigation; its buttons act on the job
+// it shows (the full id the server answered with), and an id that names no job shows "not
+// found" and no buttons.
 
 import { accessKey, jobActions } from "./actions.js";
 import { ago, clear, el, notFound, user } from "./dom.js";
+import { mountLogs } from "./logs.js";
 import { progressBar, statusSuffix, updateProgress } from "./progress.js";
 import { Stale } from "./page.js";
 
@@ -62,7 +64,9 @@ function fieldValue(key, value) {
   return [user(String(value))];
 }
 
-export function mountJob(ctx, root, requested) {
+export function mountJob(ctx, root, path) {
+  // #/jobs/<id>/logs opens the Logs tab (logs.js)
+  const [requested, tab] = path.split("/");
   let shownId = null;  // the full id, once the server named the job
   const title = el("h1", { id: "job-title" });
   const status = el("span", { id: "job-status", class: "status" });
@@ -75,10 +79,7 @@ export function mountJob(ctx, root, requested) {
   const resultKind = el("span", { id: "job-result-kind", class: "muted" });
   const result = el("pre", { id: "job-result", class: "user" });
   const history = el("ol", { id: "job-history", class: "timeline" });
-  root.append(
-    el("p", {}, el("a", { href: "#/", text: "← Jobs" })),
-    el("div", { class: "toolbar" }, title, status, el("span", { class: "spacer" }), actions),
-    progress,
+  const details = el("div", { id: "job-details", role: "tabpanel" },
     el("div", { class: "columns" },
       el("div", {}, el("h2", { text: "Fields" }),
         el("table", { id: "job-fields", class: "fields" }, fields)),
@@ -86,6 +87,11 @@ export function mountJob(ctx, root, requested) {
         el("h2", {}, "Payload ", payloadKind), payload,
         el("h2", {}, "Result ", resultKind), result)),
     el("h2", { text: "History" }), history);
+  const logs = mountLogs(ctx, details, tab === "logs");
+  root.append(
+    el("p", {}, el("a", { href: "#/", text: "← Jobs" })),
+    el("div", { class: "toolbar" }, title, status, el("span", { class: "spacer" }), actions),
+    progress, logs.tabs, details, logs.panel);
 
   function draw(job, events) {
     shownId = job.id;
@@ -124,9 +130,11 @@ export function mountJob(ctx, root, requested) {
         event.actor ? el("span", { class: "muted" }, " by ", user(event.actor)) : null,
         event.detail ? el("span", { class: "detail" }, " — ", user(event.detail)) : null));
     }
+    logs.update(job);
   }
 
   return {
+    unmount() { logs.stop(); },
     async load() {
       const path = `/api/jobs/${encodeURIComponent(shownId || requested)}`;
       let job;

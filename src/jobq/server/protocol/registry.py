@@ -396,6 +396,8 @@ EXTENSION_COMMANDS = (
     "shistory",
     "sdrop",
     "audit",
+    "logappend",
+    "logs",
 )
 
 
