@@ -90,6 +90,8 @@ BENCHMARKS = [
     Bench("Fairness: another client's latency under one client's load", 21,
           "bench.bench_fairness", [],
           ["--rounds", "1", "--pipeline-adds", "20000", "--load-jobs", "50000"], "fairness.md"),
+    Bench("Attempt logs: shipping from 100 running jobs", 22, "bench.bench_logs",
+          ["--rounds", "3"], ["--rounds", "1", "--jobs", "20", "--seconds", "4"], "logs.md"),
     Bench("Before and after the reshaping", 20, "bench.bench_ab", [], [], "ab.md",
           runs=False),
     Bench("The client's hot path, with and without a token", 21, "bench.bench_client", [], [],

@@ -383,6 +383,9 @@ CHECKS: dict[str, Check] = {
     'curl -s --json {"name": "reports.daily", "payload_text": "{\\"day\\": \\"2026-11-21\\"}"} '
     "localhost:8080/api/jobs": curl,
     'curl -s --json {"reason": "disk full"} localhost:8080/api/jobs/3f2a/pause': curl,
+    "curl -s localhost:8080/api/jobs/3f2a/logs | jq {attempt, status, text}": curl,
+    "jobq jobs logs 3f2a": runs,
+    ".venv/bin/python -m bench.bench_logs --rounds 3": benchmark_arguments("bench.bench_logs"),
     "jobq server": serves,
     "jobq jobs list --server jobs.internal:9922 --auth-token-file ~/.jobq-token --tls-ca ca.pem": (
         with_token_and_tls

@@ -57,7 +57,9 @@ MAX_READ_BYTES = 1024 * 1024
 #: disk is behind, and ``logappend`` is refused (the worker keeps its lines and retries)
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 #: how often the logs of jobs that are gone are looked for, in seconds
-SWEEP_INTERVAL_S = 60.0
+SWEEP_INTERVAL_S = 600.0
+#: jobs a sweep looks at in one turn of the event loop (it never holds the loop long)
+SWEEP_CHUNK = 10_000
 #: how often a failing disk is reported, at most, in seconds
 _REPORT_INTERVAL_S = 60.0
 #: the commands that remove a job (what ``observe`` looks for)
@@ -328,14 +330,27 @@ class AttemptLogs:
         self._full.pop(job_id, None)  # what an append just before added
 
     def sweep(self) -> int:
-        """Remove the logs of every job that is gone; how many jobs' logs went."""
+        """Remove the logs of every job that is gone, now; how many jobs' logs went."""
+        return self._sweep_part(list(self._job_ids), 0, len(self._job_ids))
+
+    def _sweep_part(self, ids: list[bytes], start: int, count: int) -> int:
+        """Look at ``ids[start:start + count]``; how many of them were gone."""
         jobs = self.engine.jobs
-        gone = [job_id for job_id in self._job_ids if job_id not in jobs]
+        gone = [job_id for job_id in ids[start : start + count] if job_id not in jobs]
         for job_id in gone:
-            self._remove(job_id)
+            if job_id in self._job_ids:
+                self._remove(job_id)
         if gone:
             logger.info("removed the attempt logs of %d jobs that are gone", len(gone))
         return len(gone)
+
+    def _sweep_in_turns(self, ids: list[bytes], start: int = 0) -> None:
+        """:meth:`sweep`, ``SWEEP_CHUNK`` jobs a turn of the event loop."""
+        if self._closed:
+            return
+        self._sweep_part(ids, start, SWEEP_CHUNK)
+        if start + SWEEP_CHUNK < len(ids):
+            self.loop.call_soon(self._sweep_in_turns, ids, start + SWEEP_CHUNK)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -357,12 +372,12 @@ class AttemptLogs:
             logger.error("cannot list the attempt logs: %s", exc)
             return
         self._job_ids.update(ids)
-        self.sweep()
+        self._sweep_in_turns(ids)
 
     def _sweep_due(self) -> None:
         if self._closed:
             return
-        self.sweep()
+        self._sweep_in_turns(list(self._job_ids))
         self._sweep_timer = self.loop.call_later(SWEEP_INTERVAL_S, self._sweep_due)
 
     def close(self) -> None:
