@@ -92,6 +92,8 @@ BENCHMARKS = [
           ["--rounds", "1", "--pipeline-adds", "20000", "--load-jobs", "50000"], "fairness.md"),
     Bench("Finding jobs: the job list's filters over 1,000,000 jobs", 22, "bench.bench_joblist",
           ["--rounds", "9"], ["--jobs", "50000", "--rounds", "3"], "joblist.md"),
+    Bench("Attempt logs: shipping from 100 running jobs", 22, "bench.bench_logs",
+          ["--rounds", "3"], ["--rounds", "1", "--jobs", "20", "--seconds", "4"], "logs.md"),
     Bench("Before and after the reshaping", 20, "bench.bench_ab", [], [], "ab.md",
           runs=False),
     Bench("The client's hot path, with and without a token", 21, "bench.bench_client", [], [],

@@ -29,6 +29,8 @@ DEFAULT_SNAPSHOT_MIN_RECORDS = 100_000
 #: a worker is dropped from the worker list after this many of its heartbeat intervals
 #: with no sign of life (server/workers.py)
 DEFAULT_WORKER_MISSED_HEARTBEATS = 3
+#: the most bytes an attempt log keeps (server/attempt_logs): later lines are dropped, counted
+DEFAULT_ATTEMPT_LOG_MAX_BYTES = 1024 * 1024
 
 
 #: the refusal of a token given twice over
@@ -91,10 +93,17 @@ class ServerConfig(msgspec.Struct, frozen=True):
     tls_key: str | None = None
     #: HOST, PORT of a second workq listener, of plain TCP, beside the TLS one; None: none
     listen_plain: tuple[str, int] | None = None
+    #: the most bytes each attempt log keeps (server/attempt_logs)
+    attempt_log_max_bytes: int = DEFAULT_ATTEMPT_LOG_MAX_BYTES
 
     @property
     def log_dir(self) -> Path:
         return self.cmdlog_path if self.cmdlog_path is not None else self.data_dir / "cmdlog"
+
+    @property
+    def attempt_log_dir(self) -> Path:
+        """Where attempt logs are kept: ``<data_dir>/logs``."""
+        return self.data_dir / "logs"
 
     @property
     def authenticates(self) -> bool:

@@ -76,9 +76,9 @@ def test_every_command_word_and_internal_request_has_a_row() -> None:
 def test_the_roles_are_the_issues() -> None:
     worker = {"lease", "xlease", "heartbeat", "complete", "fail", "xcomplete", "xfail",
               "release", "submit", "add", "schedule", "run", "result",
-              "whello", "wbeat", "wbye"}
+              "whello", "wbeat", "wbye", "logappend"}
     viewer = {"inspect", "jobs", "job", "history", "slist", "sshow", "shistory", "sruns",
-              "metrics", "ServerOverview", "wlist", "wshow"}
+              "metrics", "ServerOverview", "wlist", "wshow", "logs"}
     for kind, role in PERMISSIONS.items():
         expected = Role.VIEWER if kind in viewer else Role.WORKER if kind in worker else Role.ADMIN
         assert role is expected, kind

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,10 @@ def write_csv(path: Path, start: int, n: int) -> None:
 
 
 def test_import_sql_export_backup_restore_round_trip(
-    client: Client, runtime: Any, spark: Any, spark_dir: Path
+    client: Client, runtime: Any, spark: Any, spark_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the Spark jobs of each unit go to the attempt's log at INFO (pytest's root is WARNING)
+    monkeypatch.setattr(logging.getLogger("jobq.spark.events"), "level", logging.INFO)
     src = spark_dir / "in"
     src.mkdir()
     for k in range(4):
@@ -44,6 +47,11 @@ def test_import_sql_export_backup_restore_round_trip(
         },
     )
     assert job["status"] == "succeeded", job
+    lines = client.logs(job["id"]).text.splitlines()
+    started = [line for line in lines if " INFO jobq.spark.events: Spark job " in line]
+    assert any("started (chunk " in line for line in started), lines
+    assert any(line.endswith(" succeeded") for line in started), lines
+    assert any(", stage " in line and " done: " in line for line in started), lines
     imported = spark.read.options(header="true", inferSchema="true").csv(str(src / "*.csv"))
     expected = rows_checksum(imported)
     assert rows_checksum(spark.table("sales")) == expected

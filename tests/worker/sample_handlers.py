@@ -11,10 +11,14 @@ test then kills the process). Each attempt appends ``attempt <n> checkpoint <c>`
 writes ``out + ".started"`` first.
 
 ``reporter``: reports a fraction every 100 ms until paused or canceled (TTR 60 s).
+
+``talker``: prints ``line <i>`` for ``i`` in ``0..n-1`` of its JSON payload ``{"n",
+"delay"}``, one every ``delay`` seconds, logs ``done`` through ``logging`` and returns.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -69,3 +73,13 @@ def reporter(job: jobq.JobContext) -> bytes:
     except (jobq.Paused, jobq.Canceled) as exc:
         _append(args["out"] + ".stopped", type(exc).__name__)
         raise
+
+
+@jobq.handler("talker", ttr="60s")
+def talker(job: jobq.JobContext) -> bytes:
+    args = job.json()
+    for i in range(args["n"]):
+        print(f"line {i}", flush=True)
+        time.sleep(args.get("delay", 0.0))
+    logging.getLogger("talker").info("done")
+    return b"ok"

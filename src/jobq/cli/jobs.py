@@ -615,6 +615,8 @@ def _watch_live(client: Client, job_id: str | None, interval: float) -> list[dic
 
 
 # the jobs subcommands of modules of their own
+from jobq.cli.job_logs import logs_command  # noqa: E402
 from jobq.cli.job_rerun import rerun_command  # noqa: E402
 
+jobs_group.add_command(logs_command)
 jobs_group.add_command(rerun_command)

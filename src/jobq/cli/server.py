@@ -18,6 +18,7 @@ from jobq.cli.common import AUTH_TOKEN_ENV, F, PathType
 from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import (
     BOTH_TOKEN_SOURCES,
+    DEFAULT_ATTEMPT_LOG_MAX_BYTES,
     DEFAULT_AUTH_DEADLINE_MS,
     DEFAULT_CLEAN_INTERVAL_MS,
     DEFAULT_LISTEN,
@@ -74,11 +75,15 @@ def build_config(
     tls_key: str | None = None,
     listen_plain: str | None = None,
     worker_missed_heartbeats: int = DEFAULT_WORKER_MISSED_HEARTBEATS,
+    attempt_log_max_bytes: str = str(DEFAULT_ATTEMPT_LOG_MAX_BYTES),
 ) -> ServerConfig:
     """The server's settings from its options' values (named as the options; integers come
     checked against their ranges by click); :class:`ConfigError` says what is wrong."""
     host, port = parse_listen(listen)
     segment_size_bytes = parse_size_bytes(cmdlog_seg_size)
+    attempt_log_bytes = parse_size_bytes(attempt_log_max_bytes)
+    if attempt_log_bytes < 1:
+        raise ConfigError("--attempt-log-max-bytes must be at least 1 byte")
     retention_ms = parse_duration_ms(retention)
     pace_ms = parse_duration_ms(scheduler_pace)
     initial_delay_ms = parse_duration_ms(scheduler_initial_delay)
@@ -130,6 +135,7 @@ def build_config(
         tls_key=tls_key,
         listen_plain=plain,
         worker_missed_heartbeats=worker_missed_heartbeats,
+        attempt_log_max_bytes=attempt_log_bytes,
     )
 
 
@@ -273,6 +279,13 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
     "start after a crash then replays only the log after it (0: only at a clean stop).",
 )
 @click.option("--in-memory", is_flag=True, help="Keep no log: nothing survives a restart.")
+@_option(
+    "--attempt-log-max-bytes",
+    default="1MiB",
+    metavar="SIZE",
+    help="Keep this much of each attempt's log (e.g. 1MiB, 256k); the first lines are kept, "
+    "the rest dropped and counted.",
+)
 @_option(
     "--retention",
     default=DEFAULT_RETENTION,

@@ -94,6 +94,7 @@ from jobq.client.errors import (
     ReplyTimeout,
     ServerError,
 )
+from jobq.client.logs import LogLines, LogPage
 from jobq.client.models import (
     BulkResult,
     Heartbeat,
@@ -147,6 +148,8 @@ __all__ = [
     "JobsChanged",
     "LeaseLost",
     "LeasedJob",
+    "LogLines",
+    "LogPage",
     "NotFound",
     "QueueInfo",
     "ReplyTimeout",

@@ -25,8 +25,9 @@ from jobq.client.base import (
 )
 from jobq.client.calls import Call, T
 from jobq.client.errors import JobqError
+from jobq.client.logs import LogLines
 from jobq.client.models import Heartbeat, HeartbeatReply
-from jobq.client.operations import heartbeat_calls
+from jobq.client.operations import heartbeat_calls, log_append_calls
 from jobq.server import protocol as p
 
 #: event-loop turns a TLS connection whose socket is readable is given to show whether
@@ -130,6 +131,10 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
     async def heartbeats(self, beats: Sequence[Heartbeat]) -> list[HeartbeatReply | JobqError]:
         """As :meth:`Client.heartbeats`: many jobs' heartbeats in one round trip."""
         return await self._call_many(heartbeat_calls(beats))
+
+    async def append_logs(self, entries: Sequence[LogLines]) -> list[bool | JobqError]:
+        """As :meth:`Client.append_logs`: many attempts' lines in one round trip."""
+        return await self._call_many(log_append_calls(entries))
 
     # -- the request cycle
 

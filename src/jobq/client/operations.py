@@ -44,6 +44,7 @@ from jobq.client.calls import (
     same,
     with_body,
 )
+from jobq.client.logs import LogLines, LogPage, log_lines_body, to_full, to_log_page
 from jobq.client.models import (
     Body,
     BulkResult,
@@ -640,6 +641,32 @@ class Operations(WorkerOperations):
         """Remove a schedule; the jobs it made stay."""
         return _schedule_word("sdrop", name, nothing, reason)
 
+    # -- attempt logs (docs/worker.md, "Attempt logs")
+
+    @operation
+    def append_log(
+        id: JobId, attempt: int, worker_id: str, lines: Sequence[str], *, dropped: int = 0
+    ) -> Call[bool]:
+        """Add ``lines`` to the log of the job's ``attempt`` (a worker's command; each line
+        without its line break). Returns whether the log is cut at the server's cap: its
+        later lines are dropped, so send only their count (``dropped``)."""
+        body = log_lines_body(LogLines(id, attempt, worker_id, lines, dropped))
+        return ext("logappend", body, 0.0, to_full)
+
+    @operation
+    def logs(
+        id: JobId, *, attempt: int | None = None, offset: int = 0, limit: int | None = None
+    ) -> Call[LogPage]:
+        """A piece of the log of the job's ``attempt`` (None: the latest) from ``offset``
+        (bytes), at most ``limit`` bytes (the server's default: 256 KiB), in whole lines.
+        NotFound for an unknown job; ClientError for an attempt the job never had."""
+        body: Body = {"id": ext_id(id), "offset": check_int(offset, "offset")}
+        if attempt is not None:
+            body["attempt"] = check_int(attempt, "attempt")
+        if limit is not None:
+            body["limit"] = check_int(limit, "limit")
+        return ext("logs", body, 0.0, to_log_page)
+
     # -- the audit trail (docs/server.md, "Security")
 
     @operation
@@ -663,6 +690,11 @@ def heartbeat_calls(beats: Sequence[Heartbeat]) -> list[Call[HeartbeatReply]]:
         )
         for beat in beats
     ]
+
+
+def log_append_calls(entries: Sequence[LogLines]) -> list[Call[bool]]:
+    """The calls of ``append_logs``: one ``logappend`` per attempt, for one round trip."""
+    return [ext("logappend", log_lines_body(entry), 0.0, to_full) for entry in entries]
 
 
 def _schedule_word(

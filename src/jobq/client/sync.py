@@ -14,9 +14,10 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from jobq.client.arguments import JobId, ext_id
 from jobq.client.base import (
     RECV_BYTES,
     ClientBase,
@@ -28,8 +29,9 @@ from jobq.client.base import (
 )
 from jobq.client.calls import Call, T
 from jobq.client.errors import JobqError
+from jobq.client.logs import DEFAULT_FOLLOW_POLL_S, LogLines, LogPage, follow
 from jobq.client.models import Heartbeat, HeartbeatReply
-from jobq.client.operations import heartbeat_calls
+from jobq.client.operations import heartbeat_calls, log_append_calls
 from jobq.client.tls import closed_while_idle
 from jobq.server import protocol as p
 
@@ -103,6 +105,24 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         connection raises ConnectionLost for the whole batch. This is how a worker keeps
         many leases at the cost of one round trip."""
         return self._call_many(heartbeat_calls(beats))
+
+    def append_logs(self, entries: Sequence[LogLines]) -> list[bool | JobqError]:
+        """Lines for the logs of many attempts in one round trip, as :meth:`heartbeats`
+        does: one outcome per entry, whether the log is cut (``append_log``) or the error
+        for that entry, returned rather than raised."""
+        return self._call_many(log_append_calls(entries))
+
+    def follow_logs(
+        self, id: JobId, attempt: int | None = None, *, poll_s: float = DEFAULT_FOLLOW_POLL_S
+    ) -> Iterator[LogPage]:
+        """The pages of a job's log as it grows (:func:`jobq.client.logs.follow`): from its
+        latest attempt on to each later one until the job finishes, or only ``attempt``
+        until that attempt is over. Asks every ``poll_s`` while nothing is new."""
+
+        def read(ref: str, number: int | None, offset: int) -> LogPage:
+            return self.logs(ref, attempt=number, offset=offset)
+
+        return follow(read, ext_id(id), attempt, poll_s=poll_s)
 
     # -- the request cycle
 

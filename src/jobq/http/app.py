@@ -10,6 +10,7 @@ docs/http.md lists the routes and the statuses.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from importlib import resources
@@ -28,7 +29,7 @@ from jobq.http.auth import PRINCIPAL, ASGIApp, BearerAuth, Message, Receive, Sco
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from jobq.http.metrics import Metrics
 from jobq.http.models import ERROR_RESPONSES, Audit, ServerSummary
-from jobq.http.routes import bad, jobs, respond, schedules, workers
+from jobq.http.routes import bad, jobs, logs, respond, schedules, workers
 from jobq.server import protocol as p
 from jobq.server.core import Core
 from jobq.server.dispatch import ServerOverview
@@ -120,6 +121,11 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
 
     jobs.add_routes(app, core)
     workers.add_routes(app, core)
+    #: set when the server stops: log follows end (``stop_streams``)
+    stopping = asyncio.Event()
+    app.state.stop_streams = stopping.set
+    if bridge.has_command(core, "logs"):
+        logs.add_routes(app, core, stopping)
     if bridge.has_command(core, "slist"):
         schedules.add_routes(app, core)
 

@@ -135,6 +135,28 @@ class History(_Model):
     events: list[HistoryEvent]
 
 
+class LogCut(_Model):
+    max_bytes: int
+    dropped_lines: int
+    marker: str = Field(description="the line that follows the kept ones")
+
+
+class LogPage(_Model):
+    id: str
+    attempt: int = Field(description="the attempt it is the log of (0: not run yet)")
+    attempts: int
+    status: str
+    running: bool = Field(description="whether the attempt still runs")
+    offset: int
+    next_offset: int
+    size: int = Field(description="bytes the log holds now")
+    text: str = Field(description="from offset to next_offset, whole lines")
+    cut: LogCut | None = Field(description="set once the log is cut at its cap")
+    follow: Literal["read", "wait", "next_attempt", "end"] = Field(
+        description="what a follower does next"
+    )
+
+
 class Submitted(_Model):
     id: str
     warning: str | None = Field(

@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, ClassVar
 
 import uvicorn
@@ -183,8 +183,10 @@ class HttpServer:
     """A running HTTP server; awaiting the object itself (``await stop()``) stops it."""
 
     def __init__(self, server: _EmbeddedServer, task: asyncio.Task[None], sock: socket.socket,
-                 tls: bool) -> None:
+                 tls: bool, stop_streams: Callable[[], None] | None = None) -> None:
         self._server = server
+        #: ends the responses that stream until told (log follows)
+        self._stop_streams = stop_streams
         self._task = task
         self._sock = sock
         address = sock.getsockname()
@@ -201,6 +203,8 @@ class HttpServer:
         await self.stop()
 
     async def stop(self) -> None:
+        if self._stop_streams is not None:
+            self._stop_streams()
         self._server.should_exit = True
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout=5)
@@ -265,6 +269,7 @@ async def start_http(
             exc = task.exception() if not task.cancelled() else None
             raise OSError(f"the HTTP server did not start: {exc or 'stopped'}")
         await asyncio.sleep(0.005)
-    http = HttpServer(server, task, sock, tls_cert is not None)
+    http = HttpServer(server, task, sock, tls_cert is not None,
+                      getattr(app.state, "stop_streams", None))
     logger.info("HTTP on %s (UI at %s/)", http.url, http.url)
     return http

@@ -88,6 +88,7 @@ PERMISSIONS: dict[str, Role] = {
     "whello": Role.WORKER,
     "wbeat": Role.WORKER,
     "wbye": Role.WORKER,
+    "logappend": Role.WORKER,
     # reads
     "jobs": Role.VIEWER,
     "job": Role.VIEWER,
@@ -98,6 +99,7 @@ PERMISSIONS: dict[str, Role] = {
     "sruns": Role.VIEWER,
     "wlist": Role.VIEWER,
     "wshow": Role.VIEWER,
+    "logs": Role.VIEWER,
     # an operator's
     "pause": Role.ADMIN,
     "resume": Role.ADMIN,

@@ -17,6 +17,7 @@ from jobq.config import ConfigError, ServerConfig, exposure_error
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import register_job_type_validator
+from jobq.server.attempt_logs import AttemptLogs
 from jobq.server.core import Core, WallClock
 from jobq.server.gate import Gate
 from jobq.server.history import read_history
@@ -209,7 +210,17 @@ async def serve(
         def history(job_id: bytes, created_ns: int) -> list[dict[str, object]]:
             return read_history(log_dir, job_id, created_ns)
 
-    core = Core(engine, log, sync_always=config.sync == "always", clock=clock, history=history)
+    attempt_logs = (
+        AttemptLogs.in_memory(engine, config.attempt_log_max_bytes)
+        if config.in_memory
+        else AttemptLogs.in_directory(
+            engine, config.attempt_log_dir, config.attempt_log_max_bytes
+        )
+    )
+    core = Core(
+        engine, log, sync_always=config.sync == "always", clock=clock, history=history,
+        attempt_logs=attempt_logs,
+    )
     core.set_access(access)
     core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
     core.workers.missed_heartbeats = config.worker_missed_heartbeats
@@ -233,6 +244,7 @@ async def serve(
     core.tick()  # deadlines that passed while the server was down
     core.start_housekeeping()
     core.workers.start_sweeping()
+    attempt_logs.start()
     if snapshotter is not None:
         snapshotter.start_checking()
     gate = Gate(
@@ -308,6 +320,7 @@ async def serve(
                 conn.closing = True  # no more requests run: the replies owed still go out
         core.flush()
         drained = await core.drain_pending()
+        attempt_logs.close()
         if cleaner is not None:
             cleaner.cancel()
         core.workers.close()

@@ -46,6 +46,7 @@ from jobq.server.memory import empty_free_lists, release_free_memory
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
     from jobq.server.access import Principal
+    from jobq.server.attempt_logs import AttemptLogs
     from jobq.server.audit import AuditTrail
     from jobq.server.gate import Gate
     from jobq.server.snapshotter import Snapshotter
@@ -136,6 +137,7 @@ class Core:
         history: Callable[[bytes, int], list[dict[str, object]]] | None = None,
         fsync_on_loop: bool | None = None,
         fsync_clock_ns: Callable[[], int] = time.monotonic_ns,
+        attempt_logs: AttemptLogs | None = None,
     ) -> None:
         self.engine = engine
         self.log = log
@@ -143,7 +145,11 @@ class Core:
         self.clock = clock or WallClock()
         self.started_ns = started_ns if started_ns is not None else self.clock()
         self.connections: set[object] = set()
-        self.dispatcher = Dispatcher(engine, self._server_info, history)
+        self.dispatcher = Dispatcher(
+            engine, self._server_info, history, attempt_logs=attempt_logs
+        )
+        #: the attempt logs workers ship (in memory unless given): they go with their jobs
+        self.attempt_logs = self.dispatcher.attempt_logs
         #: the tokens the server accepts (None: no authentication); see :meth:`set_access`
         self.access: Access | None = None
         self._batch = Batch()
@@ -179,7 +185,9 @@ class Core:
         #: told of each batch's commands once the log holds them (in memory: once made),
         #: when the engine holds exactly what the log holds: the snapshotter counts them,
         #: /metrics too (``jobq.http.metrics.install_command_counts``)
-        self.command_observers: list[Callable[[list[Command]], None]] = []
+        self.command_observers: list[Callable[[list[Command]], None]] = [
+            self.attempt_logs.observe
+        ]
         self._housekeeping_timer: asyncio.TimerHandle | None = None
         #: the most jobs seen by :meth:`housekeeping` since memory was last handed back
         self._jobs_high = len(engine.jobs)
@@ -241,7 +249,7 @@ class Core:
         elif isinstance(reply, Deferred):
             slot.waiting = True
             slot.in_thread = True
-            future = self.loop.run_in_executor(None, reply.work)
+            future = self.loop.run_in_executor(reply.executor, reply.work)
             future.add_done_callback(lambda f: self._deferred_done(slot, f))
         else:
             batch.replies.append((slot, reply, changed))

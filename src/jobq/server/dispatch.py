@@ -19,6 +19,7 @@ from jobq.engine.machine import Engine
 from jobq.engine.waiters import JobResult, Outcome, WakeValue
 from jobq.server import protocol as p
 from jobq.server.access import Forbidden, Principal, Role, check
+from jobq.server.attempt_logs import AttemptLogs
 from jobq.server.audit import AuditTrail
 from jobq.server.extensions import BadRequest, Deferred, Extensions, data_reply, lease_reply
 from jobq.server.workers import WorkerRegistry
@@ -80,6 +81,7 @@ class Dispatcher:
         server_info: Callable[[], p.ServerInfo],
         history: Callable[[bytes, int], list[dict[str, object]]] | None = None,
         audit: AuditTrail | None = None,
+        attempt_logs: AttemptLogs | None = None,
     ) -> None:
         self.engine = engine
         self._server_info = server_info
@@ -96,6 +98,9 @@ class Dispatcher:
         self.workers = WorkerRegistry(engine)
         self.extensions.workers = self.workers
         self.extensions.handlers.update(self.workers.handlers)
+        #: what workers' handlers logged, by job and attempt (in memory unless given)
+        self.attempt_logs = attempt_logs if attempt_logs is not None else AttemptLogs(engine)
+        self.extensions.handlers.update(self.attempt_logs.handlers)
         self._handlers: dict[type[p.Request], Callable[[p.Request, object, int], bytes | None]] = {
             p.Add: self._add,
             p.Schedule: self._add,

@@ -1,6 +1,7 @@
 """The progress bridge: a job's fraction and status from Spark's own progress and the
 pipeline's units of work, recorded with ``job.progress()``; a pause or cancel cancels the
-running unit's Spark jobs (``docs/spark.md``, "Progress").
+running unit's Spark jobs (``docs/spark.md``, "Progress"). With a classic session it also
+logs the unit's Spark jobs and stages into the attempt's log (``job_events.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from jobq.spark.job_events import SparkEvents
 
 if TYPE_CHECKING:
     from jobq.worker.context import JobContext
@@ -78,6 +81,9 @@ class ProgressBridge:
         self._stop = threading.Event()
         self._interrupted: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._events = SparkEvents()
+        #: one poll of Spark's tracker at a time (the poll thread's, and a unit's last)
+        self._poll_lock = threading.Lock()
 
     # -- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> ProgressBridge:
@@ -123,6 +129,7 @@ class ProgressBridge:
         try:
             yield
         finally:
+            self._last_poll(group)
             self._clear_group(group)
             with self._lock:
                 self._group = None
@@ -183,20 +190,36 @@ class ProgressBridge:
                 self._unit_fraction = max(self._unit_fraction, min(_UNIT_CAP, completed / total))
 
     def _poll_tracker(self, group: str) -> None:
-        tracker = self.spark.sparkContext.statusTracker()
-        total = completed = 0
-        for job_id in tracker.getJobIdsForGroup(group):
-            info = tracker.getJobInfo(job_id)
-            if info is None:
-                continue
-            for stage_id in info.stageIds:
-                stage = tracker.getStageInfo(stage_id)
-                if stage is not None:
-                    total += stage.numTasks
-                    completed += stage.numCompletedTasks
-        self._observe(completed, total)
+        with self._poll_lock:
+            tracker = self.spark.sparkContext.statusTracker()
+            total = completed = 0
+            for job_id in sorted(tracker.getJobIdsForGroup(group)):
+                info = tracker.getJobInfo(job_id)
+                if info is None:
+                    continue
+                stages = [tracker.getStageInfo(stage_id) for stage_id in info.stageIds]
+                for stage in stages:
+                    if stage is not None:
+                        total += stage.numTasks
+                        completed += stage.numCompletedTasks
+                self._events.observe(job_id, info.status, stages, self._label)
+            self._observe(completed, total)
+
+    def _last_poll(self, group: str) -> None:
+        """The unit's Spark jobs as they ended (the poll thread may not see it again)."""
+        if self.remote:
+            return
+        try:
+            self._poll_tracker(group)
+        except Exception:
+            log.debug("polling Spark's status failed", exc_info=True)
 
     def _poll(self) -> None:
+        capture = getattr(self.job, "capture", None)  # the attempt's log gets its lines
+        with capture() if capture is not None else contextlib.nullcontext():
+            self._poll_loop()
+
+    def _poll_loop(self) -> None:
         while not self._stop.wait(self.poll_interval_s):
             group = self._group
             if group is None:

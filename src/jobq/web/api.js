@@ -14,11 +14,11 @@ export function setUnauthorizedHandler(fn) { onUnauthorized = fn; }
 
 export function setToken(token) { sessionStorage.setItem(TOKEN_KEY, token); }
 
-async function request(method, path, body, accept) {
+async function request(method, path, body, accept, signal) {
   const headers = { "Accept": accept };
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers["Authorization"] = `Bearer ${token}`;
-  const init = { method, headers, cache: "no-store" };
+  const init = { method, headers, cache: "no-store", signal };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -43,4 +43,24 @@ export async function api(method, path, body) {
 export async function apiText(path) {
   const response = await request("GET", path, undefined, "text/plain");
   return response.text();
+}
+
+// A streaming NDJSON route (a log's follow): calls onValue(value) for each line as it
+// arrives, until the stream ends or `signal` aborts it.
+export async function apiStream(path, signal, onValue) {
+  const response = await request("GET", path, undefined, "application/x-ndjson", signal);
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, end);
+      buffer = buffer.slice(end + 1);
+      if (line) onValue(JSON.parse(line));
+    }
+  }
 }

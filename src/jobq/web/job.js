@@ -1,13 +1,14 @@
 // A job's page: its status, progress and error first (and the schedule run it is), then its
-// fields, payload and result, and its timeline (timeline.js). The page is drawn afresh for
-// each navigation; its buttons act on the job it shows (the full id the server answered
-// with), and an id that names no job shows "not found" and no buttons.
+// fields, payload and result, and its timeline (timeline.js), and a Logs tab (logs.js). The
+// page is drawn afresh for each navigation; its buttons act on the job it shows (the full id
+// the server answered with), and an id that names no job shows "not found" and no buttons.
 
 import { accessKey, jobActions } from "./actions.js";
 import { ago, clear, el, notFound, user } from "./dom.js";
 import { progressBar, statusSuffix, updateProgress } from "./progress.js";
 import { Stale } from "./page.js";
 import { timeline } from "./timeline.js";
+import { mountLogs } from "./logs.js";
 
 const FIELDS = [
   ["id", "ID"], ["name", "Name"], ["description", "Description"], ["status", "Status"],
@@ -92,7 +93,9 @@ function fieldValue(key, value) {
   return [user(String(value))];
 }
 
-export function mountJob(ctx, root, requested) {
+export function mountJob(ctx, root, path) {
+  // #/jobs/<id>/logs opens the Logs tab (logs.js)
+  const [requested, tab] = path.split("/");
   let shownId = null;  // the full id, once the server named the job
   const title = el("h1", { id: "job-title" });
   const status = el("span", { id: "job-status", class: "status" });
@@ -109,12 +112,7 @@ export function mountJob(ctx, root, requested) {
   const scheduleRun = el("p", { id: "job-schedule", class: "schedule-run", hidden: true });
   const history = el("ol", { id: "job-history", class: "timeline" });
   const timelineView = timeline(history);
-  root.append(
-    el("p", {}, el("a", { href: "#/", text: "← Jobs" })),
-    el("div", { class: "toolbar" }, title, status, el("span", { class: "spacer" }), actions),
-    progress,
-    errorBox,
-    scheduleRun,
+  const details = el("div", { id: "job-details", role: "tabpanel" },
     el("div", { class: "columns" },
       el("div", {}, el("h2", { text: "Fields" }),
         el("table", { id: "job-fields", class: "fields" }, fields)),
@@ -122,6 +120,14 @@ export function mountJob(ctx, root, requested) {
         el("h2", {}, "Payload ", payloadKind), payload,
         el("h2", {}, "Result ", resultKind), result)),
     el("h2", { text: "History" }), history);
+  const logs = mountLogs(ctx, details, tab === "logs");
+  root.append(
+    el("p", {}, el("a", { href: "#/", text: "← Jobs" })),
+    el("div", { class: "toolbar" }, title, status, el("span", { class: "spacer" }), actions),
+    progress,
+    errorBox,
+    scheduleRun,
+    logs.tabs, details, logs.panel);
 
   // "Run of schedule nightly for 2026-11-26T02:30:00Z (backfill)", linked to the schedule
   function drawScheduleRun(job) {
@@ -169,6 +175,7 @@ export function mountJob(ctx, root, requested) {
     resultKind.textContent = shownResult.kind;
     result.textContent = job.result === null || job.result === undefined ? "—" : shownResult.text;
     timelineView.draw(events);
+    logs.update(job);
   }
 
   return {
@@ -194,5 +201,6 @@ export function mountJob(ctx, root, requested) {
       draw(job, events);
       return true;
     },
+    unmount() { logs.stop(); },
   };
 }

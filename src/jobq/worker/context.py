@@ -10,10 +10,11 @@ often the handler calls.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from jobq.client import (
@@ -30,6 +31,7 @@ from jobq.client import (
 
 if TYPE_CHECKING:
     from jobq.client import Client
+    from jobq.worker.capture import AttemptLog
 
 __all__ = [
     "MIN_HEARTBEAT_INTERVAL_S",
@@ -151,6 +153,8 @@ class JobContext:
         #: once a shutting-down worker gave the job back
         self._end = ""
         self._stall_logged = False
+        #: this attempt's log, shipped to the server (None: the worker ships no logs)
+        self._attempt_log: AttemptLog | None = None
 
     def __repr__(self) -> str:
         return f"JobContext(id={self.id!r}, name={self.name!r}, attempt={self.attempt})"
@@ -226,6 +230,30 @@ class JobContext:
         elif sooner is not None and self._on_due is not None:
             self._on_due(sooner)
         self._raise_if_stopping()
+
+    def log(self, message: str) -> None:
+        """Add ``message`` (a line, or lines) to this attempt's log as it is: not to the
+        console, not through ``logging``. What the handler logs and prints is captured
+        already; this is for text of its own (a report, another tool's output)."""
+        if self._attempt_log is not None:
+            self._attempt_log.write_lines(message)
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[None]:
+        """Capture what the calling thread logs and prints into this attempt's log while
+        inside: for a thread the handler starts (its own thread is captured already)::
+
+            def part(job, n):
+                with job.capture():
+                    logging.getLogger("etl").info("part %d", n)
+        """
+        if self._attempt_log is None:
+            yield
+            return
+        from jobq.worker.capture import attached
+
+        with attached(self._attempt_log):
+            yield
 
     def check(self) -> None:
         """Raise :class:`Paused`, :class:`Canceled` or LeaseLost if the job must stop

@@ -21,6 +21,7 @@ import signal
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from types import FrameType
@@ -41,7 +42,9 @@ from jobq.client import (
     parse_address,
 )
 from jobq.client.tls import CAFile, TLSOption, client_context
+from jobq.worker import capture
 from jobq.worker.context import Canceled, JobContext, Paused
+from jobq.worker.log_shipper import LogShipper
 from jobq.worker.presence import DEFAULT_HEARTBEAT_S, Presence
 from jobq.worker.registry import REGISTRY, Handler, Registry
 
@@ -71,6 +74,15 @@ def error_text(exc: BaseException) -> str:
     message = " ".join(str(exc).split())
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text[:MAX_ERROR_CHARS]
+
+
+def _traceback_text(exc: BaseException) -> str:
+    """The traceback of a handler's exception, from the handler's frame on (the runtime's
+    own call of it left out)."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb)).rstrip("\n")
 
 
 def _result_bytes(value: object) -> bytes | None:
@@ -232,6 +244,8 @@ class Runtime:
     :param tls_ca: a PEM file of the certificates to trust (turns TLS on)
     :param heartbeat_s: how often the worker tells the server it is alive, which lists it
         until a few of these pass without a sign of life (``docs/worker.md``)
+    :param attempt_logs: capture what handlers log and print, per attempt, and ship it to
+        the server (``docs/worker.md``, "Attempt logs")
     """
 
     def __init__(
@@ -249,6 +263,7 @@ class Runtime:
         tls: TLSOption = False,
         tls_ca: CAFile | None = None,
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        attempt_logs: bool = True,
     ) -> None:
         self.host, self.port = parse_address(server)
         self._token = token
@@ -284,6 +299,8 @@ class Runtime:
             outcomes=self._outcomes, refused=self._refused,
         )
         self._heartbeats = _Heartbeats(self._client, self._refused, self.presence)
+        #: ships the attempt logs (None: none are captured)
+        self._shipper = LogShipper(self._client, self.worker_id) if attempt_logs else None
         #: why the worker stopped by itself: the server refused its token
         self.error: AccessRefused | None = None
         self._started = False
@@ -344,6 +361,9 @@ class Runtime:
             raise RuntimeError("a Runtime starts once")
         self._started = True
         self._heartbeats.start()
+        if self._shipper is not None:
+            capture.install()
+            self._shipper.start()
         for index in range(self.concurrency):
             thread = threading.Thread(
                 target=self._work, name=f"jobq-worker-{index}", daemon=True
@@ -392,6 +412,9 @@ class Runtime:
         self._heartbeats.stop()
         for thread in self._threads:  # threads that were between calls end quickly
             thread.join(0.5 if released else 2.0)
+        if self._shipper is not None:
+            self._shipper.stop()  # what the attempts still hold goes first
+            capture.uninstall()
         log.info("worker %s: stopped", self.worker_id)
         return released
 
@@ -509,6 +532,8 @@ class Runtime:
                 client.release(lease.id, self.worker_id)
             return
         self._heartbeats.add(ctx)
+        if self._shipper is not None:
+            ctx._attempt_log = self._shipper.new_log(ctx.id, ctx.attempt)
         log.info("job %s (%s): attempt %d started", ctx.id, ctx.name, ctx.attempt)
         try:
             outcome, value = self._call_handler(entry, ctx)
@@ -516,6 +541,9 @@ class Runtime:
                 log.info("job %s: handler ended after the job was released", ctx.id)
                 return
             self._heartbeats.discard(ctx)
+            if ctx._attempt_log is not None and self._shipper is not None:
+                # the log first: a failed job's traceback is in its log once it shows failed
+                self._shipper.finish(ctx._attempt_log, client)
             self._report(client, entry, ctx, outcome, value)
         finally:
             self._heartbeats.discard(ctx)
@@ -524,7 +552,8 @@ class Runtime:
 
     def _call_handler(self, entry: Handler, ctx: JobContext) -> tuple[str, Any]:
         try:
-            result = entry.fn(ctx)
+            with ctx.capture():
+                result = entry.fn(ctx)
             return "complete", _result_bytes(result)
         except Paused as exc:
             return "pause", exc
@@ -538,6 +567,7 @@ class Runtime:
                 log.info("job %s: handler raised %s after a %s request", ctx.id, exc, request[0])
                 return request[0], exc
             log.warning("job %s: handler failed", ctx.id, exc_info=True)
+            ctx.log(_traceback_text(exc))
             return "fail", exc
 
     def _report(

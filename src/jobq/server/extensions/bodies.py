@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -36,6 +37,8 @@ class Deferred(msgspec.Struct, frozen=True):
     thread and sends what it returns."""
 
     work: Callable[[], bytes]
+    #: where ``work`` runs (None: the event loop's default executor)
+    executor: Executor | None = None
 
 
 

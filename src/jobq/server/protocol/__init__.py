@@ -9,6 +9,7 @@ the limits, the codec's use and where jobq differs from workq-server.
 """
 
 from jobq.server.protocol.errors import *  # noqa: F403
+from jobq.server.protocol.log_lines import *  # noqa: F403
 from jobq.server.protocol.parser import *  # noqa: F403
 from jobq.server.protocol.registry import *  # noqa: F403
 from jobq.server.protocol.replies import *  # noqa: F403

@@ -404,6 +404,8 @@ EXTENSION_COMMANDS = (
     "wlist",
     "wshow",
     "bulk",
+    "logappend",
+    "logs",
 )
 
 
