@@ -182,3 +182,28 @@ def test_wait_for_a_selection(address: str, client: Client) -> None:
     assert result.exit_code == 1  # the worker never hears of it here
     assert result.output.splitlines()[0] == "pause requested for 1 running job"
     assert f"still running after 300ms: {job_id}" in result.output
+
+
+def test_rerun_a_selection(address: str, client: Client) -> None:
+    done = [client.submit("rr.q", description=f"run {n}") for n in range(3)]
+    for _ in done[:2]:
+        lease = client.xlease("rr.q", worker_id="w", wait_timeout_ms=1000)
+        assert lease is not None
+        client.xfail(lease.id, "w", "boom")
+    dry = run(address, "jobs", "rerun", "--name", "rr.q", "--status", "failed", "--dry-run")
+    assert dry.exit_code == 0 and dry.output.startswith("would rerun 2 jobs"), dry.output
+    none = run(address, "jobs", "rerun", "--name", "rr.q", "--status", "pending", "--yes")
+    assert none.exit_code == 0
+    assert none.output == "0 jobs to rerun: the 1 job selected cannot be rerun\n"
+    over = run(address, "jobs", "rerun", "--name", "rr.q", "--status", "failed",
+               "--limit", "1")
+    assert over.exit_code == 2 and "more than --limit 1" in over.output
+    assert client.jobs(name="rr.q").jobs.__len__() == 3  # nothing submitted
+    reran = run(address, "jobs", "rerun", "--name", "rr.q", "--status", "failed", "--yes")
+    assert reran.exit_code == 0 and reran.output == "rerun 2 jobs\n", reran.output
+    failed = [j for j in client.jobs(name="rr.q", limit=10).jobs if j["status"] == "failed"]
+    for job in failed:
+        reruns = client.job(job["id"])["reruns"]
+        assert len(reruns) == 1 and client.job(reruns[0])["rerun_of"] == job["id"]
+    both = run(address, "jobs", "rerun", done[2], "--name", "rr.q")
+    assert both.exit_code == 2

@@ -198,3 +198,59 @@ def test_codec_and_liveness() -> None:
     engine.drain()
     assert not engine.command_is_live(command, T0)
     assert not engine.command_is_live(CancelJob(id=jid(2)), T0)
+
+
+def test_rerun_makes_a_new_job_of_each_finished_job_and_replays() -> None:
+    live = world()  # 3 succeeded; cancel 4 and 5 to have more finished jobs
+    live.cancel(jid(4), now_ns=T0 + 13 * MS)
+    live.cancel(jid(5), now_ns=T0 + 14 * MS)
+    log: list[tuple[Any, int]] = [(c, T0 + 15 * MS) for c in live.drain()[0]]
+    with pytest.raises(InvalidArgument, match="needs ids"):
+        live.bulk("rerun", JobFilter(), now_ns=T0 + 20 * MS)
+    made = [jid(100 + n) for n in range(3)]
+    dry = live.bulk("rerun", JobFilter(name="*"), dry_run=True, now_ns=T0 + 20 * MS,
+                    new_ids=lambda n: made[:n])
+    assert (dry.matched, dry.count, dry.new_ids) == (6, 3, [])
+    assert live.drain()[0] == []
+    outcome = live.bulk("rerun", JobFilter(name="*"), reason="again", actor="ann",
+                        now_ns=T0 + 20 * MS, new_ids=lambda n: made[:n])
+    assert (outcome.count, outcome.requested) == (3, 0)
+    assert set(outcome.ids) == {jid(3), jid(4), jid(5)} and outcome.new_ids == made
+    commands = live.drain()[0]
+    assert [type(c).__name__ for c in commands] == ["SubmitJob"] * 3  # one batch of submits
+    for original, new in zip(outcome.ids, made, strict=True):
+        job, old = live.jobs[new], live.jobs[original]
+        assert job.status is Status.PENDING and job.name == old.name
+        assert job.meta is not None and job.meta.rerun_of == original
+        assert old.meta is not None and new in old.meta.reruns
+    # an id already taken, or too few ids, is refused and changes nothing
+    with pytest.raises(InvalidArgument, match="Invalid new ids"):
+        live.bulk("rerun", JobFilter(statuses=frozenset({Status.CANCELED})),
+                  now_ns=T0 + 21 * MS, new_ids=lambda n: [jid(100)] * n)
+    assert live.drain()[0] == []
+    # replay of the submits alone reaches the same state (they stand on their own)
+    replayed = Engine()
+    replayed.begin_replay()
+    for command, logged_ns in [
+        *[(c, T0) for c in _world_log()], *log,
+        *[(decode_command(encode_command(c)), T0 + 20 * MS) for c in commands],
+    ]:
+        replayed.replay(command, logged_ns=logged_ns, now_ns=T0 + 30 * MS)
+    replayed.end_replay()
+    for new in made:
+        meta = replayed.jobs[new].meta
+        assert meta is not None and meta.rerun_of == live.jobs[new].meta.rerun_of  # type: ignore[union-attr]
+    assert {n: replayed.jobs[jid(n)].meta.reruns for n in (3, 4, 5)} == {  # type: ignore[union-attr]
+        n: live.jobs[jid(n)].meta.reruns for n in (3, 4, 5)  # type: ignore[union-attr]
+    }
+
+
+def _world_log() -> list[Any]:
+    """The commands :func:`world` logs, in order."""
+    engine = Engine()
+    for n, name in enumerate(["etl.a"] * 4 + ["etl.b", "other"]):
+        engine.submit(id=jid(n), name=name, description=f"disk {n}", now_ns=T0 + n * MS)
+    engine.lease(["etl.a"], wait_timeout_ms=0, token=None, now_ns=T0 + 10 * MS, worker="w")
+    engine.pause(jid(2), now_ns=T0 + 11 * MS)
+    engine.complete(jid(3), b"", now_ns=T0 + 12 * MS)
+    return engine.drain()[0]

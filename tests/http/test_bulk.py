@@ -100,3 +100,18 @@ def test_bulk_refusals(http: httpx.Client, body: dict[str, object], status: int,
     refused = http.post("/api/jobs/bulk", json=body)
     assert refused.status_code == status, refused.text
     assert text in refused.json()["error"]
+
+
+def test_a_bulk_rerun_answers_the_new_jobs(http: httpx.Client, live: RunningServer) -> None:
+    job_id = submit(http, name="hb.rerun")
+    assert http.post(f"/api/jobs/{job_id}/cancel", json={}).status_code == 200
+    dry = http.post("/api/jobs/bulk", json={
+        "action": "rerun", "selection": {"name": "hb.rerun"}, "dry_run": True}).json()
+    assert (dry["count"], dry.get("new_ids")) == (1, None)
+    done = http.post("/api/jobs/bulk", json={
+        "action": "rerun", "selection": {"name": "hb.rerun", "status": ["canceled"]}})
+    assert done.status_code == 200, done.text
+    body = done.json()
+    assert body["ids"] == [job_id] and len(body["new_ids"]) == 1
+    new = http.get(f"/api/jobs/{body['new_ids'][0]}").json()
+    assert new["rerun_of"] == job_id and new["status"] == "pending"

@@ -126,3 +126,13 @@ def _would(verb: str, count: int, requested: int) -> str:
 
 def _jobs(count: int) -> str:
     return f"{count} job{'s' if count != 1 else ''}"
+
+
+def one_or_selection(
+    job_id: str | None, selection: dict[str, Any], dry_run: bool, yes: bool
+) -> None:
+    """An ID or a selection, not both; --dry-run and --yes only with a selection."""
+    if (job_id is None) == (not selection):
+        fail("give a job ID or a selection (--status, --name, --schedule, ...)", EXIT_USAGE)
+    if job_id is not None and (dry_run or yes):
+        fail("--dry-run and --yes go with a selection, not a job ID", EXIT_USAGE)

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from jobq.cli.bulk import bulk_options, changed_text, run_bulk
+from jobq.cli.bulk import bulk_options, changed_text, one_or_selection, run_bulk
 from jobq.cli.common import (
     EXIT_FAILURE,
-    EXIT_USAGE,
     Remote,
     actor,
     client_options,
@@ -382,7 +381,7 @@ def _operate(verb: str, past: str) -> click.Command:
         wait: bool = False,
         timeout: str = "",
     ) -> None:
-        _one_or_selection(job_id, selection, dry_run, yes)
+        one_or_selection(job_id, selection, dry_run, yes)
         timeout_s = duration_ms(timeout, "--timeout") / 1000 if wait else 0.0
         with connected(server) as client:
             if job_id is None:
@@ -426,16 +425,6 @@ _SELECTION_HELP = (
     "holds, as one action (jobs it cannot change are skipped). It asks first on a terminal "
     "(--yes: not), --dry-run only says how many, and more than --limit jobs need --yes."
 )
-
-
-def _one_or_selection(
-    job_id: str | None, selection: dict[str, Any], dry_run: bool, yes: bool
-) -> None:
-    """An ID or a selection, not both; --dry-run and --yes only with a selection."""
-    if (job_id is None) == (not selection):
-        fail("give a job ID or a selection (--status, --name, --schedule, ...)", EXIT_USAGE)
-    if job_id is not None and (dry_run or yes):
-        fail("--dry-run and --yes go with a selection, not a job ID", EXIT_USAGE)
 
 
 def _asked_jobs(client: Client, selection: dict[str, Any], flag: str) -> list[str]:
@@ -501,7 +490,7 @@ def delete_command(
     holds, as one action. It asks first on a terminal (--yes: not), --dry-run only says how
     many, and more than --limit jobs need --yes.
     """
-    _one_or_selection(job_id, selection, dry_run, yes)
+    one_or_selection(job_id, selection, dry_run, yes)
     with connected(server) as client:
         if job_id is None:
             run_bulk(

@@ -205,7 +205,8 @@ class BulkResult:
     """What ``bulk`` did, or would do (``dry_run``): the selection held ``matched`` jobs;
     the action changed (or would change) ``count`` of them, the others' status not allowing
     it; ``requested`` of those are running jobs only asked to stop; ``ids`` are the first
-    few of them (canonical text), in the order applied."""
+    few of them (canonical text), in the order applied; a rerun's ``new_ids`` the first of
+    the jobs it made, in the same order."""
 
     action: str
     dry_run: bool
@@ -213,6 +214,7 @@ class BulkResult:
     count: int
     requested: int
     ids: list[str]
+    new_ids: list[str] = field(default_factory=list)
 
 
 def _datetime(time_ns: int) -> datetime:
@@ -352,6 +354,7 @@ def to_bulk(body: Body) -> BulkResult:
         result = BulkResult(
             str(body["action"]), bool(body["dry_run"]), int(body["matched"]),
             int(body["count"]), int(body["requested"]), [str(i) for i in body["ids"]],
+            [str(i) for i in body.get("new_ids", ())],
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConnectionLost("malformed reply: not a bulk result") from exc

@@ -486,7 +486,7 @@ class Operations(WorkerOperations):
         actor: str | None = None,
         **selection: Any,
     ) -> Call[BulkResult]:
-        """``pause``, ``resume``, ``cancel`` or ``delete`` every job of a selection (the
+        """``pause``, ``resume``, ``cancel``, ``delete`` or ``rerun`` every job of a selection (the
         filters of :meth:`jobs` but ``order``, ``limit`` and ``cursor``; at least one), as
         one action; jobs whose status does not allow it are skipped. ``dry_run`` changes
         nothing and says what it would do. More than ``limit`` jobs to change (None: no

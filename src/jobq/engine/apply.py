@@ -373,7 +373,7 @@ def apply_bulk(engine: Engine, command: BulkJobs, at_ns: int) -> None:
     that are gone, as it does a single command's. An action this version does not know
     changes nothing."""
     entry = BULK_ACTIONS.get(command.action)
-    if entry is None:
+    if entry is None or entry.reruns:  # a rerun is logged as its new jobs' submits
         return
     jobs = engine.jobs
     for job_id in command.ids:

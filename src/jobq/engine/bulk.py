@@ -1,4 +1,4 @@
-"""Bulk actions: pause, resume, cancel or delete every job a selection holds (a
+"""Bulk actions: pause, resume, cancel, delete or rerun every job a selection holds (a
 :class:`~jobq.engine.joblist.JobFilter`), as one operation logged as one record.
 
 :data:`ACTIONS` is the table of actions: for each, the event it is for one job (which says,
@@ -10,8 +10,10 @@ command with the single-job function (``apply.APPLY``), so a bulk cancel does to
 exactly what a cancel does. A log write that fails rolls the whole action back (the undo
 journal holds every job it touched).
 
-An action that makes new jobs (a rerun) would be one more entry whose commands name the new
-jobs' ids, which the record would then carry.
+A rerun makes new jobs, so it is not one :class:`BulkJobs` record but one ``SubmitJob`` a
+new job (each naming its original, ``rerun_of``), all in the one batch of the request (one
+write, one fsync): each new job's record stands on its own, as a single rerun's does. Their
+ids are the caller's (the engine makes no random ids).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import msgspec
 from jobq.engine import waits
 from jobq.engine.commands import DeleteJob
 from jobq.engine.errors import InvalidArgument, TooManyJobs
-from jobq.engine.extensions import BulkJobs, CancelJob, PauseJob, ResumeJob
+from jobq.engine.extensions import BulkJobs, CancelJob, PauseJob, ResumeJob, SubmitJob
 from jobq.engine.job import Event, Job, Request, allowed
 from jobq.engine.joblist import JobFilter
 from jobq.engine.limits import MAX_BULK_JOBS
@@ -45,9 +47,13 @@ class BulkAction:
     command: Callable[[bytes, BulkJobs], Command]
     #: whether jobs may become ready (waiting leases are offered them after)
     readies: bool = False
+    #: it makes a new job of each finished job it selects (a rerun; ``command`` unused)
+    reruns: bool = False
 
     def applies(self, job: Job) -> bool:
         """Whether the action changes ``job`` now (a request counts)."""
+        if self.reruns:
+            return job.status.finished
         return self.event is None or allowed(job, self.event) is not None
 
     def requests(self, job: Job) -> bool:
@@ -57,6 +63,28 @@ class BulkAction:
             return False
         outcome = allowed(job, self.event)
         return outcome is Request.PAUSE or outcome is Request.CANCEL
+
+
+def rerun_command(job: Job, new_id: bytes, created_ns: int) -> SubmitJob:
+    """The job that reruns ``job``: its name, payload and options (priority, TTR, TTL,
+    attempts, fails, backoff, description, creator, created_by), naming it (``rerun_of``)."""
+    meta = job.meta
+    created_by = meta.created_by if meta is not None else None
+    return SubmitJob(
+        id=new_id, name=job.name, payload=job.payload, priority=job.priority,
+        ttr_ms=job.ttr_ms, ttl_ms=job.ttl_ms, max_attempts=job.max_attempts,
+        max_fails=job.max_fails, created_ns=created_ns,
+        description=meta.description if meta is not None else "",
+        creator=meta.creator if meta is not None else "",
+        created_by_type=created_by[0] if created_by else "",
+        created_by_id=created_by[1] if created_by else "",
+        retry_backoff=meta.retry_backoff if meta is not None else None,
+        rerun_of=job.id,
+    )
+
+
+def _no_single_command(job_id: bytes, batch: BulkJobs) -> Command:
+    raise AssertionError("a rerun is logged as its new jobs' submits, never as BulkJobs")
 
 
 #: action -> what it does to each job
@@ -73,6 +101,7 @@ ACTIONS: Final[dict[str, BulkAction]] = {
         Event.CANCEL, lambda job_id, b: CancelJob(id=job_id, reason=b.reason, actor=b.actor)
     ),
     "delete": BulkAction(None, lambda job_id, b: DeleteJob(job_id)),
+    "rerun": BulkAction(None, _no_single_command, readies=True, reruns=True),
 }
 
 
@@ -87,6 +116,8 @@ class BulkOutcome(msgspec.Struct, frozen=True):
     requested: int
     #: the jobs it changes, in the order applied (the job list's "status" order)
     ids: list[bytes]
+    #: a rerun's new jobs, one for each of ``ids`` (none for a dry run)
+    new_ids: list[bytes] = msgspec.field(default_factory=list)
 
 
 def bulk(
@@ -98,13 +129,15 @@ def bulk(
     actor: str = "",
     limit: int | None = None,
     dry_run: bool = False,
+    new_ids: Callable[[int], list[bytes]] | None = None,
     now_ns: int,
 ) -> BulkOutcome:
     """Apply ``action`` to every job of ``selection`` it applies to, as one operation (one
     :class:`BulkJobs` record); with ``dry_run``, only say what it would do.
 
     More than ``limit`` such jobs, or more than ``MAX_BULK_JOBS``, is :class:`TooManyJobs`
-    and changes nothing; a dry run is never refused (it says how many there are)."""
+    and changes nothing; a dry run is never refused (it says how many there are). A rerun
+    asks ``new_ids(n)`` for the ids of its ``n`` new jobs."""
     entry = ACTIONS.get(action)
     if entry is None:
         raise InvalidArgument(f"Invalid action (one of {', '.join(ACTIONS)})")
@@ -124,9 +157,21 @@ def bulk(
             f"Too many jobs: the selection would {action} {len(targets)} jobs, more than "
             f"{MAX_BULK_JOBS} at once; narrow it"
         )
-    engine._emit(
-        BulkJobs(action=action, ids=outcome.ids, reason=reason, actor=actor), now_ns
-    )
+    if entry.reruns:
+        if new_ids is None:
+            raise InvalidArgument("A rerun needs ids for its new jobs")
+        made = new_ids(len(targets))
+        if len(made) != len(targets) or len(set(made)) != len(made) or any(
+            len(job_id) != 16 or job_id in engine.jobs for job_id in made
+        ):
+            raise InvalidArgument("Invalid new ids: one new, unique id for each job")
+        for job, new_id in zip(targets, made, strict=True):
+            engine._emit(rerun_command(job, new_id, now_ns), now_ns)
+        outcome = BulkOutcome(outcome.matched, outcome.count, 0, outcome.ids, made)
+    else:
+        engine._emit(
+            BulkJobs(action=action, ids=outcome.ids, reason=reason, actor=actor), now_ns
+        )
     if entry.readies:
         waits.offer_ready_jobs(engine, now_ns)
     return outcome

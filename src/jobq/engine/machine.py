@@ -239,19 +239,7 @@ class Engine:
             raise InvalidStatus(
                 f"Job is {job.status.value} (only a succeeded, failed or canceled job is rerun)"
             )
-        meta = job.meta
-        created_by = meta.created_by if meta is not None else None
-        command = SubmitJob(
-            id=new_id, name=job.name, payload=job.payload, priority=job.priority,
-            ttr_ms=job.ttr_ms, ttl_ms=job.ttl_ms, max_attempts=job.max_attempts,
-            max_fails=job.max_fails, created_ns=now_ns,
-            description=meta.description if meta is not None else "",
-            creator=meta.creator if meta is not None else "",
-            created_by_type=created_by[0] if created_by else "",
-            created_by_id=created_by[1] if created_by else "",
-            retry_backoff=meta.retry_backoff if meta is not None else None,
-            rerun_of=id,
-        )
+        command = bulk_actions.rerun_command(job, new_id, now_ns)
         return self._create(command, now_ns)
 
     def lease(

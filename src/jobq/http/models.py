@@ -373,7 +373,7 @@ class SelectionBody(_Input):
 
 
 class BulkBody(_Input):
-    action: Literal["pause", "resume", "cancel", "delete"]
+    action: Literal["pause", "resume", "cancel", "delete", "rerun"]
     selection: SelectionBody
     dry_run: bool = False
     limit: int | None = Field(

@@ -83,7 +83,7 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
         if isinstance(command, extensions.BulkJobs):
             # one record for many jobs: this job's part of it is the single command
             entry = BULK_ACTIONS.get(command.action)
-            if entry is None or job_id not in command.ids:
+            if entry is None or entry.reruns or job_id not in command.ids:
                 continue
             bulk, command = command, entry.command(job_id, command)
         if command.id != job_id:

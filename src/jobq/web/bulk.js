@@ -15,6 +15,7 @@ const ACTIONS = [
   ["cancel", "Cancel", "Canceled", "Running jobs are asked to stop; canceled jobs do not " +
     "run again."],
   ["delete", "Delete", "Deleted", "Their payloads and results go too. This cannot be undone."],
+  ["rerun", "Rerun", "Reran", "Each finished job is submitted again as a new job."],
 ];
 
 // "Canceled 2 jobs; cancel requested for 1 running job"

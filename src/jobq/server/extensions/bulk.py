@@ -1,5 +1,5 @@
 """The ``bulk`` command of jobq's protocol extensions (docs/extensions.md): pause, resume,
-cancel or delete every job of a selection at once, or, as a dry run, say which."""
+cancel, delete or rerun every job of a selection at once, or, as a dry run, say which."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ class BulkCommands(ExtensionsBase):
         """``{"action", "dry_run", "matched", "count", "requested", "ids"}``: the selection
         held ``matched`` jobs; the action changed (or, dry run, would change) ``count`` of
         them, of which ``requested`` were running and only asked to stop; ``ids`` are the
-        first of those."""
+        first of those; a rerun adds ``new_ids``, the first of the jobs it made (in the same
+        order)."""
         r: Bulk = body(Bulk, data)
         reason, actor = reason_actor(r, self.caller)
         if is_empty(r.selection):
@@ -53,18 +54,20 @@ class BulkCommands(ExtensionsBase):
         outcome = self.engine.bulk(
             r.action, job_filter(self.engine, r.selection), reason=reason, actor=actor,
             limit=r.limit, dry_run=r.dry_run, now_ns=now_ns,
+            new_ids=lambda count: [uuid.uuid4().bytes for _ in range(count)],
         )
         if not r.dry_run and outcome.count:
             self._audit(
                 actor, r.action, f"{outcome.count} jobs ({describe(r.selection)})", reason
             )
-        return data_reply(
-            {
-                "action": r.action,
-                "dry_run": r.dry_run,
-                "matched": outcome.matched,
-                "count": outcome.count,
-                "requested": outcome.requested,
-                "ids": [str(uuid.UUID(bytes=i)) for i in outcome.ids[:REPLY_IDS]],
-            }
-        )
+        reply: dict[str, object] = {
+            "action": r.action,
+            "dry_run": r.dry_run,
+            "matched": outcome.matched,
+            "count": outcome.count,
+            "requested": outcome.requested,
+            "ids": [str(uuid.UUID(bytes=i)) for i in outcome.ids[:REPLY_IDS]],
+        }
+        if outcome.new_ids:
+            reply["new_ids"] = [str(uuid.UUID(bytes=i)) for i in outcome.new_ids[:REPLY_IDS]]
+        return data_reply(reply)
