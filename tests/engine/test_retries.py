@@ -486,3 +486,22 @@ def test_a_refused_write_undoes_the_link() -> None:
     restored = w.engine.jobs[jid(1)]
     assert restored.meta is not None and restored.meta.reruns == ()
     assert original.meta is not None
+
+
+def test_a_deleted_rerun_leaves_its_original_as_replay_of_the_cleaned_log_has_it() -> None:
+    """A workq job has no metadata; a rerun's link gives it some; once the rerun is gone,
+    the original must be as a replay of the log without the rerun's records makes it."""
+    live = Engine()
+    live.add(id=jid(0), name="q", ttr_ms=60_000, ttl_ms=0, payload=b"", now_ns=T0)
+    live.lease(["q"], wait_timeout_ms=0, token=None, now_ns=T0 + MS)
+    live.complete(jid(0), b"", now_ns=T0 + 2 * MS)
+    kept = live.drain()[0]  # the original's records, all a cleaned log keeps
+    live.rerun(jid(0), new_id=jid(1), now_ns=T0 + 3 * MS)
+    live.delete(jid(1), now_ns=T0 + 4 * MS)
+    live.drain()
+    replayed = Engine()
+    replayed.begin_replay()
+    for command in kept:
+        replayed.replay(command, logged_ns=T0, now_ns=T0 + 5 * MS)
+    replayed.end_replay()
+    assert live.jobs[jid(0)].meta is None and replayed.jobs[jid(0)].meta is None

@@ -121,6 +121,13 @@ def _unlink_rerun(engine: Engine, job: Job) -> None:
         return
     touch(engine, original.id)
     original.meta.reruns = tuple(i for i in original.meta.reruns if i != job.id)
+    if original.meta.state() == _EMPTY_META:
+        # it had metadata only for the link: as replay, which never made it, has none
+        original.meta = None
+
+
+#: the fields of a job's metadata that holds nothing
+_EMPTY_META = JobMeta().state()
 
 
 # ---------------------------------------------------------------------- attempts
