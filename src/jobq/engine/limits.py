@@ -35,6 +35,10 @@ MAX_LEASE_NAMES: Final = 1000
 #: the engine's text for a lease that lists more (the workq ``lease`` is refused before, by
 #: its parser, with workq's ``Invalid command args``)
 TOO_MANY_NAMES: Final = f"Too many names (at most {MAX_LEASE_NAMES})"
+#: most jobs one job may depend on (``after``), and most later jobs a schedule's run may
+#: chain after its first (``then``)
+MAX_AFTER: Final = 1000
+MAX_CHAIN: Final = 20
 #: the range of times the command log can hold (Unix ns, signed 64-bit)
 MIN_TIME_NS: Final = -(2**63)
 MAX_TIME_NS: Final = 2**63 - 1
