@@ -42,7 +42,8 @@ VARIABLES: Final[dict[str, Callable[[dt.datetime], str]]] = {
 _KNOWN: Final = ", ".join(sorted(VARIABLES))
 
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*")
-_QUOTED = re.compile(r"""\s*(?:'([^']*)'|"([^"]*)")\s*""")
+#: a quoted text, and the closing braces after it (it may hold braces itself)
+_QUOTED = re.compile(r"""\s*(?:'([^']*)'|"([^"]*)")\s*\}\}""")
 
 #: a parsed template: literal texts, and variables as ``(name,)``
 Part: TypeAlias = str | tuple[str]
@@ -60,27 +61,28 @@ def parse(text: str) -> Template | None:
         start = text.find("{{", position)
         if start < 0:
             break
+        if start > position:
+            parts.append(text[position:start])
+        quoted = _QUOTED.match(text, start + 2)
+        if quoted is not None:
+            parts.append(quoted.group(1) if quoted.group(1) is not None else quoted.group(2))
+            position = quoted.end()
+            continue
         end = text.find("}}", start + 2)
         inner = text[start + 2 : end] if end >= 0 else ""
         if end < 0 or "{{" in inner:
             raise ValueError(f"template: '{{{{' at character {start} has no '}}}}'")
-        if start > position:
-            parts.append(text[position:start])
         name = _NAME.fullmatch(inner)
-        quoted = None if name else _QUOTED.fullmatch(inner)
-        if name is not None:
-            if name.group(1) not in VARIABLES:
-                raise ValueError(
-                    f"template: unknown variable {clipped(name.group(1))!r} (known: {_KNOWN})"
-                )
-            parts.append((name.group(1),))
-        elif quoted is not None:
-            parts.append(quoted.group(1) if quoted.group(1) is not None else quoted.group(2))
-        else:
+        if name is None:
             raise ValueError(
                 f"template: {{{{{clipped(inner)}}}}} at character {start} is not a variable"
                 f" (known: {_KNOWN}) or a quoted text"
             )
+        if name.group(1) not in VARIABLES:
+            raise ValueError(
+                f"template: unknown variable {clipped(name.group(1))!r} (known: {_KNOWN})"
+            )
+        parts.append((name.group(1),))
         position = end + 2
     if position < len(text):
         parts.append(text[position:])
