@@ -80,7 +80,7 @@ def _then(values: tuple[str, ...]) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     for value in values:
         text = value.strip()
-        if not text.startswith("{"):
+        if not text.startswith(("{", "[")):
             steps.append({"name": text})
             continue
         try:
@@ -135,8 +135,8 @@ def create_command(
 
     Each run submits --job; with --then, a chain: each later job runs after the one before
     (and is canceled if that one fails). A payload may name the run's scheduled time, in
-    the schedule's zone: {{ scheduled_time }}, {{ ds }} (YYYY-MM-DD), {{ ds_nodash }},
-    {{ ts_nodash }}."""
+    the schedule's zone: {{ scheduled_time }}, {{ ds }}, {{ ds_nodash }}, {{ ts_nodash }}
+    (docs/schedules.md)."""
     if sum(x is not None for x in (cron, every)) + (at is not None and every is None) != 1:
         fail("give one of --cron, --every or --at", EXIT_USAGE)
     if tz and not cron:
