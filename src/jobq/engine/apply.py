@@ -96,14 +96,16 @@ def new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
         created_by = (
             (command.created_by_type, command.created_by_id) if command.created_by_type else None
         )
-        job.meta = JobMeta(
+        job.meta = meta = JobMeta(
             description=command.description, creator=command.creator, created_by=created_by,
             retry_backoff=command.retry_backoff, rerun_of=command.rerun_of,
-            after=command.after, waiting_on=command.waiting_on, after_any=command.after_any,
         )
+        if command.after:
+            meta.after, meta.waiting_on = command.after, command.waiting_on
+            meta.after_any = command.after_any
         if command.run_for_ns is not None:
-            job.meta.run_for_ns = command.run_for_ns
-            job.meta.run_kind = _RUN_KINDS.get(command.run_kind, command.run_kind)
+            meta.run_for_ns = command.run_for_ns
+            meta.run_kind = _RUN_KINDS.get(command.run_kind, command.run_kind)
     return job
 
 
