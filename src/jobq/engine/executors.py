@@ -232,6 +232,8 @@ class JobExecutor:
         #: creation, checked then: a run's job that the log cannot hold, priority 10**20,
         #: would fail at every firing)
         self.work = self.execute_at(0, "")
+        #: whether a payload names the run's time (else every run's work is ``work``)
+        self.templated = any(step.template is not None for step in (self._first, *self._later))
 
     def execute_at(self, scheduled_ns: int, tz: str) -> Work:
         first = self._first.work(scheduled_ns, tz)
@@ -241,6 +243,8 @@ class JobExecutor:
         return check_work(first)
 
     def execute(self, schedule: Schedule, scheduled_ns: int, now_ns: int) -> Work:
+        if not self.templated:
+            return self.work
         return self.execute_at(scheduled_ns, schedule.spec.tz)
 
     def notify_job_termination(self, schedule: Schedule, run: RunInfo, now_ns: int) -> None:
