@@ -14,6 +14,7 @@ benchmark's own argument parser), so that a renamed target or option fails here.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shlex
@@ -155,7 +156,7 @@ def schedule_shown(ex: Example, world: World) -> None:
         with Client.from_address(world.server.tcp_address) as client:
             job_id = client.trigger_schedule("nightly-report")
         output = world.run(ex.text)
-        assert output.splitlines()[0].split()[:2] == ["ID", "STATUS"]
+        assert output.splitlines()[0].split()[:3] == ["ID", "NAME", "STATUS"]
         assert job_id in output and "trigger" in output
         return
     output = world.run(ex.text)
@@ -204,6 +205,33 @@ def submits_with_backoff(ex: Example, world: World) -> None:
         backoff = client.job(job_id)["retry_backoff"]
     assert backoff == {"initial_ms": 10_000, "multiplier": 3.0,
                        "max_ms": 1_800_000 if "30m" in ex.text else 300_000}
+
+
+def submits_after(ex: Example, world: World) -> None:
+    """A job after the job ``3f2a...`` (pending, or paused by another example): it waits for
+    it; the API's example runs after any outcome."""
+    output = world.run(ex.text.replace("localhost:8080", world.http_address))
+    assert '"error"' not in output, output
+    job_id = json.loads(output)["id"] if output.lstrip().startswith("{") else output.strip()
+    with Client.from_address(world.server.tcp_address) as client:
+        job = client.job(job_id)
+    assert job["status"] == "pending"
+    assert job["after"] == job["waiting_for"] == [world.prefixed_id]
+    assert job["after_any"] is ("after_any" in ex.text)
+
+
+def creates_a_chain(ex: Example, world: World) -> None:
+    """A schedule whose runs are a chain, its payload a template: a trigger makes both jobs,
+    the later one after the first, the payload rendered for the run's day in Berlin."""
+    assert world.run(ex.text).strip()
+    with Client.from_address(world.server.tcp_address) as client:
+        first = client.trigger_schedule("nightly-import")
+        runs = client.schedule_runs("nightly-import").jobs
+        payload = client.job(first)["payload"]
+    by_name = {run["name"]: run for run in runs}
+    assert by_name["reports.daily"]["after"] == [first] == [by_name["imports"]["id"]]
+    day = json.loads(base64.b64decode(payload))["path"].split("/")[2]
+    assert len(day) == 10 and day[4] == day[7] == "-", payload
 
 
 def completion(ex: Example, world: World) -> None:
@@ -474,6 +502,11 @@ CHECKS: dict[str, Check] = {
     'curl -s --json {"name": "reports.daily", "retry_backoff": {"initial_ms": 10000, '
     '"multiplier": 3}} localhost:8080/api/jobs': submits_with_backoff,
     "jobq jobs rerun 7c41": reruns,
+    "jobq submit reports.daily --after 3f2a": submits_after,
+    'curl -s --json {"name": "reports.weekly", "after": ["3f2a"], "after_any": true} '
+    "localhost:8080/api/jobs": submits_after,
+    "jobq schedules create nightly-import --cron 30 2 * * * --tz Europe/Berlin --job imports "
+    '--payload {"path": "/data/{{ ds }}/sales.csv"} --then reports.daily': creates_a_chain,
     "curl -s -X POST localhost:8080/api/jobs/7c41/rerun": reruns,
     "jobq schedules create nightly-export --cron 0 2 * * * --job exports --max-fails 3 "
     "--retry-backoff 1m,2,1h": runs,

@@ -26,6 +26,20 @@ OPTIONS = SchedulerOptions(pace_ms=150, max_per_pass=2)
 #: at the start (once: the replayed state, compared below, says where each schedule is)
 REPLAYED_OPTIONS = SchedulerOptions(pace_ms=150, max_per_pass=2, initial_delay_ms=10**9)
 NAMES = ("a", "b")
+ONE_JOB = b'{"name":"a","ttr_ms":100}'
+CHAIN = (
+    b'{"name":"a","ttr_ms":100,"then":[{"name":"b","ttr_ms":100},'
+    b'{"name":"a","ttr_ms":100,"after_any":true}]}'
+)
+
+AFTER = st.tuples(
+    st.just("after"),
+    st.integers(0, N_IDS - 1),
+    st.sampled_from(NAMES),
+    st.lists(st.integers(0, N_IDS - 1), min_size=1, max_size=3),
+    st.booleans(),
+    st.sampled_from([0, 700]),
+)
 
 op = st.one_of(
     st.tuples(
@@ -57,6 +71,9 @@ op = st.one_of(
         st.integers(0, 2),
     ),
     st.tuples(st.just("rerun"), st.integers(0, N_IDS - 1), st.integers(0, N_IDS - 1)),
+    # a job after others (dependencies): waits, released, canceled, or after any outcome
+    # (three times as likely as the others: most draws name a job that does not exist)
+    *[AFTER] * 3,
     st.tuples(st.just("xlease"), st.sampled_from(["w1", "w2"]), st.sampled_from(NAMES)),
     st.tuples(
         st.just("heartbeat"),
@@ -91,6 +108,8 @@ op = st.one_of(
         st.sampled_from([("every", 200), ("every", 700), ("cron", "* * * * * *"), ("at", 300)]),
         st.sampled_from(["wait", "no_wait", "skip", "buffer_one"]),
         st.sampled_from(["retry_sched", "retry_soon", "pause_sched"]),
+        # one job a run, or a chain of three (the last after any outcome)
+        st.sampled_from([ONE_JOB, CHAIN]),
     ),
     st.tuples(
         st.sampled_from(["spause", "sresume", "strigger", "sdrop"]), st.sampled_from(["s1", "s2"])
@@ -136,6 +155,7 @@ def snapshot(engine: Engine) -> dict[str, Any]:
         "by_status": by_status,
         "by_created_by": {k: set(v) for k, v in engine.by_created_by.items()},
         "by_name": {name: [j.id for j in engine.by_name.jobs(name)] for name in engine.by_name},
+        "dependents": {k: set(v) for k, v in engine.dependents.items()},
         "jobs": jobs,
         "order": {k: v for k, v in order.items() if v},
         "counts": {k: v for k, v in counts.items() if v != (0, 0, 0)},
@@ -244,6 +264,18 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
                 retry_backoff=retry_backoff,
                 now_ns=now_ns,
             )
+        elif kind == "after":
+            _, n, name, deps, after_any, ttl = operation
+            engine.submit(
+                id=jid(n),
+                name=name,
+                ttr_ms=100,
+                ttl_ms=ttl,
+                payload=b"d",
+                after=[jid(d) for d in deps],
+                after_any=after_any,
+                now_ns=now_ns,
+            )
         elif kind == "rerun":
             engine.rerun(jid(operation[1]), new_id=jid(operation[2]), now_ns=now_ns)
         elif kind == "xlease":
@@ -260,7 +292,7 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
         elif kind in ("pause", "resume", "cancel"):
             getattr(engine, kind)(jid(operation[1]), reason="r", now_ns=now_ns)
         elif kind == "screate":
-            _, name, (spec_kind, value), wait, on_error = operation
+            _, name, (spec_kind, value), wait, on_error, args = operation
             spec: dict[str, Any] = {
                 "every": {"every_ms": value},
                 "cron": {"cron": value},
@@ -268,7 +300,7 @@ def perform(engine: Engine, now_ns: int, operation: tuple[Any, ...]) -> int:
             }[spec_kind]
             engine.create_schedule(
                 name=name,
-                args=b'{"name":"a","ttr_ms":100}',
+                args=args,
                 wait=wait,
                 on_error=on_error,
                 now_ns=now_ns,

@@ -382,6 +382,14 @@ async def _script(s: Session) -> None:
     a.send(_ext("rerun", {"id": _id(10), "new_id": _id(18)}), "rerun")
     a.send(_ext("rerun", {"id": _id(12)}), "rerun")
     await a.replies_now("rerun")
+    # dependencies: a job after others waits for them; what is refused
+    a.send(submit(30, name="x3", after=[_id(17)]), "submit")
+    a.send(submit(31, name="x3", after=[_id(10)]), "submit")
+    a.send(submit(31, name="x3", after=[_id(10)], after_any=True), "submit")
+    a.send(submit(32, name="x3", after=[_id(96)]), "submit")
+    a.send(submit(32, name="x3", after=[_id(32)]), "submit")
+    a.send(_ext("job", {"id": _id(30)}), "job")
+    await a.replies_now("submit after other jobs")
     a.send(_ext("jobs", {}), "jobs")
     a.send(_ext("jobs", {"status": ["succeeded", "canceled"], "order": "created", "limit": 1}),
            "jobs")
@@ -430,6 +438,13 @@ async def _script(s: Session) -> None:
     a.send(_ext("salter", {"name": "s-cron", "wait": "no_wait", "catchup_ms": 5000}), "salter")
     a.send(_ext("salter", {"name": "s-cron", "on_error": "never"}), "salter")
     a.send(_ext("strigger", {"name": "s-cron"}), "strigger")
+    # a chain whose payload names the run's day; a template that does not parse
+    a.send(screate(name="s-chain", every_ms=3_600_000, args={
+        "name": "chain.a", "payload": "day {{ ds }}", "then": [{"name": "chain.b"}]}),
+        "screate")
+    a.send(screate(name="s-bad", every_ms=3_600_000, args={"name": "q", "payload": "{{ day }}"}),
+           "screate")
+    a.send(_ext("strigger", {"name": "s-chain"}), "strigger")
     a.send(_ext("sbackfill", {"name": "s-cron", "from": "2026-11-25T23:57:00Z",
                               "to": "2026-11-25T23:59:00Z"}), "sbackfill")
     a.send(_ext("sbackfill", {"name": "s-at", "from": "2026-11-25T23:57:00Z",
@@ -462,6 +477,7 @@ async def _script(s: Session) -> None:
     await s.post("http", "/api/jobs", {"name": "h1", "retry_backoff": {"multiplier": 0}})
     await s.post("http", "/api/jobs",
                  {"name": "h1", "retry_backoff": {"initial_ms": 9000, "max_ms": 10}})
+    await s.post("http", "/api/jobs", {"name": "h1", "after": ["zzzz"]})
     await s.post("http", f"/api/jobs/{_id(10)}/rerun", {"new_id": _id(19)})
     await s.post("http", f"/api/jobs/{_id(12)}/rerun")
     await s.post("http", f"/api/jobs/{_id(20)}/pause", {"reason": "why"})

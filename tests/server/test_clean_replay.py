@@ -18,7 +18,14 @@ from jobq.engine.machine import Engine
 from jobq.server.app import _liveness
 from jobq.server.replay import replay
 from tests.engine.helpers import MS, T0
-from tests.engine.test_replay_property import OPTIONS, REPLAYED_OPTIONS, op, perform, snapshot
+from tests.engine.test_replay_property import (
+    ONE_JOB,
+    OPTIONS,
+    REPLAYED_OPTIONS,
+    op,
+    perform,
+    snapshot,
+)
 
 S = 1000 * MS
 
@@ -97,7 +104,7 @@ def test_a_record_kept_for_one_key_keeps_the_later_records_of_its_others(
         for operation in [
             ("schedule", 0, "a", 0),
             ("pause", 0),
-            ("screate", "s1", ("every", 200), "wait", "retry_sched"),
+            ("screate", "s1", ("every", 200), "wait", "retry_sched", ONE_JOB),
             ("advance", 200),  # the firing: its job, in segment 2
             ("complete", 0),
             ("sdrop", "s1"),

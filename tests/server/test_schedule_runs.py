@@ -164,8 +164,8 @@ def test_cli_show_runs_and_list(tmp_path: Path) -> None:
         assert all(re.fullmatch(r"  \S+ \S+ UTC  \(\S+ 02:30:00 E[SD]T\)", r) for r in next_runs)
         result = run(address, "schedules", "runs", "nightly", "--limit", "2")
         lines = result.output.splitlines()
-        assert lines[0].split() == ["ID", "STATUS", "RUN", "FOR", "KIND", "STARTED", "DURATION",
-                                    "ATTEMPTS"]
+        assert lines[0].split() == ["ID", "NAME", "STATUS", "RUN", "FOR", "KIND", "STARTED",
+                                    "DURATION", "ATTEMPTS", "AFTER"]
         assert "trigger" in lines[1] and "backfill" in lines[2]
         assert re.search(r"2026-11-2[012] 07:30:00 UTC", lines[2])
         assert lines[-1].startswith("more: --cursor ")

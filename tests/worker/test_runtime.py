@@ -423,3 +423,37 @@ def test_a_worker_heartbeats_its_running_jobs_together(
         assert client.job(job_id)["attempts"] == 1
     beats = sum(len(batch) for batch in _RecordingClient.batches)
     assert len(_RecordingClient.batches) < beats / 2
+
+
+def test_a_handler_gets_the_time_its_schedule_run_stands_for(
+    address: str, client: Client, registry: Registry, runtimes: list[Runtime]
+) -> None:
+    # a chain of two, backfilled for a past night: both jobs run after each other, each
+    # handler sees that night, and its payload rendered for it
+    from datetime import UTC, datetime
+
+    seen: list[tuple[str, object, bytes]] = []
+
+    @registry.handler("st.import")
+    @registry.handler("st.report")
+    def record(job: jobq.JobContext) -> None:
+        seen.append((job.name, job.scheduled_time, job.payload))
+
+    @registry.handler("st.plain")
+    def plain(job: jobq.JobContext) -> None:
+        seen.append((job.name, job.scheduled_time, job.payload))
+
+    client.create_schedule(
+        "st.nightly", cron="0 3 * * *",
+        args={"name": "st.import", "payload": "{{ ds }}", "then": [{"name": "st.report"}]},
+    )
+    client.backfill_schedule("st.nightly", "2027-01-10T00:00:00Z", "2027-01-10T12:00:00Z")
+    plain_id = client.submit("st.plain")
+    start(runtimes, address, registry)
+    wait_for(status_is(client, plain_id, "succeeded"), what="the plain job")
+    wait_for(lambda: len(seen) == 3, what="the chain")
+    night = datetime(2027, 1, 10, 3, tzinfo=UTC)
+    assert sorted(seen, key=lambda s: s[0]) == [
+        ("st.import", night, b"2027-01-10"), ("st.plain", None, b""), ("st.report", night, b""),
+    ]
+    assert [name for name, _, _ in seen if name != "st.plain"] == ["st.import", "st.report"]

@@ -60,13 +60,21 @@ NO_WORKER_MARK = "!"
 
 def _status_text(job: dict[str, Any]) -> str:
     """The status, and for a pending job waiting for its time how long until it is due
-    (``pending (due in 1m20s)``)."""
+    (``pending (due in 1m20s)``), for one waiting for jobs it depends on how many
+    (``pending (waiting for 2 jobs)``)."""
     status = str(job.get("status", ""))
+    waiting = job.get("waiting_for") or []
+    if waiting and status in ("pending", "paused"):
+        return f"{status} (waiting for {_jobs_count(len(waiting))})"
     if status == "pending":
         due_s = seconds_until(job.get("due") or job.get("time"))
         if due_s is not None and due_s >= 0.5:
             return f"{status} (due in {span(due_s)})"
     return status
+
+
+def _jobs_count(count: int) -> str:
+    return "1 job" if count == 1 else f"{count} jobs"
 
 
 def _unserved(job: dict[str, Any], unserved: Collection[str]) -> bool:
@@ -156,9 +164,10 @@ def list_command(
 ) -> None:
     """List jobs (newest first within each status).
 
-    A pending job waiting for its time says when it is due: "pending (due in 1m20s)". The
-    name of a pending job that no live worker serves is marked "!", and a line under the
-    list says so."""
+    A pending job waiting for its time says when it is due: "pending (due in 1m20s)"; one
+    waiting for jobs it depends on how many: "pending (waiting for 2 jobs)". The name of a
+    pending job that no live worker serves is marked "!", and a line under the list says
+    so."""
     with connected(server) as client:
         page = client.jobs(**selection, limit=limit, order=order, cursor=cursor)
     if as_json:
@@ -194,6 +203,7 @@ _SHOW_FIELDS = (
     "id",
     "name",
     "status",
+    "waiting_for",
     "description",
     "creator",
     "created_by",
@@ -227,6 +237,9 @@ _SHOW_FIELDS = (
     "error",
     "rerun_of",
     "reruns",
+    "after",
+    "after_any",
+    "dependents",
 )
 
 
@@ -267,8 +280,10 @@ def _show_value(key: str, value: object) -> str:
         return f"{value.get('name', '')} (id {value.get('id', '')})"
     if key == "retry_backoff" and isinstance(value, dict):
         return _backoff_text(value)
-    if key == "reruns" and isinstance(value, list):
+    if key in ("reruns", "after", "dependents") and isinstance(value, list):
         return " ".join(str(v) for v in value)
+    if key == "waiting_for" and isinstance(value, list):
+        return f"{_jobs_count(len(value))}: {' '.join(str(v) for v in value)}" if value else ""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict | list):
@@ -304,6 +319,8 @@ def _show_pairs(job: dict[str, Any]) -> list[tuple[str, str]]:
     for key in keys:
         text = _show_value(key, job.get(key))
         if text == "" and key not in ("id", "name", "status"):
+            continue
+        if key == "after_any" and not job.get("after"):
             continue
         pairs.append((key, text))
     return pairs

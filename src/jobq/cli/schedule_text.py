@@ -19,7 +19,9 @@ SHOW_FIELDS: Final[tuple[str, ...]] = (
 _SECTIONS: Final = ("next_runs", "changes")
 _TIMES: Final = {"created", "at", "next_run", "last_run", "last_success"}
 _DURATIONS: Final = {"every_ms", "catchup_ms"}
-RUN_HEADER: Final = ("ID", "STATUS", "RUN FOR", "KIND", "STARTED", "DURATION", "ATTEMPTS")
+RUN_HEADER: Final = (
+    "ID", "NAME", "STATUS", "RUN FOR", "KIND", "STARTED", "DURATION", "ATTEMPTS", "AFTER"
+)
 
 
 def readable_time(value: object) -> str:
@@ -104,13 +106,20 @@ def show_text(schedule: dict[str, Any]) -> str:
 
 
 def run_row(run: dict[str, Any]) -> tuple[str, ...]:
-    """A row of ``jobq schedules runs``."""
+    """A row of ``jobq schedules runs``: a chain's later job says which job it runs after
+    (``AFTER``, its id's first 8 characters) and, while it waits, ``(waiting)``."""
+    after = " ".join(str(i)[:8] for i in run.get("after") or [])
+    status = value_text(run.get("status"))
+    if run.get("waiting_for") and status in ("pending", "paused"):
+        status += " (waiting)"
     return (
         str(run.get("id") or ""),
-        value_text(run.get("status")),
+        value_text(run.get("name")),
+        status,
         readable_time(run.get("run_for")),
         value_text(run.get("run_kind")),
         readable_time(run.get("started")),
         readable_duration(run.get("duration_ms")),
         value_text(run.get("attempts")),
+        after,
     )

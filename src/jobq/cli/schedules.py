@@ -72,6 +72,27 @@ def _job_args(
     return args
 
 
+def _then(values: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``--then``: each a job name, or a JSON object of the job's arguments (``name``,
+    ``payload``, ``after_any``, ...), in the order given."""
+    import msgspec
+
+    steps: list[dict[str, Any]] = []
+    for value in values:
+        text = value.strip()
+        if not text.startswith(("{", "[")):
+            steps.append({"name": text})
+            continue
+        try:
+            step = msgspec.json.decode(text.encode())
+        except msgspec.DecodeError as exc:
+            fail(f"--then: not JSON ({exc})", EXIT_USAGE)
+        if not isinstance(step, dict):
+            fail("--then: a job name or a JSON object", EXIT_USAGE)
+        steps.append(step)
+    return steps
+
+
 def _catchup_ms(catchup: str | None) -> int | None:
     """``--catchup``: a duration, 0 for never; None when not given."""
     return None if catchup is None else duration_ms(catchup, "--catchup", positive=False)
@@ -86,9 +107,14 @@ def _catchup_ms(catchup: str | None) -> int | None:
 @click.option("--at", "at", default=None, metavar="TIME",
               help="One run at TIME (RFC 3339 or +DURATION); with --every, the first run.")
 @click.option("--job", "job", required=True, metavar="JOBNAME", help="The job to submit.")
-@click.option("--payload", default=None, metavar="TEXT|@FILE", help="The job's payload.")
+@click.option("--payload", default=None, metavar="TEXT|@FILE",
+              help="The job's payload; {{ ds }}, {{ scheduled_time }}, ... name the run's "
+              "time.")
 @job_options(ttl_help="The job's TTL [default: retention].")
 @click.option("--description", default="", help="The jobs' description.")
+@click.option("--then", "then", multiple=True, metavar="JOBNAME|JSON",
+              help="A later job of each run, after the one before (repeatable): a name, or "
+              "a JSON object (name, payload, after_any, ...).")
 @click.option("--wait", "wait", type=click.Choice(WAIT_POLICIES), default="wait",
               show_default=True, help="When the previous run is unfinished.")
 @click.option("--on-error", type=click.Choice(ERROR_POLICIES), default="retry_sched",
@@ -102,9 +128,15 @@ def create_command(
     name: str, cron: str | None, tz: str | None, every: str | None, at: str | None,
     job: str, payload: str | None, priority: int, ttr: str, ttl: str | None,
     max_attempts: int, max_fails: int, retry_backoff: str | None, description: str,
-    wait: str, on_error: str, catchup: str | None, paused: bool, as_json: bool, server: Remote,
+    then: tuple[str, ...], wait: str, on_error: str, catchup: str | None, paused: bool,
+    as_json: bool, server: Remote,
 ) -> None:
-    """Create schedule NAME: --cron EXPR [--tz ZONE] | --every DURATION | --at TIME."""
+    """Create schedule NAME: --cron EXPR [--tz ZONE] | --every DURATION | --at TIME.
+
+    Each run submits --job; with --then, a chain: each later job runs after the one before
+    (and is canceled if that one fails). A payload may name the run's scheduled time, in
+    the schedule's zone: {{ scheduled_time }}, {{ ds }}, {{ ds_nodash }}, {{ ts_nodash }}
+    (docs/schedules.md)."""
     if sum(x is not None for x in (cron, every)) + (at is not None and every is None) != 1:
         fail("give one of --cron, --every or --at", EXIT_USAGE)
     if tz and not cron:
@@ -113,6 +145,8 @@ def create_command(
     args = _job_args(
         job, payload, priority, ttr, ttl, max_attempts, max_fails, retry_backoff, description
     )
+    if then:
+        args["then"] = _then(then)
     with connected(server) as client:
         schedule = client.create_schedule(
             name,

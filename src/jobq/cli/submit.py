@@ -73,6 +73,11 @@ def _spark_arguments(
 @click.option("--at", "at", default=None, metavar="TIME", help="RFC 3339 time, or +DURATION.")
 @click.option("--creator", default=None, help="Who submits it [default: $USER].")
 @click.option("--id", "job_id", default=None, help="The job id (a UUID) [default: new].")
+@click.option("--after", "after", multiple=True, metavar="ID[,ID]",
+              help="Run after these jobs (ids or unique prefixes; repeatable): wait until "
+              "they all succeeded; canceled if one fails, is canceled or is deleted.")
+@click.option("--after-any", is_flag=True,
+              help="With --after: run once they all finished, whatever their outcome.")
 @click.option("--dry-run", is_flag=True,
               help="spark.pipeline: validate the pipeline graph without running it.")
 @client_options
@@ -89,10 +94,16 @@ def submit_command(
     at: str | None,
     creator: str | None,
     job_id: str | None,
+    after: tuple[str, ...],
+    after_any: bool,
     dry_run: bool,
     server: Remote,
 ) -> None:
     """Submit a job NAME; prints its id.
+
+    With --after, the job waits (pending, "waiting for N jobs") until the jobs it names
+    have all succeeded, and is canceled if one of them fails, is canceled or is deleted
+    (--after-any: it runs once they all finished, whatever their outcome).
 
     Spark job types (spark.import, spark.backup, ...) have their JSON arguments checked here
     first; a bad argument is a one-line error and nothing is submitted.
@@ -106,6 +117,9 @@ def submit_command(
     ttl_ms = None if ttl is None else duration_ms(ttl, "--ttl")
     when = None if at is None else parse_when(at)
     backoff = parse_backoff(retry_backoff)
+    after_ids = [ref.strip() for value in after for ref in value.split(",") if ref.strip()]
+    if after_any and not after_ids:
+        fail("--after-any goes with --after", EXIT_USAGE)
     with connected(server) as client:
         submitted = client.submit_job(
             name,
@@ -120,6 +134,8 @@ def submit_command(
             description=description,
             creator=user() if creator is None else creator,
             retry_backoff=backoff,
+            after=after_ids,
+            after_any=after_any,
         )
     click.echo(submitted.id)
     if submitted.warning:  # a warning, not a refusal: the job is queued for later workers

@@ -93,7 +93,9 @@ class WorkerLease:
     ``ttr_ms``), finish it with ``xcomplete``/``xfail`` or give it back with ``release``.
 
     ``attempt`` counts this lease (1 on the first); ``checkpoint`` is the last one saved by
-    an earlier attempt (None when there is none): resume from it.
+    an earlier attempt (None when there is none): resume from it. ``scheduled_time`` is,
+    for a schedule's run, the time the run stands for (UTC; a backfill's is in the past),
+    else None.
     """
 
     id: str
@@ -102,6 +104,7 @@ class WorkerLease:
     payload: bytes
     attempt: int
     checkpoint: bytes | None
+    scheduled_time: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +322,14 @@ def _unb64(value: object, what: str) -> bytes:
         raise ConnectionLost(f"malformed reply: {what} is not base64") from exc
 
 
+def _utc(text: object) -> datetime | None:
+    """An RFC 3339 time the server sent (``...Z``) as an aware UTC datetime; None for
+    none."""
+    if text is None:
+        return None
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+
+
 def to_worker_lease(body: Body) -> WorkerLease:
     try:
         checkpoint = body.get("checkpoint")
@@ -329,6 +340,7 @@ def to_worker_lease(body: Body) -> WorkerLease:
             payload=_unb64(body.get("payload") or "", "payload"),
             attempt=int(body.get("attempt") or 0),
             checkpoint=None if checkpoint is None else _unb64(checkpoint, "checkpoint"),
+            scheduled_time=_utc(body.get("run_for")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConnectionLost(f"malformed xlease reply: {exc!r}") from exc

@@ -9,6 +9,7 @@ a coroutine). Arguments are checked here, when the method runs, before anything 
 from __future__ import annotations
 
 import inspect
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate
 
@@ -341,6 +342,8 @@ class Operations(WorkerOperations):
         creator: str = "",
         created_by: CreatedBy | None = None,
         retry_backoff: RetryBackoff | dict[str, Any] | None = None,
+        after: Sequence[JobId] | JobId = (),
+        after_any: bool = False,
     ) -> Call[str]:
         """Queue a job with jobq's fields (an extended ``add``); returns its id.
 
@@ -348,8 +351,11 @@ class Operations(WorkerOperations):
         datetime, naive meaning UTC, Unix seconds or RFC 3339 text) makes it leasable
         later; ``created_by`` is ``(type, id)``; ``retry_backoff`` how long its retries wait
         (None: the server's default, 1 s doubling up to 5 min; ``RetryBackoff(0)``: at
-        once). The id is chosen here unless given, so retrying after ``ConnectionLost``
-        with the same ``id=`` is safe."""
+        once); ``after`` the jobs (ids or unique prefixes) it runs after: it waits until
+        they all succeeded and is canceled if one fails, is canceled or is deleted, or,
+        ``after_any``, runs once they all finished whatever their outcome. The id is chosen
+        here unless given, so retrying after ``ConnectionLost`` with the same ``id=`` is
+        safe."""
         body: Body = {
             "name": check_name(name),
             "payload": b64(payload),
@@ -367,6 +373,14 @@ class Operations(WorkerOperations):
             body["time"] = rfc3339(time)
         if retry_backoff is not None:
             body["retry_backoff"] = backoff_body(retry_backoff)
+        if isinstance(after, str | bytes | uuid.UUID):
+            after = [after]  # one job
+        if after:
+            body["after"] = [ext_id(job_id) for job_id in after]
+        if after_any:
+            if not after:
+                raise ValueError("after_any needs after")
+            body["after_any"] = True
         return ext("submit", body, 0.0, key("id"))
 
     @operation

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from jobq.engine import backoff, scheduler
+from jobq.engine import backoff, dependencies, scheduler
 from jobq.engine.bulk import ACTIONS as BULK_ACTIONS
 from jobq.engine.commands import (
     AddJob,
@@ -31,6 +31,7 @@ from jobq.engine.extensions import (
     BulkJobs,
     CancelJob,
     CreateSchedule,
+    DependencyEnded,
     DropSchedule,
     FireSchedule,
     Heartbeat,
@@ -65,12 +66,17 @@ _NS_PER_MS = 1_000_000
 
 
 def create(engine: Engine, command: AddJob | ScheduleJob | SubmitJob, at_ns: int) -> None:
-    """add, schedule, submit: a new pending job; a rerun is listed by its original."""
+    """add, schedule, submit: a new pending job (waiting for the jobs it depends on, if
+    any); a rerun is listed by its original; a chain's later job is a part of its
+    schedule's run."""
     job = new_job(command)
     touch(engine, job.id)
     register(engine, job)
-    if type(command) is SubmitJob and command.rerun_of is not None:
-        _link_rerun(engine, command.rerun_of, job.id)
+    if type(command) is SubmitJob:
+        if command.rerun_of is not None:
+            _link_rerun(engine, command.rerun_of, job.id)
+        if command.run_for_ns is not None:
+            scheduler.chain_job_created(engine, job)
 
 
 def new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
@@ -92,10 +98,16 @@ def new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
         created_by = (
             (command.created_by_type, command.created_by_id) if command.created_by_type else None
         )
-        job.meta = JobMeta(
+        job.meta = meta = JobMeta(
             description=command.description, creator=command.creator, created_by=created_by,
             retry_backoff=command.retry_backoff, rerun_of=command.rerun_of,
         )
+        if command.after:
+            meta.after, meta.waiting_on = command.after, command.waiting_on
+            meta.after_any = command.after_any
+        if command.run_for_ns is not None:
+            meta.run_for_ns = command.run_for_ns
+            meta.run_kind = _RUN_KINDS.get(command.run_kind, command.run_kind)
     return job
 
 
@@ -346,6 +358,34 @@ def _ask(
     return None
 
 
+# ---------------------------------------------------------------------- dependencies
+
+
+def dependency_ended(engine: Engine, command: DependencyEnded, at_ns: int) -> None:
+    """A job this one waits for ended: it waits for it no more, and becomes leasable once
+    it waits for none (``index``: a paused job stays paused, a job with a later time waits
+    for it); or, when that job did not succeed and this one is not ``after_any``, it is
+    canceled with the reason (``dependencies.py``). A record that does not fit (the job
+    finished, or does not wait for that job) changes nothing."""
+    job = engine.jobs[command.id]
+    meta = job.meta
+    if meta is None or command.dep not in meta.waiting_on or job.status.finished:
+        return
+    touch(engine, job.id)
+    unindex(engine, job)
+    dependencies.stop_waiting(engine, job.id, command.dep)
+    meta.waiting_on = tuple(dep for dep in meta.waiting_on if dep != command.dep)
+    job.modified_ns = at_ns
+    if command.outcome == "succeeded" or meta.after_any:
+        index(engine, job)
+        return
+    meta.reason = dependencies.canceled_reason(command.dep, command.outcome)
+    transition(engine, job, Event.CANCEL)
+    finish(engine, job, b"", at_ns)
+    if not engine._replaying:
+        drop_queue_if_empty(engine, job.name)
+
+
 # ---------------------------------------------------------------------- removal
 
 
@@ -355,6 +395,7 @@ def delete(engine: Engine, command: DeleteJob, at_ns: int) -> None:
     job = engine.jobs[command.id]
     if not job.status.finished:
         run_ended(engine, job, "deleted")
+        dependencies.note_ended(engine, job, "deleted")
     _unlink_rerun(engine, job)
     deregister(engine, job)
     wake_result_waiters(engine, job.id, Outcome.NOT_FOUND)
@@ -368,6 +409,7 @@ def expire(engine: Engine, command: ExpireJob, at_ns: int) -> None:
     if not job.status.finished:
         engine.evicted_jobs += 1
         run_ended(engine, job, "deleted")
+        dependencies.note_ended(engine, job, "deleted")
     _unlink_rerun(engine, job)
     deregister(engine, job)
     wake_result_waiters(engine, job.id, Outcome.NOT_FOUND)
@@ -441,6 +483,7 @@ APPLY: Final[dict[type, Callable[[Engine, Any, int], None]]] = {
     FireSchedule: fire_schedule,
     ScheduleRunEnded: scheduler.apply_run_ended,
     BulkJobs: apply_bulk,
+    DependencyEnded: dependency_ended,
 }
 
 
@@ -487,12 +530,17 @@ def finish(engine: Engine, job: Job, result: bytes, at_ns: int) -> None:
     job.lease_expires_ns = None
     job.finished_ns = at_ns
     job.modified_ns = at_ns
-    if job.meta is not None:
-        job.meta.worker = None
+    meta = job.meta
+    if meta is not None:
+        meta.worker = None
+        if meta.waiting_on:  # it ended while it waited (canceled, or completed by a client)
+            dependencies.undepend(engine, job)
     if job.ttl_ms == 0:
         push_expiry(engine, job)
-    if job.meta is not None and job.meta.created_by is not None:
+    if meta is not None and meta.created_by is not None:
         run_ended(engine, job, job.status.value)
+    if engine.dependents:
+        dependencies.note_ended(engine, job, job.status.value)
     if job.run:
         finish_run(engine, job, JobResult.of(job))
     elif job.id in engine._result_waiters:  # the result is built only for a waiter

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
-from jobq.engine import limits
+from jobq.engine import limits, templates
 from jobq.engine.backoff import DEFAULT_RETRY_BACKOFF, Backoff, backoff_of
 from jobq.engine.errors import InvalidArgument, ScheduleError, quoted
 
@@ -48,6 +48,18 @@ class Work(msgspec.Struct, frozen=True):
     description: str = ""
     #: how long the job's retries wait: a jobq job's default unless the executor says
     retry_backoff: Backoff | None = DEFAULT_RETRY_BACKOFF
+    #: the run's later jobs (a chain, e.g. import then report), each created with it and
+    #: run after the one before (it waits until that one succeeded, and is canceled if it
+    #: does not); at most ``limits.MAX_CHAIN``, with no ``then`` of their own
+    then: tuple[Work, ...] = ()
+    #: (a chain's later job) it runs once the one before finished, whatever its outcome
+    after_any: bool = False
+
+
+#: the fields of a Work that are the job's own (a ``SubmitJob``'s)
+JOB_FIELDS: Final = tuple(
+    name for name in Work.__struct_fields__ if name not in ("then", "after_any")
+)
 
 
 #: (field, lowest, highest) of a Work's integer fields: as a submitted job's
@@ -60,12 +72,23 @@ _WORK_RANGES: Final = (
 )
 
 
-def check_work(work: Work) -> Work:
+def check_work(work: Work, *, later: bool = False) -> Work:
     """``work`` if the job it describes is within the limits a submitted job must keep
-    (:mod:`jobq.engine.limits`), its ``retry_backoff`` a checked :class:`Backoff`;
-    ValueError with what is wrong if not."""
+    (:mod:`jobq.engine.limits`), its ``retry_backoff`` a checked :class:`Backoff`, and so
+    is each job of its chain (``then``; a ``later`` job has none); ValueError with what is
+    wrong if not."""
     if not isinstance(work, Work):
         raise ValueError(f"not a Work: {type(work).__name__}")
+    if work.then:
+        if later:
+            raise ValueError("then: a later job of a chain has no then of its own")
+        if not isinstance(work.then, tuple) or len(work.then) > limits.MAX_CHAIN:
+            raise ValueError(f"then: a list of at most {limits.MAX_CHAIN} jobs")
+        then = tuple(check_work(step, later=True) for step in work.then)
+        if then != work.then:
+            work = msgspec.structs.replace(work, then=then)
+    elif work.after_any and not later:
+        raise ValueError("after_any: only for a later job of a chain (then)")
     name = work.name
     if not isinstance(name, str) or limits.NAME_RE.fullmatch(name) is None:
         raise ValueError(f"name: 1-{limits.MAX_NAME_LEN} of A-Z a-z 0-9 _ - .")
@@ -176,62 +199,122 @@ _JOB_ARGS: Final = {
     "max_fails": int,
     "description": str,
     "retry_backoff": dict,
+    "then": list,
+    "after_any": bool,
 }
 
 
 class JobExecutor:
     """The built-in ``job`` executor: each run submits one job with
-    ``created_by = ("schedule", id)``. Arguments: ``name`` (required), ``payload`` (text) or
-    ``payload_hex``, ``priority``, ``ttr_ms``, ``ttl_ms``, ``max_attempts``, ``max_fails``,
-    ``description``, ``retry_backoff`` (``{"initial_ms", "multiplier", "max_ms"}``, each
-    optional; its jobs' retries wait so: the default backoff without it)."""
+    ``created_by = ("schedule", id)``. Arguments: ``name`` (required), ``payload`` (text,
+    a template: ``templates.py``) or ``payload_hex``, ``priority``, ``ttr_ms``, ``ttl_ms``,
+    ``max_attempts``, ``max_fails``, ``description``, ``retry_backoff``
+    (``{"initial_ms", "multiplier", "max_ms"}``, each optional; its jobs' retries wait so:
+    the default backoff without it), and ``then``: the run's later jobs, a list of objects
+    with the same arguments (but ``then``) and ``after_any``, each run after the one
+    before (a chain)."""
 
     def __init__(self, args: Mapping[str, Any]) -> None:
+        then = args.get("then", [])
+        if not isinstance(then, list) or len(then) > limits.MAX_CHAIN:
+            raise ValueError(f"then must be a list of at most {limits.MAX_CHAIN} jobs")
+        if "after_any" in args:
+            raise ValueError("after_any: only for a later job of a chain (then)")
+        self._first = _JobArgs(args, "")
+        self._later = []
+        for n, step in enumerate(then, 1):
+            if not isinstance(step, Mapping):
+                raise ValueError(f"then[{n - 1}] must be an object")
+            if "then" in step:
+                raise ValueError(f"then[{n - 1}]: a later job has no then of its own")
+            self._later.append(_JobArgs(step, f"then[{n - 1}]."))
+        #: the work of a run scheduled at the Unix epoch (what a template renders to at
+        #: creation, checked then: a run's job that the log cannot hold, priority 10**20,
+        #: would fail at every firing)
+        self.work = self.execute_at(0, "")
+        #: whether a payload names the run's time (else every run's work is ``work``)
+        self.templated = any(step.template is not None for step in (self._first, *self._later))
+
+    def execute_at(self, scheduled_ns: int, tz: str) -> Work:
+        first = self._first.work(scheduled_ns, tz)
+        if self._later:
+            later = tuple(step.work(scheduled_ns, tz) for step in self._later)
+            first = msgspec.structs.replace(first, then=later)
+        return check_work(first)
+
+    def execute(self, schedule: Schedule, scheduled_ns: int, now_ns: int) -> Work:
+        if not self.templated:
+            return self.work
+        return self.execute_at(scheduled_ns, schedule.spec.tz)
+
+    def notify_job_termination(self, schedule: Schedule, run: RunInfo, now_ns: int) -> None:
+        return None
+
+
+class _JobArgs:
+    """One job of the ``job`` executor's arguments, checked; its payload's template."""
+
+    def __init__(self, args: Mapping[str, Any], where: str) -> None:
         for key, value in args.items():
             kind = _JOB_ARGS.get(key)
             if kind is None:
-                raise ValueError(f"unknown argument {quoted(str(key))}")
-            if not isinstance(value, kind) or isinstance(value, bool):
-                raise ValueError(f"{key} must be {kind.__name__}")
+                raise ValueError(f"unknown argument {quoted(where + str(key))}")
+            if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+                raise ValueError(f"{where}{key} must be {kind.__name__}")
         name = args.get("name")
         if not isinstance(name, str) or not name or len(name) > 200 or any(
             c.isspace() for c in name
         ):
-            raise ValueError("name: a job name without spaces is required")
-        payload = str(args.get("payload", "")).encode()
+            raise ValueError(f"{where}name: a job name without spaces is required")
+        self.name = name
+        self.payload = str(args.get("payload", "")).encode()
+        self.template: templates.Template | None = None
         if "payload_hex" in args:
-            payload = bytes.fromhex(str(args["payload_hex"]))
-        if len(payload) > 1024 * 1024:
-            raise ValueError("payload larger than 1 MiB")
-        _validate_job(name, payload)
-        numbers = {k: int(args.get(k, 0)) for k in ("priority", "ttl_ms", "max_attempts",
-                                                    "max_fails")}
-        ttr_ms = int(args.get("ttr_ms", 60_000))
-        retry_backoff = DEFAULT_RETRY_BACKOFF
+            self.payload = bytes.fromhex(str(args["payload_hex"]))
+        elif "payload" in args:
+            try:
+                self.template = templates.parse(str(args["payload"]))
+            except ValueError as exc:
+                raise ValueError(f"{where}payload: {exc}") from exc
+        if len(self.payload) > 1024 * 1024:
+            raise ValueError(f"{where}payload larger than 1 MiB")
+        if self.template is None:  # the same at every run: checked once
+            _validate_job(name, self.payload)
+        self.numbers = {k: int(args.get(k, 0)) for k in ("priority", "ttl_ms", "max_attempts",
+                                                         "max_fails")}
+        self.ttr_ms = int(args.get("ttr_ms", 60_000))
+        self.description = str(args.get("description", ""))
+        self.after_any = bool(args.get("after_any", False))
+        self.retry_backoff = DEFAULT_RETRY_BACKOFF
         if "retry_backoff" in args:
             try:
-                retry_backoff = backoff_of(args["retry_backoff"])
+                self.retry_backoff = backoff_of(args["retry_backoff"])
             except InvalidArgument as exc:
-                raise ValueError(exc.text) from exc
-        # the limits of a submitted job: a run's job that the log cannot hold (priority
-        # 10**20) would fail at every firing
-        self.work = check_work(Work(
-            name=name,
-            payload=payload,
-            priority=numbers["priority"],
-            ttr_ms=ttr_ms,
-            ttl_ms=numbers["ttl_ms"],
-            max_attempts=numbers["max_attempts"],
-            max_fails=numbers["max_fails"],
-            description=str(args.get("description", "")),
-            retry_backoff=retry_backoff,
-        ))
+                raise ValueError(f"{where}{exc.text}") from exc
+        self.where = where
 
-    def execute(self, schedule: Schedule, scheduled_ns: int, now_ns: int) -> Work:
-        return self.work
-
-    def notify_job_termination(self, schedule: Schedule, run: RunInfo, now_ns: int) -> None:
-        return None
+    def work(self, scheduled_ns: int, tz: str) -> Work:
+        payload = self.payload
+        if self.template is not None:
+            payload = templates.render(self.template, scheduled_ns, tz).encode()
+            if len(payload) > 1024 * 1024:
+                raise ValueError(f"{self.where}payload larger than 1 MiB once rendered")
+            _validate_job(self.name, payload)
+        try:
+            return check_work(Work(
+                name=self.name,
+                payload=payload,
+                priority=self.numbers["priority"],
+                ttr_ms=self.ttr_ms,
+                ttl_ms=self.numbers["ttl_ms"],
+                max_attempts=self.numbers["max_attempts"],
+                max_fails=self.numbers["max_fails"],
+                description=self.description,
+                retry_backoff=self.retry_backoff,
+                after_any=self.after_any,
+            ), later=bool(self.where))
+        except ValueError as exc:
+            raise ValueError(f"{self.where}{exc}") from exc
 
 
 register_executor("job", JobExecutor)

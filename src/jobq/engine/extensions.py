@@ -6,7 +6,7 @@ can be added later without a new type.
 
 | type | command | what it records |
 |---|---|---|
-| 16 | :class:`SubmitJob` | an extended add: metadata, optional TTL, retry backoff, rerun_of |
+| 16 | :class:`SubmitJob` | an extended add: metadata, TTL, retry backoff, rerun_of, after |
 | 17 | :class:`Heartbeat` | progress, running status, maybe a checkpoint; extends the lease |
 | 18 | :class:`LeaseBy` | a lease by an extended worker: starts an attempt held by ``worker`` |
 | 19 | :class:`PauseJob` | pause (a pending job) or a pause request (a running one), with a reason |
@@ -19,6 +19,7 @@ can be added later without a new type.
 | 26 | :class:`FireSchedule` | one run: the job it creates AND the next run, skips, misses |
 | 27 | :class:`ScheduleRunEnded` | a run's job ended: how, and what the error policy decided |
 | 30 | :class:`BulkJobs` | one bulk action (pause, resume, cancel, delete) on every job it names |
+| 34 | :class:`DependencyEnded` | a job another one waits for ended: released, or canceled |
 
 Schedule commands carry the schedule's small integer id in ``schedule``; their ``id`` is the
 job a firing created (16 bytes) or empty. A bulk action's ``id`` is empty: its jobs are in
@@ -60,6 +61,16 @@ class SubmitJob(_Ext, kw_only=True, omit_defaults=True):
     retry_backoff: Backoff | None = None
     #: the job this one reruns (``jobq jobs rerun``); the original lists it (``reruns``)
     rerun_of: bytes | None = None
+    #: the jobs it depends on (as given), and those of them it waits for (the ones not
+    #: finished when it was submitted: a dependency that had succeeded counts at once);
+    #: ``after_any``: it runs once they all finished, whatever their outcome
+    after: tuple[bytes, ...] = ()
+    waiting_on: tuple[bytes, ...] = ()
+    after_any: bool = False
+    #: a job of a schedule's run that is not the firing's own (a chain's later job): the
+    #: scheduled time it stands for and how the run was fired (the firing's, for the first)
+    run_for_ns: int | None = None
+    run_kind: str = ""
 
 
 class Heartbeat(_Ext, kw_only=True, omit_defaults=True):
@@ -201,6 +212,17 @@ class BulkJobs(_Ext, kw_only=True, omit_defaults=True):
     actor: str = ""
 
 
+class DependencyEnded(_Ext, kw_only=True, omit_defaults=True):
+    """Job ``dep``, which job ``id`` waits for, ended (``outcome``: succeeded, failed,
+    canceled, or deleted while unfinished). ``id`` stops waiting for it, or, if ``dep`` did
+    not succeed and ``id`` is not ``after_any``, is canceled (``dependencies.py``). Logged
+    in the batch that ended ``dep``, so a job's own records say what it waits for."""
+
+    TYPE: ClassVar[int] = 34
+    dep: bytes
+    outcome: str
+
+
 ScheduleCommand: TypeAlias = (
     CreateSchedule | AlterSchedule | DropSchedule | FireSchedule | ScheduleRunEnded
 )
@@ -222,6 +244,7 @@ ExtensionCommand: TypeAlias = (
     | ReleaseJob
     | ScheduleCommand
     | BulkJobs
+    | DependencyEnded
 )
 
 EXTENSION_TYPES: dict[int, type[ExtensionCommand]] = {
@@ -236,6 +259,7 @@ EXTENSION_TYPES: dict[int, type[ExtensionCommand]] = {
         ReleaseJob,
         *SCHEDULE_COMMANDS,
         BulkJobs,
+        DependencyEnded,
     )
 }
 
@@ -254,6 +278,7 @@ EXTENSION_NAMES: dict[int, str] = {
     26: "schedule-fire",
     27: "schedule-run-ended",
     30: "bulk",
+    34: "dependency-ended",
 }
 
 _encoder = msgspec.msgpack.Encoder()

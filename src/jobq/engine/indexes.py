@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jobq.engine import dependencies
 from jobq.engine.compaction import CompactStats, right_size
 from jobq.engine.deadlines import DeadlineKind
 from jobq.engine.deadlines import Entry as DeadlineEntry
@@ -34,8 +35,11 @@ def register(engine: Engine, job: Job) -> None:
         engine.by_status.add(job)
         engine.by_name.add(job)
         meta = job.meta
-        if meta is not None and meta.created_by is not None:
-            engine.by_created_by.setdefault(meta.created_by, set()).add(job.id)
+        if meta is not None:
+            if meta.created_by is not None:
+                engine.by_created_by.setdefault(meta.created_by, set()).add(job.id)
+            if meta.waiting_on:
+                dependencies.depend(engine, job)
     index(engine, job)
     push_expiry(engine, job)
 
@@ -59,14 +63,20 @@ def deregister(engine: Engine, job: Job) -> None:
                 ids.discard(job.id)
                 if not ids:
                     del engine.by_created_by[meta.created_by]
+        if meta is not None and meta.waiting_on and not job.status.finished:
+            dependencies.undepend(engine, job)
 
 
 def index(engine: Engine, job: Job) -> None:
-    """Enter a job in its queue's structures as its state says (replay: nothing yet)."""
+    """Enter a job in its queue's structures as its state says (replay: nothing yet). A
+    job that waits for jobs it depends on is in none (``dependencies.py``)."""
     if engine._replaying:
         return
     status = job.status
     if status is Status.PENDING:
+        meta = job.meta
+        if meta is not None and meta.waiting_on:
+            return
         queue = queue_for(engine, job.name)
         if job.waiting_for_time:
             due_ns = job.due_ns
@@ -175,6 +185,8 @@ def compact(engine: Engine) -> CompactStats:
         tables += rebuilt
     # the job table (read by the cleaner's thread), and tables keyed by names and ids
     # that clients choose, once far larger than what they hold
-    tables += right_size(engine, "jobs", "queues", "_waiters", "_result_waiters", "_run_waiters")
+    tables += right_size(
+        engine, "jobs", "queues", "_waiters", "_result_waiters", "_run_waiters", "dependents"
+    )
     tables += engine.by_name.compact()
     return CompactStats(deadline_entries, ready_entries, waiters, tables)

@@ -194,6 +194,12 @@ class JobMeta(msgspec.Struct, array_like=True, eq=False):
     #: the job this one reruns (``rerun``), and the reruns of this one that exist
     rerun_of: bytes | None = None
     reruns: tuple[bytes, ...] = ()
+    #: the jobs it depends on, as submitted; those it still waits for (it is not leasable
+    #: while any is left: ``dependencies.py``); whether it runs after them whatever their
+    #: outcome (else it is canceled when one does not succeed)
+    after: tuple[bytes, ...] = ()
+    waiting_on: tuple[bytes, ...] = ()
+    after_any: bool = False
 
     def state(self) -> tuple[object, ...]:
         """Every field, in one C-level call (for the undo journal)."""
@@ -291,6 +297,12 @@ class Job(msgspec.Struct, array_like=True, eq=False):
         return retry_at_ns
 
     @property
+    def blocked(self) -> bool:
+        """Whether it waits for jobs it depends on (not leasable while it does)."""
+        meta = self.meta
+        return meta is not None and bool(meta.waiting_on)
+
+    @property
     def workq_state(self) -> int:
         """The state code workq's ``inspect job`` reports."""
         status = self.status
@@ -355,6 +367,7 @@ MetaRow = tuple[
     bool, bytes | None, tuple[str, str] | None, str, str, float | None, int | None,
     int | None, bool, str, str | None, str | None, int | None, str,
     Backoff | None, int | None, bytes | None, tuple[bytes, ...],
+    tuple[bytes, ...], tuple[bytes, ...], bool,
 ]
 #: :meth:`Job.row`
 JobRow = tuple[

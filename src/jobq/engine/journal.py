@@ -48,6 +48,7 @@ def rollback(engine: Engine) -> list[Wakeup]:
     journal = engine._journal
     engine._commands.clear()
     engine._ended_runs.clear()
+    engine._ended_deps.clear()
     dropped = engine._wakeups
     engine._wakeups = []
     _rollback_schedules(engine)

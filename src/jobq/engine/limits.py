@@ -38,6 +38,10 @@ TOO_MANY_NAMES: Final = f"Too many names (at most {MAX_LEASE_NAMES})"
 #: most jobs one bulk action may change (one command-log record of ~18 bytes a job, applied
 #: in one turn of the server)
 MAX_BULK_JOBS: Final = 100_000
+#: most jobs one job may depend on (``after``), and most later jobs a schedule's run may
+#: chain after its first (``then``)
+MAX_AFTER: Final = 1000
+MAX_CHAIN: Final = 20
 #: the range of times the command log can hold (Unix ns, signed 64-bit)
 MIN_TIME_NS: Final = -(2**63)
 MAX_TIME_NS: Final = 2**63 - 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from jobq.engine import bulk as bulk_actions
-from jobq.engine import indexes, journal, liveness, schedule_operations, waits
+from jobq.engine import dependencies, indexes, journal, liveness, schedule_operations, waits
 from jobq.engine import replay as replaying
 from jobq.engine import tick as ticking
 from jobq.engine.apply import APPLY, apply_heartbeat
@@ -95,6 +95,11 @@ class Engine:
         self.by_name = NameIndex()
         #: ids of the jobs each creator (e.g. ("schedule", "7")) made
         self.by_created_by: dict[tuple[str, str], set[bytes]] = {}
+        #: job id -> the ids of the unfinished jobs waiting for it (``dependencies.py``)
+        self.dependents: dict[bytes, dict[bytes, None]] = {}
+        #: (job id, outcome) of jobs with dependents that ended in the current operation
+        self._ended_deps: list[tuple[bytes, str]] = []
+        self._notifying_deps = False
         #: incomplete jobs whose TTL passed (workq's ``evicted-jobs``)
         self.evicted_jobs = 0
         self._deadlines = Deadlines()
@@ -212,13 +217,19 @@ class Engine:
         ttr_ms: int = 60_000, ttl_ms: int = 0, max_attempts: int = 0, max_fails: int = 0,
         time_ns: int | None = None, description: str = "", creator: str = "",
         created_by: tuple[str, str] | None = None, retry_backoff: Backoff | None = None,
-        now_ns: int,
+        after: Sequence[bytes] = (), after_any: bool = False, now_ns: int,
     ) -> Job:
         """An extended add: metadata, an optional scheduled time, ``ttl_ms`` 0 for a job
-        kept until the server's retention after it finishes, and how long its retries wait
-        (``retry_backoff``; None: they come at once, as workq's)."""
+        kept until the server's retention after it finishes, how long its retries wait
+        (``retry_backoff``; None: they come at once, as workq's), and the jobs it runs
+        after (``after``: it waits until they all succeeded, and is canceled if one does
+        not; ``after_any``: it runs once they all finished, whatever their outcome;
+        ``dependencies.check_after`` says what is refused)."""
         if time_ns is not None and ttl_ms and time_ns + ttl_ms * _NS_PER_MS <= now_ns:
             raise InvalidArgument("Invalid Time")
+        if id in self.jobs:
+            raise DuplicateJob()
+        after, waiting_on = dependencies.check_after(self, id, after, after_any)
         command = SubmitJob(
             id=id, name=name, payload=payload, priority=priority, ttr_ms=ttr_ms,
             ttl_ms=ttl_ms, max_attempts=max_attempts, max_fails=max_fails, time_ns=time_ns,
@@ -227,6 +238,8 @@ class Engine:
             created_by_id=created_by[1] if created_by else "",
             retry_backoff=retry_backoff,
         )
+        if after:  # set apart: msgspec's constructor is several times slower past 15 keywords
+            command.after, command.waiting_on, command.after_any = after, waiting_on, after_any
         return self._create(command, now_ns)
 
     def rerun(self, id: bytes, *, new_id: bytes, now_ns: int) -> Job:
@@ -290,6 +303,8 @@ class Engine:
         """Remove a job whatever its state."""
         self._get(id)
         self._emit(DeleteJob(id), now_ns)
+        if self._offer_names:  # only if it released jobs that ran after any outcome
+            waits.offer_ready_jobs(self, now_ns)
 
     def heartbeat(
         self,
@@ -360,6 +375,8 @@ class Engine:
         """Cancel a pending or paused job (final), or ask a running one to stop."""
         self._check_allowed(id, Event.CANCEL)
         self._emit(CancelJob(id=id, reason=reason, actor=actor), now_ns)
+        if self._offer_names:  # only if it released jobs that ran after any outcome
+            waits.offer_ready_jobs(self, now_ns)
 
     def apply_to_created_by(
         self, operation: str, created_by: tuple[str, str], *, reason: str, actor: str, now_ns: int
@@ -451,11 +468,14 @@ class Engine:
 
     def _emit(self, command: Command, at_ns: int) -> None:
         """Apply ``command`` (``apply.APPLY``) and keep it to be logged (unless it is about a
-        ``run`` job); then let the schedules whose runs it ended learn of it."""
+        ``run`` job); then let the jobs that wait for a job it ended, and the schedules
+        whose runs it ended, learn of it."""
         job = self.jobs.get(command.id)
         APPLY[type(command)](self, command, at_ns)
         if job is None or not job.run:
             self._commands.append(command)
+        if self._ended_deps:
+            dependencies.notify_dependents(self, at_ns)
         if self._ended_runs:
             notify_ended_runs(self, at_ns)
 

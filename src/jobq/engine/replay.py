@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from jobq.engine import dependencies
 from jobq.engine.apply import APPLY, EVENTS, new_run_job
 from jobq.engine.commands import AddJob, ScheduleJob
 from jobq.engine.deadlines import DeadlineKind
@@ -185,6 +186,7 @@ def end_replay(engine: Engine, *, indexed: bool = False) -> None:
             engine._ended_runs.append((schedule.id, job_id, "deleted", b""))
         schedule.heap_ns = None
         push_schedule(engine, schedule)
+    dependencies.ended_while_down(engine)
     engine._deadlines.end_bulk()
     engine._offer_names.clear()
 
@@ -309,6 +311,8 @@ def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: in
     group_name = ""
     no_group: list[Job] = []
     add_to_group = no_group.append
+    #: unfinished jobs that wait for jobs they depend on (``dependencies.py``)
+    blocked: list[Job] = []
     pending_jobs = by_status[pending].append
     running_jobs = by_status[running].append
     deadline_entries: list[DeadlineEntry] = []
@@ -360,8 +364,15 @@ def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: in
             group_name, add_to_group = name, group.append
         add_to_group(job)
         status = job.status
-        # only jobs waiting or running have a queue (as live operation makes them)
-        if status is pending:
+        meta = job.meta
+        # only jobs waiting or running have a queue (as live operation makes them); a job
+        # that waits for jobs it depends on (pending or paused) is in none
+        if meta is not None and meta.waiting_on and status is not running and not (
+            status.finished
+        ):
+            blocked.append(job)
+            by_status[status].append(job)
+        elif status is pending:
             pending_jobs(job)
             own = queues.get(name) or queue_for(engine, name)
             if job.waiting_for_time:
@@ -394,7 +405,6 @@ def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: in
                 add_to_run(job)
         elif job.finished_ns is not None and status.finished:
             deadline((job.finished_ns + retention_ns, retention, job))
-        meta = job.meta
         if meta is not None and meta.created_by is not None:
             by_created_by.setdefault(meta.created_by, set()).add(job_id)
     in_lease_order = in_order and len(ready_priorities) <= 1
@@ -407,6 +417,7 @@ def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: in
         del queues[name]  # it held jobs before the rebuild, and none now
     engine.by_status.rebuild(by_status, in_creation_order=in_order)
     engine.by_name.rebuild(by_name, in_creation_order=in_order)
+    dependencies.rebuild(engine, blocked)
     if not in_order:
         for run in ttl_runs.values():
             run.sort(key=CREATION_ORDER)

@@ -28,7 +28,13 @@ import msgspec
 
 from jobq.engine.deadlines import DeadlineKind
 from jobq.engine.errors import ScheduleError
-from jobq.engine.executors import RunInfo, Work, check_work, executor_failure, executor_for
+from jobq.engine.executors import (
+    JOB_FIELDS,
+    RunInfo,
+    check_work,
+    executor_failure,
+    executor_for,
+)
 from jobq.engine.extensions import (
     AlterSchedule,
     CreateSchedule,
@@ -46,6 +52,7 @@ from jobq.engine.schedules import (
     RecordKey,
     Schedule,
     WaitPolicy,
+    chain_job_id,
     fire_key,
     jitter_ns,
     policy,
@@ -224,7 +231,8 @@ def fire(
     missed: int = 0,
 ) -> Job:
     """One run (``kind`` scheduled, trigger or backfill): the job the executor makes and
-    the schedule's advance, in one command.
+    the schedule's advance, in one command; the later jobs of its chain (``Work.then``),
+    each after the one before, in the ``SubmitJob`` commands right after it.
 
     :class:`ScheduleError` (nothing changed) if the executor fails, or makes a job out of
     a submitted job's limits or a run the log cannot hold: the scheduler then pauses the
@@ -237,18 +245,33 @@ def fire(
         raise ScheduleError(executor_failure(schedule.executor_type, exc)) from exc
     seq = schedule.fire_seq + 1
     job_id = run_job_id(schedule.id, schedule.created_ns, seq)
-    if job_id in engine.jobs:
-        raise ScheduleError("Run id in use")  # not seen in practice: 128-bit hashes
-    fields = {name: getattr(work, name) for name in Work.__struct_fields__}  # a job's own
+    fields = {name: getattr(work, name) for name in JOB_FIELDS}  # a job's own
     fields["description"] = work.description or f"schedule {schedule.name} run {seq}"
     job = SubmitJob(
         id=job_id, created_ns=now_ns, creator=schedule.owner, created_by_type="schedule",
         created_by_id=str(schedule.id), **fields,
     )
-    try:  # the server encodes it again to log it; a failure there would refuse its batch
-        encode_extension(job)
-    except (OverflowError, TypeError, ValueError) as exc:
-        raise ScheduleError(f"run cannot be logged: {exc}"[:200]) from exc
+    # a chain: its later jobs, each after the one before (logged after the firing)
+    chain = [job]
+    for step, later in enumerate(work.then, 1):
+        fields = {name: getattr(later, name) for name in JOB_FIELDS}
+        fields["description"] = later.description or (
+            f"schedule {schedule.name} run {seq}, job {step + 1} of {len(work.then) + 1}"
+        )
+        previous = chain[-1].id
+        chain.append(SubmitJob(
+            id=chain_job_id(schedule.id, schedule.created_ns, seq, step), created_ns=now_ns,
+            creator=schedule.owner, created_by_type="schedule", created_by_id=str(schedule.id),
+            after=(previous,), waiting_on=(previous,), after_any=later.after_any,
+            run_for_ns=scheduled_ns, run_kind=kind, **fields,
+        ))
+    for made in chain:
+        if made.id in engine.jobs:
+            raise ScheduleError("Run id in use")  # not seen in practice: 128-bit hashes
+        try:  # the server encodes it again to log it; a failure there would refuse its batch
+            encode_extension(made)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise ScheduleError(f"run cannot be logged: {exc}"[:200]) from exc
     engine._emit(
         FireSchedule(
             id=job_id,
@@ -268,22 +291,38 @@ def fire(
         ),
         now_ns,
     )
+    for later_job in chain[1:]:
+        engine._emit(later_job, now_ns)
     return engine.jobs[job_id]
 
 
 # ---------------------------------------------------------------------- runs that end
 
 
+def chain_job_created(engine: Engine, job: Job) -> None:
+    """A chain's later job (``scheduler.fire``) is a part of its schedule's run: the run
+    is unfinished while it is (the wait policy waits for it, its end is told as a run's)."""
+    schedule = _schedule_of(engine, job)
+    if schedule is None or job.status.finished:
+        return
+    touch_schedule(engine, schedule.id)
+    schedule.running.add(job.id)
+
+
+def _schedule_of(engine: Engine, job: Job) -> Schedule | None:
+    meta = job.meta
+    if meta is None or meta.created_by is None or meta.created_by[0] != "schedule":
+        return None
+    try:
+        return engine.schedules.get(int(meta.created_by[1]))
+    except ValueError:
+        return None
+
+
 def run_ended(engine: Engine, job: Job, outcome: str) -> None:
     """A job ended (or was removed unfinished): if a schedule ran it, the schedule
     forgets it now, and — live, not in replay — learns of it after the operation."""
-    meta = job.meta
-    if meta is None or meta.created_by is None or meta.created_by[0] != "schedule":
-        return
-    try:
-        schedule = engine.schedules.get(int(meta.created_by[1]))
-    except ValueError:
-        return
+    schedule = _schedule_of(engine, job)
     if schedule is None or job.id not in schedule.running:
         return
     touch_schedule(engine, schedule.id)

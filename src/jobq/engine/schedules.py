@@ -330,6 +330,18 @@ def run_job_id(schedule_id: int, created_ns: int, seq: int) -> bytes:
     return bytes(digest)
 
 
+def chain_job_id(schedule_id: int, created_ns: int, seq: int, step: int) -> bytes:
+    """The id of job ``step`` (1, 2, ...) of run ``seq``'s chain after its first
+    (:func:`run_job_id`), derived in the same way."""
+    digest = bytearray(
+        hashlib.blake2b(b"jobq-schedule:%d:%d:%d:%d" % (schedule_id, created_ns, seq, step),
+                        digest_size=16).digest()
+    )
+    digest[6] = (digest[6] & 0x0F) | 0x80
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    return bytes(digest)
+
+
 def jitter_ns(schedule_id: int, now_ns: int, pace_ms: int) -> int:
     """The pace of re-checking a waiting schedule plus 10-20 % jitter, as a deterministic
     function of the schedule and the time."""

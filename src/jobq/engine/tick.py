@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from jobq.engine.commands import ExpireJob, TimeoutAttempt
 from jobq.engine.deadlines import DeadlineKind
+from jobq.engine.dependencies import notify_dependents
 from jobq.engine.indexes import index, unindex
 from jobq.engine.job import Job, Status
 from jobq.engine.journal import touch
@@ -37,6 +38,8 @@ def tick(engine: Engine, now_ns: int) -> None:
     there, and ``next_deadline_ns`` (then at or before ``now_ns``) asks for the next pass
     right away.
     """
+    if engine._ended_deps:  # after a start: dependencies that ended while it was down
+        notify_dependents(engine, now_ns)
     if engine._ended_runs:
         notify_ended_runs(engine, now_ns)
     deadlines = engine._deadlines

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobq.engine.backoff import DEFAULT_RETRY_BACKOFF, MAX_BACKOFF_MS, MAX_MULTIPLIER
-from jobq.engine.limits import MAX_BULK_JOBS
+from jobq.engine.limits import MAX_AFTER, MAX_BULK_JOBS
 from jobq.engine.schedules import MAX_DURATION_MS
 from jobq.server import protocol as p
 
@@ -88,6 +88,18 @@ class JobSummary(_Model):
     run_kind: Literal["scheduled", "trigger", "backfill"] | None = Field(
         None, description="a schedule's run: how it was fired"
     )
+    after: list[str] = Field(
+        default_factory=list, description="the jobs it runs after (its dependencies)"
+    )
+    waiting_for: list[str] = Field(
+        default_factory=list,
+        description="those it still waits for (not leasable while any is left; empty once "
+        "it finished)",
+    )
+    after_any: bool = Field(
+        False, description="it runs once they all finished, whatever their outcome (else it "
+        "is canceled when one fails, is canceled or is deleted)"
+    )
 
 
 class ScheduleLink(_Model):
@@ -101,6 +113,9 @@ class JobDetail(JobSummary):
     reruns: list[str] = Field(default_factory=list, description="the reruns of this job")
     schedule: ScheduleLink | None = Field(
         None, description="the schedule that created the job, while it exists"
+    )
+    dependents: list[str] = Field(
+        default_factory=list, description="the unfinished jobs that wait for this one"
     )
 
 
@@ -338,6 +353,14 @@ class SubmitBody(_Input):
     creator: str = Field("", max_length=255)
     retry_backoff: RetryBackoffBody | None = Field(
         None, description="how long its retries wait; default 1 s, x2, up to 5 min"
+    )
+    after: list[str] | None = Field(
+        None, max_length=MAX_AFTER,
+        description="jobs (ids or unique prefixes) it runs after: it waits until they all "
+        "succeeded, and is canceled if one fails, is canceled or is deleted",
+    )
+    after_any: bool = Field(
+        False, description="with after: run once they all finished, whatever their outcome"
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from jobq.cmdlog.cursor import Cursor
-from jobq.engine import backoff, commands, extensions
+from jobq.engine import backoff, commands, dependencies, extensions
 from jobq.engine.bulk import ACTIONS as BULK_ACTIONS
 from jobq.server.extensions import format_time
 
@@ -42,6 +42,16 @@ def _created_by_schedule(command: extensions.FireSchedule, names: dict[int, str]
     return detail + f", run {command.seq}"
 
 
+def _chain_job(command: extensions.SubmitJob, names: dict[int, str]) -> str:
+    """"created by schedule nightly for 2026-11-26T02:30:00Z" (a chain's later job: the
+    dependency follows)."""
+    schedule = command.created_by_id
+    name = names.get(int(schedule), f"#{schedule}") if schedule.isdigit() else schedule
+    detail = f"created by schedule {name} for {format_time(command.run_for_ns)}"
+    kind = _RUN_KINDS.get(command.run_kind)
+    return detail + (f" ({kind})" if kind else "") + f", queue {command.name}"
+
+
 def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str, object]]:
     """The events of job ``job_id`` whose current incarnation was created at ``created_ns``."""
     events: list[dict[str, object]] = []
@@ -52,6 +62,8 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
     attempt = 0
     requested = ""  # "pause" or "cancel" while such a request waits for the worker
     retries = _Retries()
+    waiting: list[bytes] = []  # the jobs it still waits for (dependencies)
+    after_any = False
 
     def event(at_ns: int, name: str, actor: str, detail: str = "") -> None:
         events.append({"time": format_time(at_ns), "event": name, "actor": actor, "detail": detail})
@@ -92,12 +104,31 @@ def read_history(log_dir: str, job_id: bytes, created_ns: int) -> list[dict[str,
             submitted = command if isinstance(command, extensions.SubmitJob) else None
             actor = submitted.creator if submitted and submitted.creator else _CLIENT
             detail = f"queue {command.name}"
-            if submitted and submitted.created_by_type:
+            name = "submitted"
+            if submitted and submitted.run_for_ns is not None:  # a chain's later job
+                name, actor = "created", "scheduler"
+                detail = _chain_job(submitted, schedule_names)
+            elif submitted and submitted.created_by_type:
                 detail += f", created by {submitted.created_by_type} {submitted.created_by_id}"
             if submitted and submitted.rerun_of is not None:
                 detail += f", rerun of {uuid.UUID(bytes=submitted.rerun_of)}"
+            if submitted and submitted.after:
+                waiting, after_any = list(submitted.waiting_on), submitted.after_any
+                detail += ", after " + " ".join(dependencies.id_text(i) for i in submitted.after)
+                detail += " (any outcome)" if after_any else ""
             retries.created(command)
-            event(logged_ns, "submitted", actor, detail)
+            event(logged_ns, name, actor, detail)
+        elif isinstance(command, extensions.DependencyEnded):
+            if command.dep not in waiting:
+                continue
+            waiting.remove(command.dep)
+            if command.outcome == "succeeded" or after_any:
+                left = f"waiting for {len(waiting)} more" if waiting else "no longer waiting"
+                detail = f"{dependencies.id_text(command.dep)} {command.outcome}; {left}"
+                event(logged_ns, "dependency ended", "server", detail)
+            else:
+                detail = dependencies.canceled_reason(command.dep, command.outcome)
+                event(logged_ns, "canceled", "server", detail)
         elif isinstance(command, extensions.FireSchedule):
             if command.job is not None:
                 retries.created(command.job)  # a schedule's run: its job's limits and backoff

@@ -20,6 +20,7 @@ const FIELDS = [
   ["lease", "Lease"], ["checkpoint_size", "Checkpoint size"], ["payload_size", "Payload size"],
   ["creator", "Creator"], ["created_by", "Created by"], ["run_for", "Run for"],
   ["run_kind", "Run kind"], ["reason", "Reason"], ["rerun_of", "Rerun of"], ["reruns", "Reruns"],
+  ["after", "After"], ["dependents", "Needed by"],
 ];
 const TIMES = ["created", "time", "due", "started", "modified", "finished", "run_for"];
 
@@ -85,12 +86,30 @@ function fieldValue(key, value) {
     return [`${duration(initial)}, x${multiplier}, at most ${duration(most)}`];
   }
   if (key === "rerun_of") return [jobLink(value)];
+  if (key === "after" || key === "dependents") {
+    if (!value.length) return ["—"];
+    return value.flatMap((id, i) => (i ? [", ", jobLink(id)] : [jobLink(id)]));
+  }
   if (key === "reruns") {
     if (!value.length) return ["—"];
     return value.flatMap((id, i) => (i ? [", ", jobLink(id)] : [jobLink(id)]));
   }
   if (key === "checkpoint_size" || key === "payload_size") return [`${value} bytes`];
   return [user(String(value))];
+}
+
+// The jobs it runs after, linked, each it still waits for marked "(waiting)"; then
+// "(after any outcome)" when it runs whatever theirs.
+function afterValue(job) {
+  const after = job.after || [];
+  if (!after.length) return ["—"];
+  const waiting = new Set(job.waiting_for || []);
+  const nodes = after.flatMap((id, i) => [
+    ...(i ? [", "] : []), jobLink(id),
+    ...(waiting.has(id) ? [el("span", { class: "muted waiting", text: " (waiting)" })] : []),
+  ]);
+  if (job.after_any) nodes.push(el("span", { class: "muted", text: " (after any outcome)" }));
+  return nodes;
 }
 
 export function mountJob(ctx, root, path) {
@@ -162,8 +181,9 @@ export function mountJob(ctx, root, path) {
     updateProgress(progress.firstChild, job);
     clear(fields);
     for (const [key, label] of FIELDS) {
+      const value = key === "after" ? afterValue(job) : fieldValue(key, job[key]);
       fields.append(el("tr", {}, el("th", { text: label }),
-        el("td", { "data-field": key }, ...fieldValue(key, job[key]))));
+        el("td", { "data-field": key }, ...value)));
     }
     error.textContent = job.error || "";
     errorBox.hidden = !job.error;

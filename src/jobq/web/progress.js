@@ -1,5 +1,5 @@
-// A job's progress bar (percent and running status) and its status suffix, on the list
-// and on the job's page.
+// A job's progress bar (percent and running status) and its status suffix (pausing,
+// waiting for its dependencies, due in ...), on the list and on the job's page.
 
 import { el, span, user } from "./dom.js";
 
@@ -11,9 +11,18 @@ export function dueIn(job, now = Date.now()) {
   return ms >= 500 ? `due in ${span(ms / 1000)}` : "";
 }
 
+// "waiting for 2 jobs" for a pending or paused job that waits for jobs it depends on, else "".
+export function waitingFor(job) {
+  const count = (job.waiting_for || []).length;
+  if (!count || (job.status !== "pending" && job.status !== "paused")) return "";
+  return `waiting for ${count} job${count === 1 ? "" : "s"}`;
+}
+
 export function statusSuffix(job) {
   if (job.cancel_requested && job.status === "running") return " (canceling)";
   if (job.pause_requested && job.status === "running") return " (pausing)";
+  const waiting = waitingFor(job);
+  if (waiting) return ` (${waiting})`;
   const due = dueIn(job);
   return due ? ` (${due})` : "";
 }

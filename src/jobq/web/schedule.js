@@ -4,6 +4,7 @@
 
 import { accessKey, scheduleActions } from "./actions.js";
 import { cell, clear, el, notFound, statusBadge, timeCell, user } from "./dom.js";
+import { statusSuffix } from "./progress.js";
 
 export const RUNS_PAGE_SIZE = 20;
 const NEXT_RUNS = 10;
@@ -43,12 +44,17 @@ export function duration(ms) {
   return parts.slice(0, 2).map(([n, unit]) => `${n}${unit}`).join(" ");
 }
 
+// A run's job; a chain's later job says which job it runs after ("after 1a2b3c4d").
 function runRow(run) {
   const kind = run.run_kind && run.run_kind !== "scheduled" ? run.run_kind : "";
+  const after = (run.after || []).flatMap((id) => [" ",
+    el("a", { href: `#/jobs/${encodeURIComponent(id)}`, class: "mono" }, id.slice(0, 8))]);
   return el("tr", { "data-id": run.id },
     cell("Job", { class: "mono" },
       el("a", { href: `#/jobs/${encodeURIComponent(run.id)}` }, run.id.slice(0, 8))),
-    cell("Status", {}, statusBadge(run.status)),
+    cell("Name", { class: "col-name" }, user(run.name),
+      after.length ? el("span", { class: "muted run-after" }, " after", ...after) : null),
+    cell("Status", {}, statusBadge(run.status, statusSuffix(run))),
     cell("Run for", { class: "col-run-for" }, run.run_for ? user(run.run_for) : "—",
       kind ? el("span", { class: "muted" }, ` (${kind})`) : null),
     cell("Started", {}, timeCell(run.started)),
@@ -89,7 +95,7 @@ export function mountSchedule(ctx, root, requested) {
       el("div", {}, el("h2", { text: "Runs" }),
         el("div", { class: "table-box" },
           el("table", { id: "schedule-runs", class: "list" },
-            el("thead", {}, el("tr", {}, ...["Job", "Status", "Run for", "Started",
+            el("thead", {}, el("tr", {}, ...["Job", "Name", "Status", "Run for", "Started",
               "Duration", "Attempts"].map((h) => el("th", { text: h })))),
             runs)),
         runsEmpty,

@@ -108,6 +108,9 @@ class JobContext:
         attempt, or if none was saved): resume from it
     :ivar worker_id: the worker holding the lease
     :ivar ttr_ms: the lease's time to run; heartbeats go at least every ttr/3
+    :ivar scheduled_time: for a schedule's run (each job of its chain), the time the run
+        stands for, an aware datetime in UTC (a backfill's is in the past, a trigger's
+        when it was triggered); None for a job no schedule made
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class JobContext:
         self.checkpoint = lease.checkpoint
         self.worker_id = worker_id
         self.ttr_ms = lease.ttr_ms
+        self.scheduled_time = lease.scheduled_time
         #: seconds between heartbeats: ttr/3, at least MIN_HEARTBEAT_INTERVAL_S
         self.heartbeat_interval_s = max(lease.ttr_ms / 3000, MIN_HEARTBEAT_INTERVAL_S)
         #: background heartbeats stop once progress() has not been called for this long

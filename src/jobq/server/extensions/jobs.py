@@ -10,6 +10,7 @@ import msgspec
 
 from jobq.engine import limits
 from jobq.engine.backoff import DEFAULT_RETRY_BACKOFF, backoff_of
+from jobq.engine.errors import AmbiguousId, InvalidArgument, JobNotFound, clipped
 from jobq.engine.job import Status
 from jobq.engine.joblist import JobFilter
 from jobq.engine.machine import Action
@@ -34,7 +35,13 @@ from jobq.server.extensions.bodies import (
     valid_name,
 )
 from jobq.server.extensions.selection import Selection, job_filter
-from jobq.server.extensions.views import job_detail, job_schedule, job_summary, lease_reply
+from jobq.server.extensions.views import (
+    job_dependents,
+    job_detail,
+    job_schedule,
+    job_summary,
+    lease_reply,
+)
 
 
 class Submit(msgspec.Struct, forbid_unknown_fields=True):
@@ -53,6 +60,9 @@ class Submit(msgspec.Struct, forbid_unknown_fields=True):
     #: ``{"initial_ms", "multiplier", "max_ms"}`` (each optional); null: the default.
     #: Any JSON here: ``backoff_of`` says what is wrong with it
     retry_backoff: Any = None
+    #: the jobs it runs after (ids or unique prefixes), and whether after any outcome
+    after: list[str] | None = None
+    after_any: bool = False
 
 
 class XLease(msgspec.Struct, forbid_unknown_fields=True):
@@ -119,6 +129,9 @@ class JobCommands(ExtensionsBase):
         job_id = self._full_id(r.id) if r.id is not None else uuid.uuid4().bytes
         if len(r.payload) > p.MAX_DATA_BYTES:
             raise BadRequest(p.INVALID_PAYLOAD)
+        after = self._after(r.after or [], job_id)
+        if r.after_any and not after:
+            raise BadRequest("Invalid after_any: give after")
         job = self.engine.submit(
             id=job_id,
             name=valid_name(r.name),
@@ -135,6 +148,8 @@ class JobCommands(ExtensionsBase):
             retry_backoff=(
                 DEFAULT_RETRY_BACKOFF if r.retry_backoff is None else backoff_of(r.retry_backoff)
             ),
+            after=after,
+            after_any=r.after_any,
             now_ns=now_ns,
         )
         reply: dict[str, object] = {"id": str(uuid.UUID(bytes=job.id))}
@@ -142,6 +157,29 @@ class JobCommands(ExtensionsBase):
         if warning is not None:  # a warning, not a refusal: workers may come later
             reply["warning"] = warning
         return data_reply(reply)
+
+    def _after(self, refs: list[str], job_id: bytes) -> list[bytes]:
+        """The jobs ``after`` names (full ids or unique prefixes of 4+ hex digits), each
+        one clear line if it names none, or more than one, or the job itself."""
+        if len(refs) > limits.MAX_AFTER:
+            raise BadRequest(f"Invalid after: at most {limits.MAX_AFTER} jobs")
+        ids = []
+        for ref in refs:
+            try:
+                full = p.parse_id(ref)
+            except p.ClientError:
+                full = None
+            if full == job_id:
+                raise BadRequest("Invalid after: a job cannot depend on itself")
+            try:
+                ids.append(self._id(ref))
+            except JobNotFound as exc:
+                raise BadRequest(f"Invalid after: no job {clipped(ref)}") from exc
+            except AmbiguousId as exc:
+                raise BadRequest(f"Invalid after: {clipped(ref)} names more than one job") from exc
+            except InvalidArgument as exc:
+                raise BadRequest(f"Invalid after: not a job id: {clipped(ref)}") from exc
+        return ids
 
     def xlease(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:
         r: XLease = body(XLease, data)
@@ -278,6 +316,7 @@ class JobCommands(ExtensionsBase):
         job = self.engine.jobs[self._id(r.id)]
         detail = job_detail(job)
         detail["schedule"] = job_schedule(self.engine, job)
+        detail["dependents"] = job_dependents(self.engine, job)
         return data_reply(detail)
 
     def history(self, data: bytes, token: object, now_ns: int) -> bytes | Deferred | None:

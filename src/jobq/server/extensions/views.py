@@ -82,6 +82,15 @@ def job_summary(job: Job) -> dict[str, object]:
         "rerun_of": (
             _id_text(meta.rerun_of) if meta is not None and meta.rerun_of is not None else None
         ),
+        # dependencies: the jobs it runs after, those it still waits for (while it has not
+        # finished), and whether it runs after them whatever their outcome
+        "after": [_id_text(i) for i in meta.after] if meta is not None else [],
+        "waiting_for": (
+            [_id_text(i) for i in meta.waiting_on]
+            if meta is not None and not job.status.finished
+            else []
+        ),
+        "after_any": bool(meta and meta.after_any),
     }
 
 
@@ -91,6 +100,12 @@ def job_detail(job: Job) -> dict[str, object]:
     detail["result"] = job.result if job.status.finished else None
     detail["reruns"] = [_id_text(i) for i in job.meta.reruns] if job.meta is not None else []
     return detail
+
+
+def job_dependents(engine: Engine, job: Job) -> list[str]:
+    """The ids of the unfinished jobs that wait for ``job`` (oldest first)."""
+    waiting = engine.dependents.get(job.id, {})
+    return [_id_text(i) for i in sorted(waiting, key=lambda i: (engine.jobs[i].created_ns, i))]
 
 
 def job_schedule(engine: Engine, job: Job) -> dict[str, object] | None:
@@ -174,14 +189,15 @@ def schedule_summary(schedule: Schedule) -> dict[str, object]:
 
 def lease_reply(job: Job) -> bytes:
     meta = job.meta
-    return data_reply(
-        {
-            "id": str(uuid.UUID(bytes=job.id)),
-            "name": job.name,
-            "ttr_ms": job.ttr_ms,
-            "payload": job.payload,
-            "attempt": job.attempts,
-            "checkpoint": meta.checkpoint if meta is not None else None,
-            "description": meta.description if meta is not None else "",
-        }
-    )
+    reply: dict[str, object] = {
+        "id": str(uuid.UUID(bytes=job.id)),
+        "name": job.name,
+        "ttr_ms": job.ttr_ms,
+        "payload": job.payload,
+        "attempt": job.attempts,
+        "checkpoint": meta.checkpoint if meta is not None else None,
+        "description": meta.description if meta is not None else "",
+    }
+    if meta is not None and meta.run_for_ns is not None:
+        reply["run_for"] = format_time(meta.run_for_ns)  # a schedule's run: its time
+    return data_reply(reply)
