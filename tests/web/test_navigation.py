@@ -75,7 +75,8 @@ def test_an_unknown_schedule_shows_not_found(page: Any, live: RunningServer) -> 
     page.goto(f"{live.http_url}/#/schedules/{schedule_id}")
     page.wait_for_function(
         "document.getElementById('schedule-title')?.textContent === 'ui-known'")
-    assert page.is_visible("button[data-action=drop]")
+    # the buttons come once the page knows the token's role (it asks the server once)
+    page.wait_for_selector("button[data-action=drop]", state="visible")
     go(page, "#/schedules/ui-nope")
     assert_not_found(page, "schedule", ["ui-known"])
     assert page.query_selector("#schedule-title") is None
@@ -104,6 +105,7 @@ def test_delete_acts_on_the_job_shown(page: Any, live: RunningServer) -> None:
     open_job(page, live, first, "ui.keep")
     go(page, f"#/jobs/{second}")
     page.wait_for_function("document.getElementById('job-title')?.textContent === 'ui.drop'")
+    page.wait_for_selector("button[data-action=delete]")  # once the role is known
     assert page.eval_on_selector_all("button[data-action=delete]", "b => b.length") == 1
     page.click("button[data-action=delete]")
     page.wait_for_selector("#confirm[open]")
