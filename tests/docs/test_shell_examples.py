@@ -464,6 +464,8 @@ CHECKS: dict[str, Check] = {
     'curl -s --json {"name": "reports.daily", "retry_backoff": {"initial_ms": 10000, '
     '"multiplier": 3}} localhost:8080/api/jobs': submits_with_backoff,
     "jobq jobs rerun 7c41": reruns,
+    'jobq submit spark.sql --payload {"statements": "SELECT 1 AS one", "spark_conf": '
+    '{"spark.sql.shuffle.partitions": 8}}': runs,
     "curl -s -X POST localhost:8080/api/jobs/7c41/rerun": reruns,
     "jobq schedules create nightly-export --cron 0 2 * * * --job exports --max-fails 3 "
     "--retry-backoff 1m,2,1h": runs,

@@ -53,3 +53,14 @@ def test_spark_conf_and_options_are_checked_at_submit() -> None:
         assert error is not None and "\n" not in error, (payload, error)
     assert "set it on the worker" in (validate(*cases[0]) or "")
     assert "not in options" in (validate(*cases[3]) or "")
+
+
+def test_a_worker_refuses_settings_that_get_round_the_sandbox() -> None:
+    from click.testing import CliRunner
+
+    from jobq.cli import main
+
+    args = ["worker", "--names", "spark.sql", "--server", "127.0.0.1:1"]
+    result = CliRunner().invoke(main, [*args, "--spark-conf", "spark.sql.runSQLOnFiles=true"])
+    assert result.exit_code == 2, result.output
+    assert "--spark-allow-any-path" in result.output and len(result.output.splitlines()) == 1
