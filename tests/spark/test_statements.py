@@ -64,3 +64,11 @@ def test_a_worker_refuses_settings_that_get_round_the_sandbox() -> None:
     result = CliRunner().invoke(main, [*args, "--spark-conf", "spark.sql.runSQLOnFiles=true"])
     assert result.exit_code == 2, result.output
     assert "--spark-allow-any-path" in result.output and len(result.output.splitlines()) == 1
+
+
+def test_a_table_name_that_is_a_path_is_refused_at_submit() -> None:
+    for table in ["parquet.`/tmp/x`", "delta.`file:x`", "`a\\b`"]:
+        error = validate("spark.export", {"table": table, "path": "/o", "format": "csv"})
+        assert error is not None and "not a path" in error, (table, error)
+    fine = {"table": "db.`odd name`", "path": "/o", "format": "csv"}
+    assert validate("spark.export", fine) is None

@@ -31,6 +31,8 @@ __all__ = [
 Format = Literal["csv", "json", "parquet"]
 #: a table name: ``name``, ``db.name`` or ``catalog.db.name``, optionally back-quoted parts
 _TABLE = re.compile(r"^(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)(\.(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)){0,2}$")
+#: a back-quoted name part that is a path (``parquet.`/x` `` names files, not a table)
+_PATH_LIKE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:|.*[/\\])")
 #: a column name
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -69,6 +71,8 @@ class _Args(_Struct, kw_only=True):
 def _table(value: str, what: str = "table") -> None:
     if not _TABLE.match(value):
         raise ArgumentError(f"{what}: not a table name: {value!r}")
+    if any(_PATH_LIKE.match(part) for part in re.findall(r"`([^`]+)`", value)):
+        raise ArgumentError(f"{what}: a table name, not a path: {value!r}")
 
 
 def _columns(values: list[str], what: str) -> None:
