@@ -335,6 +335,9 @@ def plan_facts(plan: Any) -> PlanFacts:
             if len(parts) > 1 and looks_like_path(parts[1]):
                 facts.path_tables.append((f"{parts[0]}.`{parts[1]}`", parts[1]))
         elif cls == "CreateUserDefinedFunction":
+            language = node.fields.get("language")
+            if not (isinstance(language, dict) and language.get("object", "").endswith("SQL$")):
+                facts.refused.append("a function in a language other than SQL runs code")
             text = node.fields.get("queryText") or node.fields.get("exprText")
             if isinstance(text, str):
                 facts.sql_bodies.append((text, bool(node.fields.get("isTableFunc"))))
