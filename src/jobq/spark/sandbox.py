@@ -119,10 +119,6 @@ class Sandbox:
         return ", ".join([*self.roots.local, *self.roots.uris])
 
     # -- sessions ---------------------------------------------------------------------------
-    def session_conf(self) -> dict[str, str]:
-        """Settings every job's session gets."""
-        return dict(SANDBOX_CONF) if self.enforced else {}
-
     def setting_error(self, key: str, value: str | None) -> str | None:
         """Why a job may not set ``key`` (SET, RESET or ``spark_conf``), or None."""
         if not self.enforced:
