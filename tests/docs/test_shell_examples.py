@@ -507,6 +507,8 @@ CHECKS: dict[str, Check] = {
     "localhost:8080/api/jobs": submits_after,
     "jobq schedules create nightly-import --cron 30 2 * * * --tz Europe/Berlin --job imports "
     '--payload {"path": "/data/{{ ds }}/sales.csv"} --then reports.daily': creates_a_chain,
+    'jobq submit spark.sql --payload {"statements": "SELECT 1 AS one", "spark_conf": '
+    '{"spark.sql.shuffle.partitions": 8}}': runs,
     "curl -s -X POST localhost:8080/api/jobs/7c41/rerun": reruns,
     "jobq schedules create nightly-export --cron 0 2 * * * --job exports --max-fails 3 "
     "--retry-backoff 1m,2,1h": runs,

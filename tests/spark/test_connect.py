@@ -1,6 +1,8 @@
 """A Spark Connect server started from the pyspark package's ``sbin/start-connect-server.sh``
 on loopback runs a ``spark.import`` and a declarative ``spark.pipeline`` for a jobq worker
-started with ``--spark-remote sc://...``: the rows are right and progress was reported."""
+started with ``--spark-remote sc://...``: the rows are right and progress was reported. Its
+``spark.sql`` jobs are checked against the roots (Spark's parser in a local JVM) and run in
+Connect sessions of their own."""
 
 from __future__ import annotations
 
@@ -241,7 +243,7 @@ def test_connect_server_runs_an_import_and_a_pipeline(
             base / "data",
             base,
             "--names",
-            "spark.import,spark.pipeline",
+            "spark.import,spark.pipeline,spark.sql",
             "--spark-remote",
             f"sc://127.0.0.1:{port}",
             env={"SPARK_LOCAL_IP": "127.0.0.1"},
@@ -259,7 +261,9 @@ def test_connect_server_runs_an_import_and_a_pipeline(
         imported = ProgressWatch(client, job_id)
         job = imported.wait()
         assert job["status"] == "succeeded", (job, _tail(base))
-        assert _result(job) == {
+        result = _result(job)
+        assert result.pop("spark")["app_id"], result  # the Connect server's application
+        assert result == {
             "table": "connect_sales",
             "rows": n_files * rows_per_file,
             "files": n_files,
@@ -269,6 +273,19 @@ def test_connect_server_runs_an_import_and_a_pipeline(
         assert any(d.endswith("at 25%") for d in details), details
         assert any(d.endswith("at 100%") for d in details), details
         assert any(s and "chunk" in s for _f, s in imported.seen), imported.seen
+
+        # SQL outside the roots is refused; a job's temp view is not the next job's
+        for statements, needle in [
+            ("SELECT * FROM text.`/etc/passwd`", "outside the configured roots"),
+            ("CREATE TEMP VIEW mine AS SELECT 1 AS a; SELECT * FROM mine", None),
+            ("SELECT * FROM mine", "mine"),
+        ]:
+            job_id = client.submit("spark.sql", json.dumps({"statements": statements}))
+            job = ProgressWatch(client, job_id).wait()
+            if needle is None:
+                assert job["status"] == "succeeded", (job, _tail(base))
+            else:
+                assert job["status"] == "failed" and needle in job["error"], job
 
         job_id = client.submit(
             "spark.pipeline", json.dumps({"spec": str(base / "proj")}), ttr_ms=60_000

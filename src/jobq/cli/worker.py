@@ -53,6 +53,9 @@ from jobq.cli.common import (
 @click.option("--spark-root", "spark_roots", multiple=True, metavar="PATH",
               help="A directory Spark jobs may read and write; repeatable [default: the data "
               "directory].")
+@click.option("--spark-allow-any-path", is_flag=True, default=False,
+              help="Do not check the paths in jobs' SQL against --spark-root, and leave SQL "
+              "on files (csv.`/path`) on.")
 @client_options
 def worker_command(
     imports: tuple[str, ...],
@@ -66,12 +69,15 @@ def worker_command(
     spark_remote: str | None,
     spark_conf: tuple[str, ...],
     spark_roots: tuple[str, ...],
+    spark_allow_any_path: bool,
     server: Remote,
 ) -> None:
     """Lease jobs and run their handlers until SIGTERM/SIGINT.
 
     Serving a spark.* job name (or giving a --spark-* option) registers the built-in Spark
-    job types; one Spark session is built when the first Spark job runs."""
+    job types; one Spark session is built when the first Spark job runs, and each job runs
+    in a session of its own over it. The paths in jobs' SQL must lie under a --spark-root
+    unless --spark-allow-any-path is given."""
     from jobq.worker.registry import REGISTRY
     from jobq.worker.runtime import Runtime
 
@@ -89,11 +95,15 @@ def worker_command(
         chosen = [n.strip() for n in names.split(",") if n.strip()]
         if not chosen:
             fail("--names: no job names given", EXIT_USAGE)
-    spark_options = bool(spark_master or spark_remote or spark_conf or spark_roots)
+    spark_options = bool(
+        spark_master or spark_remote or spark_conf or spark_roots or spark_allow_any_path
+    )
     if spark_options or any(n.startswith("spark.") for n in chosen or ()):
         importlib.import_module("jobq.spark.pipelines")  # the built-in job types
     if "jobq.spark.registry" in sys.modules:
-        _configure_spark(data_dir, spark_master, spark_remote, spark_conf, spark_roots)
+        _configure_spark(
+            data_dir, spark_master, spark_remote, spark_conf, spark_roots, spark_allow_any_path
+        )
     if not imports and not len(REGISTRY):
         fail("no handlers: give --import MODULE", EXIT_USAGE)
     if chosen is not None:
@@ -166,6 +176,7 @@ def _configure_spark(
     remote: str | None,
     conf: tuple[str, ...],
     roots: tuple[str, ...],
+    allow_any_path: bool = False,
 ) -> None:
     """Set up the (lazily built) Spark session of this worker from its options."""
     from pathlib import Path
@@ -180,6 +191,7 @@ def _configure_spark(
             conf=parse_conf(conf),
             data_dir=Path(data_dir) if data_dir else default_data_dir(),
             roots=list(roots),
+            allow_any_path=allow_any_path,
         )
         configure(options)
     except ValueError as exc:

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from jobq.spark.statements import split_statements
+
 __all__ = [
     "JOB_TYPES",
     "ArgumentError",
@@ -29,6 +31,8 @@ __all__ = [
 Format = Literal["csv", "json", "parquet"]
 #: a table name: ``name``, ``db.name`` or ``catalog.db.name``, optionally back-quoted parts
 _TABLE = re.compile(r"^(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)(\.(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)){0,2}$")
+#: a back-quoted name part that is a path (``parquet.`/x` `` names files, not a table)
+_PATH_LIKE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:|.*[/\\])")
 #: a column name
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -37,14 +41,38 @@ class ArgumentError(ValueError):
     """The arguments of a job are wrong; the message is one line."""
 
 
-class _Args(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+#: a setting's value in ``spark_conf``
+SettingValue = str | int | float | bool
+
+
+class _Struct(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def check(self) -> None:
         """Checks a schema cannot express; raise :class:`ArgumentError`."""
+
+
+class _Args(_Struct, kw_only=True):
+    """What every built-in type takes.
+
+    :ivar spark_conf: SQL (session) settings for this job's own session
+        (``{"spark.sql.shuffle.partitions": 8}``)
+    """
+
+    spark_conf: dict[str, SettingValue] = {}
+
+    def check_common(self) -> None:
+        for key in self.spark_conf:
+            if not key.startswith("spark.sql."):
+                raise ArgumentError(
+                    f"spark_conf: {key} is not a SQL (session) setting: set it on the "
+                    "worker with --spark-conf"
+                )
 
 
 def _table(value: str, what: str = "table") -> None:
     if not _TABLE.match(value):
         raise ArgumentError(f"{what}: not a table name: {value!r}")
+    if any(_PATH_LIKE.match(part) for part in re.findall(r"`([^`]+)`", value)):
+        raise ArgumentError(f"{what}: a table name, not a path: {value!r}")
 
 
 def _columns(values: list[str], what: str) -> None:
@@ -56,6 +84,13 @@ def _columns(values: list[str], what: str) -> None:
 def _path(value: str, what: str) -> None:
     if not value or "\x00" in value:
         raise ArgumentError(f"{what}: an empty or invalid path")
+
+
+def _options(options: dict[str, str], what: str, where: str) -> None:
+    """Reader and writer options may not carry paths of their own."""
+    for key in options:
+        if key.lower() in ("path", "paths"):
+            raise ArgumentError(f"{what}: give the path in {where}, not in options")
 
 
 class ImportArgs(_Args):
@@ -88,6 +123,7 @@ class ImportArgs(_Args):
         for p in paths:
             _path(p, "paths")
         _columns(self.partition_by, "partition_by")
+        _options(self.options, "options", "paths")
         if self.files_per_chunk < 1:
             raise ArgumentError("files_per_chunk: must be at least 1")
 
@@ -126,6 +162,7 @@ class ExportArgs(_Args):
             raise ArgumentError("query: empty")
         _path(self.path, "path")
         _columns(self.partition_by, "partition_by")
+        _options(self.options, "options", "path")
         if self.files is not None and self.files < 1:
             raise ArgumentError("files: must be at least 1")
 
@@ -184,7 +221,7 @@ class RestoreArgs(_Args):
             raise ArgumentError(f"as_of: not a backup id: {self.as_of!r}")
 
 
-class OutputSpec(_Args):
+class OutputSpec(_Struct):
     """Where a ``spark.sql`` result goes: a table, or files at a path."""
 
     table: str | None = None
@@ -200,13 +237,15 @@ class OutputSpec(_Args):
             _table(self.table, "output.table")
         if self.path is not None:
             _path(self.path, "output.path")
+        _options(self.options, "output.options", "output.path")
 
 
 class SqlArgs(_Args):
     """``spark.sql``: statements run in order (one unit each); the last one's result goes to
     ``output`` when given.
 
-    :ivar statements: SQL text, or a list of statements
+    :ivar statements: SQL text, or a list of them; a text holding several statements is
+        split at its semicolons (not those in strings, names or comments)
     :ivar output: a table or files for the last statement's result
     """
 
@@ -221,7 +260,7 @@ class SqlArgs(_Args):
 
     def statement_list(self) -> list[str]:
         items = [self.statements] if isinstance(self.statements, str) else self.statements
-        return [s.strip() for s in items if s.strip()]
+        return [statement for item in items for statement in split_statements(item)]
 
 
 class PipelineArgs(_Args):
@@ -275,6 +314,7 @@ def parse(name: str, payload: bytes | str | dict[str, Any] | None) -> Any:
         raise ArgumentError(f"{name}: {_one_line(str(exc))}") from None
     try:
         args.check()
+        args.check_common()
     except ArgumentError as exc:
         raise ArgumentError(f"{name}: {exc}") from None
     return args

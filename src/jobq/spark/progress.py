@@ -157,18 +157,26 @@ class ProgressBridge:
 
     # -- Spark's side -----------------------------------------------------------------------
     def _set_group(self, group: str, label: str) -> None:
+        description = f"jobq job {self.job.id}: {label}"[:200]
         try:
             if self.remote:
                 self.spark.addTag(group)
             else:
-                self.spark.sparkContext.setJobGroup(group, label[:200], interruptOnCancel=True)
+                self.spark.sparkContext.setJobGroup(group, description, interruptOnCancel=True)
         except Exception:  # progress is best effort
             log.debug("cannot set the Spark job group", exc_info=True)
 
     def _clear_group(self, group: str) -> None:
+        """End the unit's group: back to the job's own (``isolation.py``), if it has one."""
+        from jobq.spark.isolation import current_group
+
         try:
             if self.remote:
                 self.spark.removeTag(group)
+                return
+            outer = current_group()
+            if outer is not None:
+                self.spark.sparkContext.setJobGroup(*outer, interruptOnCancel=True)
             else:
                 self.spark.sparkContext.clearJobGroup()
         except Exception:

@@ -29,6 +29,7 @@ from jobq.spark.errors import SparkJobError, one_line
 if TYPE_CHECKING:
     from jobq.spark.paths import Roots
     from jobq.spark.progress import ProgressBridge
+    from jobq.spark.sandbox import Sandbox
     from jobq.worker.context import JobContext
     from jobq.worker.registry import Duration, Registry
 
@@ -52,12 +53,18 @@ class PipelineJob:
     :ivar context: the worker's :class:`~jobq.JobContext`
     :ivar checkpoint: the checkpoint of an earlier attempt, decoded from JSON (None: start)
     :ivar roots: the paths the job may use (:class:`~jobq.spark.paths.Roots`)
+    :ivar sandbox: checks SQL against the roots (:meth:`sql`)
     """
 
-    def __init__(self, context: JobContext, spark: Any, roots: Roots) -> None:
+    def __init__(
+        self, context: JobContext, spark: Any, roots: Roots, sandbox: Sandbox | None = None
+    ) -> None:
+        from jobq.spark.sandbox import Sandbox
+
         self.context = context
         self.spark = spark
         self.roots = roots
+        self.sandbox = sandbox if sandbox is not None else Sandbox(roots)
         self.checkpoint: Any = None
         if context.checkpoint:
             try:
@@ -84,6 +91,11 @@ class PipelineJob:
     def check(self) -> None:
         self.context.check()
 
+    def sql(self, statement: str) -> Any:
+        """``spark.sql(statement)`` once the sandbox checked it (SparkJobError, one line,
+        if it reads or writes outside the roots)."""
+        return self.sandbox.sql(self.spark, statement)
+
     def units(self, total: int, done: int = 0) -> ProgressBridge:
         """A progress bridge for ``total`` units of work, ``done`` of them done already."""
         from jobq.spark.progress import ProgressBridge
@@ -104,6 +116,15 @@ def _result(value: Any) -> bytes | str | None:
     if value is None or isinstance(value, bytes | str):
         return value
     return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _announce(context: JobContext, info: dict[str, str]) -> None:
+    """The Spark application (and its UI) in the log and the job's first status."""
+    text = f"Spark application {info.get('app_id', '?')}"
+    if "ui_url" in info:
+        text += f", UI {info['ui_url']}"
+    log.info("job %s (%s): %s", context.id, context.name, text)
+    context.progress(None, text[:255])
 
 
 def pipeline(
@@ -131,6 +152,7 @@ def pipeline(
     def register(fn: F) -> F:
         def handler(context: JobContext) -> bytes | str | None:
             from jobq.client import ClientError
+            from jobq.spark.isolation import job_session, spark_conf_of, spark_info
             from jobq.spark.session import holder
 
             try:
@@ -142,12 +164,15 @@ def pipeline(
                 raise SparkJobError(one_line(exc)) from None
             sessions = holder()
             try:
-                spark = sessions.get()
-            except Exception as exc:
-                raise SparkJobError(f"cannot start the Spark session: {one_line(exc)}") from None
-            job = PipelineJob(context, spark, sessions.roots)
-            try:
-                return _result(fn(spark, args, job))
+                with job_session(sessions, context, spark_conf_of(args)) as spark:
+                    job = PipelineJob(context, spark, sessions.roots, sessions.sandbox)
+                    info = spark_info(spark)
+                    if info:
+                        _announce(context, info)
+                    value = fn(spark, args, job)
+                    if isinstance(value, dict) and info and "spark" not in value:
+                        value = {**value, "spark": info}
+                    return _result(value)
             except (ClientError, SparkJobError):
                 raise
             except Exception as exc:

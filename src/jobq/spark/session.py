@@ -53,6 +53,7 @@ class SparkOptions:
     :ivar data_dir: the data directory; the embedded catalog lives in ``<data_dir>/spark``
     :ivar roots: the directories jobs may read and write; empty: the data directory
     :ivar app_name: the Spark application's name
+    :ivar allow_any_path: SQL is not checked against the roots (``--spark-allow-any-path``)
     """
 
     master: str | None = None
@@ -61,6 +62,7 @@ class SparkOptions:
     data_dir: Path = Path(".jobq")
     roots: list[str] = field(default_factory=list)
     app_name: str = "jobq-worker"
+    allow_any_path: bool = False
 
     def __post_init__(self) -> None:
         if self.master is not None and self.remote is not None:
@@ -69,6 +71,15 @@ class SparkOptions:
             raise ValueError(
                 f"--spark-remote: not a Spark Connect URL (sc://HOST:PORT): {self.remote}"
             )
+        if not self.allow_any_path:
+            from jobq.spark.sandbox import SANDBOX_CONF
+
+            for key, value in SANDBOX_CONF.items():
+                if key in self.conf and self.conf[key].strip().lower() != value:
+                    raise ValueError(
+                        f"--spark-conf {key}={self.conf[key]} gets round the checks of "
+                        "--spark-root: add --spark-allow-any-path to allow any path"
+                    )
 
     @property
     def spark_dir(self) -> Path:
@@ -91,6 +102,11 @@ def build_session(options: SparkOptions) -> SparkSession:
     builder = SparkSession.builder.master(options.master or DEFAULT_MASTER)
     builder = builder.appName(options.app_name)
     builder = builder.config("spark.ui.showConsoleProgress", "false")
+    if not options.allow_any_path:
+        from jobq.spark.sandbox import SANDBOX_CONF
+
+        for key, value in SANDBOX_CONF.items():  # RESET comes back to these
+            builder = builder.config(key, value)
     external = any(key in options.conf for key in _EXTERNAL_CATALOG_KEYS)
     if not external:
         spark_dir = options.spark_dir
@@ -139,8 +155,11 @@ class SessionHolder:
     """
 
     def __init__(self, options: SparkOptions) -> None:
+        from jobq.spark.sandbox import Sandbox
+
         self.options = options
         self.roots = options.path_roots()
+        self.sandbox = Sandbox(self.roots, options.allow_any_path)
         self._session: Any = None
         self._lock = threading.Lock()
 

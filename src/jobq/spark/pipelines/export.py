@@ -1,5 +1,6 @@
 """``spark.export``: a table or a query to CSV, JSON or Parquet files at a path, in one unit
-written in overwrite mode, so an adopted export replaces what a killed attempt left.
+written in overwrite mode, so an adopted export replaces what a killed attempt left. A query
+is checked by the sandbox; the rows written are counted as they are written.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from jobq.spark.pipelines._tables import local_path, table_exists
 from jobq.spark.registry import PipelineJob, pipeline
 
 
-def source_frame(spark: Any, table: str | None, query: str | None) -> Any:
-    """The DataFrame of a table or a query (a query must be a SELECT or WITH query)."""
+def source_frame(job: PipelineJob, table: str | None, query: str | None) -> Any:
+    """The DataFrame of a table or a query (a query must be a SELECT or WITH query, and
+    pass the sandbox)."""
+    spark = job.spark
     if table is not None:
         if not table_exists(spark, table):
             raise SparkJobError(f"table not found: {table}")
@@ -23,7 +26,7 @@ def source_frame(spark: Any, table: str | None, query: str | None) -> Any:
     first = query.lstrip().split(None, 1)[0].upper() if query.strip() else ""
     if first not in ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "("):
         raise SparkJobError("query: only a query (SELECT, WITH, ...) can be exported")
-    return spark.sql(query)
+    return job.sql(query)
 
 
 def write_files(
@@ -34,13 +37,20 @@ def write_files(
     partition_by: list[str],
     options: dict[str, str],
     files: int | None = None,
-) -> None:
+) -> int:
+    """Write ``df``; the number of rows written (counted as they are written)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation("jobq_rows_written")
+    df = df.observe(observation, F.count(F.lit(1)).alias("rows"))
     if files is not None:
         df = df.coalesce(files) if files == 1 else df.repartition(files)
     writer = df.write.mode(mode).format(fmt).options(**options)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(path)
+    return int(observation.get.get("rows", 0))
 
 
 @pipeline("spark.export", parse=lambda payload: parse("spark.export", payload))
@@ -53,15 +63,15 @@ def export(spark: Any, args: ExportArgs, job: PipelineJob) -> dict[str, Any]:
             raise SparkJobError(f"path: {args.path} exists (mode error)")
         state = {"started": True}
         job.progress(0.0, "started", checkpoint=state)
-    df = source_frame(spark, args.table, args.query)
+    df = source_frame(job, args.table, args.query)
     missing = [c for c in args.partition_by if c not in df.columns]
     if missing:
         raise SparkJobError(f"partition_by: no column {', '.join(missing)}")
     with job.units(1) as units:
         job.log_unit("export")
         with units.unit(f"export to {args.format}"):
-            write_files(
+            rows = write_files(
                 df, path, args.format, "overwrite", args.partition_by, args.options, args.files
             )
-        units.unit_done({"started": True, "done": True}, "exported")
-    return {"path": path, "format": args.format}
+        units.unit_done({"started": True, "done": True, "rows": rows}, f"exported {rows} rows")
+    return {"path": path, "format": args.format, "rows": rows}

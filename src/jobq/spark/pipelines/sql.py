@@ -1,6 +1,7 @@
-"""``spark.sql``: SQL statements run in order, one unit each; the last one's result goes to a
-table or to files when ``output`` is given. An adopted job starts at the first statement
-not done, so the one running when a worker died runs again.
+"""``spark.sql``: SQL statements run in order, one unit each, each checked by the sandbox
+first; the last one's result goes to a table or to files when ``output`` is given. An
+adopted job starts at the first statement not done, so the one running when a worker died
+runs again.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def run_sql(spark: Any, args: SqlArgs, job: PipelineJob) -> dict[str, Any]:
             last = index == len(statements) - 1
             job.log_unit(f"sql statement {index}")
             with units.unit(f"statement {index + 1}/{len(statements)}"):
-                df = spark.sql(statements[index])  # commands (DDL, INSERT) run here
+                df = job.sql(statements[index])  # commands (DDL, INSERT) run here
                 if last and output is not None:
                     if output.table is not None:
                         mode = "errorifexists" if output.mode == "error" else output.mode
@@ -33,7 +34,9 @@ def run_sql(spark: Any, args: SqlArgs, job: PipelineJob) -> dict[str, Any]:
                     else:
                         assert out_path is not None
                         mode = "errorifexists" if output.mode == "error" else output.mode
-                        write_files(df, out_path, output.format, mode, [], output.options)
+                        result["rows_written"] = write_files(
+                            df, out_path, output.format, mode, [], output.options
+                        )
                         result["path"] = out_path
                 elif last:
                     rows = df.limit(101).collect() if df.columns else []

@@ -1,0 +1,195 @@
+"""SQL stays under ``--spark-root`` (checked on Spark's own plan), and each job runs in a
+session of its own: the escapes of issue 23 and more fail the job with one line naming the
+path and the roots, the worker runs on; temp views, SET and the current database do not
+leak to the next job; a job's Spark work runs under a group naming it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobq.client import Client
+from tests.spark.conftest import QUICK_CONF, SPARK_NAMES, run_job, wait_finished
+
+#: the UI on (a free port): jobs show its URL
+UI_CONF = {**QUICK_CONF, "spark.ui.enabled": "true", "spark.ui.port": "0"}
+
+
+@pytest.fixture(scope="module")
+def sessions(spark_dir: Path) -> Iterator[Any]:
+    from jobq.spark.session import SparkOptions, configure
+
+    holder = configure(
+        SparkOptions(
+            master="local[2]",
+            data_dir=spark_dir / "data",
+            roots=[str(spark_dir / "root")],
+            conf=dict(UI_CONF),
+        )
+    )
+    yield holder
+    holder.stop()
+
+
+@pytest.fixture(scope="module")
+def runtime(address: str, sessions: Any) -> Iterator[Any]:
+    """The built-in types and ``test.group``, which reports its job group."""
+    import jobq.spark.pipelines  # noqa: F401  (registers the built-ins)
+    from jobq.spark.registry import pipeline
+    from jobq.worker import REGISTRY, Runtime
+    from jobq.worker.registry import Registry
+
+    registry = Registry()
+    for name in SPARK_NAMES:
+        registry.add(REGISTRY[name])
+
+    @pipeline("test.group", registry=registry)
+    def group(spark: Any, args: Any, job: Any) -> dict[str, Any]:
+        context = spark.sparkContext
+        seen = {"job": context.getLocalProperty("spark.jobGroup.id")}
+        with job.units(1) as units:
+            with units.unit("count"):
+                seen["unit"] = context.getLocalProperty("spark.jobGroup.id")
+                seen["description"] = context.getLocalProperty("spark.job.description")
+            units.unit_done(1)
+        seen["after"] = context.getLocalProperty("spark.jobGroup.id")
+        return seen
+
+    with Runtime(address, registry, lease_wait_ms=200, worker_id="in-process") as running:
+        yield running
+
+
+def result_of(job: dict[str, Any]) -> Any:
+    return json.loads(base64.b64decode(job["result"]))
+
+
+def test_sql_cannot_reach_outside_the_roots(
+    client: Client, runtime: Any, spark: Any, spark_dir: Path
+) -> None:
+    root = spark_dir / "root"
+    (root / "in").mkdir(parents=True)
+    (root / "in" / "a.csv").write_text("id,name\n1,ann\n2,bob\n")
+    outside = spark_dir / "outside"
+    outside.mkdir()
+    (outside / "secret.csv").write_text("id,name\n9,secret\n")
+    os.symlink(outside, root / "link")
+    escapes = {  # each statement -> the path its refusal names
+        "SELECT * FROM text.`/etc/passwd` LIMIT 2": "/etc/passwd",
+        f'INSERT OVERWRITE DIRECTORY "{outside / "dir"}" USING csv SELECT 1': str(outside),
+        f"SELECT * FROM csv.`{root}/../outside/secret.csv`": "../outside",
+        f"SELECT * FROM csv.`{root}/link/secret.csv`": "link/secret.csv",
+        "SELECT * FROM csv.`file:///etc/hostname`": "file:///etc/hostname",
+        f"CREATE TABLE esc1 (id INT) USING csv LOCATION '{outside}'": str(outside),
+        "CREATE TABLE esc2 USING csv OPTIONS (path '/etc/hostname')": "/etc/hostname",
+        f"CREATE TABLE esc3 LOCATION '{outside}/t' AS SELECT 1 AS a": str(outside),
+        "LOAD DATA LOCAL INPATH '/etc/passwd' INTO TABLE esc4": "/etc/passwd",
+        "ADD JAR '/etc/passwd'": "/etc/passwd",
+        "WITH c AS (SELECT * FROM text.`/etc/passwd`) SELECT * FROM c": "/etc/passwd",
+        "SELECT 1 WHERE 1 IN (SELECT count(*) FROM json.`/etc/x`)": "/etc/x",
+        "CREATE TEMP VIEW esc5 AS SELECT * FROM text.`/etc/passwd`": "/etc/passwd",
+        "CREATE TEMP VIEW esc6 USING text OPTIONS (path '/etc/passwd')": "/etc/passwd",
+    }
+    refused = {
+        "SET spark.sql.runSQLOnFiles=true": "spark.sql.runSQLOnFiles",
+        "SELECT reflect('java.lang.System', 'getenv', 'HOME')": "reflect()",
+        "SELECT TRANSFORM(1) USING 'cat /etc/passwd'": "TRANSFORM",
+        "CREATE TABLE esc7 USING jdbc OPTIONS (url 'jdbc:derby:/tmp/x;create=true')": "jdbc",
+    }
+    jobs = {
+        client.submit("spark.sql", json.dumps({"statements": s}), ttr_ms=60_000): (s, needle)
+        for s, needle in [*escapes.items(), *refused.items()]
+    }
+    for job_id, (statement, needle) in jobs.items():
+        job = wait_finished(client, job_id)
+        assert job["status"] == "failed", (statement, job)
+        error = job["error"]
+        assert needle in error and "\n" not in error and "org.apache" not in error, error
+        if statement in escapes:
+            assert f"outside the configured roots ({root})" in error, error
+        else:
+            assert "--spark-allow-any-path" in error, error
+    assert not (outside / "dir").exists() and not (outside / "t").exists()
+    # the same things under the root work, in one job of several statements
+    out = root / "out"
+    inside = (
+        f"CREATE TEMP VIEW people USING csv OPTIONS (path '{root}/in/a.csv', header 'true'); "
+        f"INSERT OVERWRITE DIRECTORY '{out}' USING json SELECT * FROM people; "
+        f"CREATE TABLE people_copy USING parquet LOCATION 'file://{root}/copy' "
+        "AS SELECT * FROM people; "
+        "SELECT count(*) AS n FROM people_copy"
+    )
+    job = run_job(client, "spark.sql", {"statements": inside})
+    assert job["status"] == "succeeded", job
+    assert result_of(job)["rows"] == [{"n": 2}] and result_of(job)["statements"] == 4
+    assert len(spark.read.json(str(out)).collect()) == 2
+
+
+def test_export_queries_are_checked_and_counted(
+    client: Client, runtime: Any, spark: Any, spark_dir: Path
+) -> None:
+    root = spark_dir / "root"
+    job = run_job(
+        client,
+        "spark.export",
+        {"query": "SELECT * FROM text.`/etc/hostname`", "path": str(root / "x"), "format": "csv"},
+    )
+    assert job["status"] == "failed" and "/etc/hostname" in job["error"], job
+    job = run_job(
+        client,
+        "spark.export",
+        {"query": "SELECT id FROM range(7)", "path": str(root / "seven"), "format": "json"},
+    )
+    assert job["status"] == "succeeded", job
+    result = result_of(job)
+    assert result["rows"] == 7 and spark.read.json(str(root / "seven")).count() == 7
+    assert result["spark"]["app_id"] == spark.sparkContext.applicationId
+    assert result["spark"]["ui_url"] == spark.sparkContext.uiWebUrl
+
+
+def test_jobs_do_not_share_session_state(client: Client, runtime: Any, spark: Any) -> None:
+    first = (
+        "CREATE TEMP VIEW mine AS SELECT 1 AS a; SET spark.sql.shuffle.partitions=7; "
+        "CREATE DATABASE IF NOT EXISTS elsewhere; USE elsewhere; SELECT current_database() AS db"
+    )
+    job = run_job(client, "spark.sql", {"statements": first})
+    assert job["status"] == "succeeded" and result_of(job)["rows"] == [{"db": "elsewhere"}], job
+    job = run_job(client, "spark.sql", {"statements": "SELECT * FROM mine"})
+    assert job["status"] == "failed" and "mine" in job["error"], job
+    job = run_job(client, "spark.sql", {"statements": "SELECT current_database() AS db"})
+    assert result_of(job)["rows"] == [{"db": "default"}], job
+    job = run_job(client, "spark.sql", {"statements": "SET spark.sql.shuffle.partitions"})
+    assert result_of(job)["rows"][0]["value"] == "2", job
+    # a job's own settings, for it alone
+    job = run_job(
+        client,
+        "spark.sql",
+        {"statements": "SET spark.sql.shuffle.partitions", "spark_conf": {
+            "spark.sql.shuffle.partitions": 5}},
+    )
+    assert result_of(job)["rows"][0]["value"] == "5", job
+    for key, needle in [
+        ("spark.sql.warehouse.dir", "set it on the worker"),
+        ("spark.sql.runSQLOnFiles", "--spark-allow-any-path"),
+    ]:
+        job = run_job(
+            client, "spark.sql", {"statements": "SELECT 1", "spark_conf": {key: "true"}}
+        )
+        assert job["status"] == "failed" and needle in job["error"], job
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+
+
+def test_spark_work_runs_under_a_group_naming_the_job(client: Client, runtime: Any) -> None:
+    job_id = client.submit("test.group", "{}", ttr_ms=60_000)
+    job = wait_finished(client, job_id)
+    assert job["status"] == "succeeded", job
+    seen = result_of(job)
+    assert seen["job"] == seen["after"] == f"jobq-{job_id}", seen
+    assert seen["unit"].startswith(f"jobq-{job_id}-"), seen
+    assert seen["description"] == f"jobq job {job_id}: count", seen
+    assert seen["spark"]["ui_url"].startswith("http://"), seen
