@@ -11,11 +11,13 @@ server refuses if the selection grew past ``--limit`` meanwhile.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from jobq.cli.common import EXIT_FAILURE, EXIT_USAGE, actor, fail
+from jobq.cli.common import EXIT_FAILURE, EXIT_USAGE, actor, client_options, fail
+from jobq.cli.selection import selection_options
 from jobq.engine.limits import MAX_BULK_JOBS
 
 if TYPE_CHECKING:
@@ -136,3 +138,21 @@ def one_or_selection(
         fail("give a job ID or a selection (--status, --name, --schedule, ...)", EXIT_USAGE)
     if job_id is not None and (dry_run or yes):
         fail("--dry-run and --yes go with a selection, not a job ID", EXIT_USAGE)
+
+
+def one_or_selection_options(reason_help: str) -> Callable[[F], F]:
+    """A command on one job (``ID``) or on a selection: the ID argument, the selection's
+    options, ``--reason``, :func:`bulk_options` and the client's options."""
+    def decorate(fn: F) -> F:
+        decorated: Any = fn
+        for option in reversed((
+            click.argument("job_id", metavar="[ID]", required=False),
+            selection_options,
+            click.option("--reason", default="", help=reason_help),
+            bulk_options,
+            client_options,
+        )):
+            decorated = option(decorated)
+        return decorated  # type: ignore[no-any-return]
+
+    return decorate

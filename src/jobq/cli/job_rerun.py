@@ -9,17 +9,12 @@ from typing import Any
 
 import click
 
-from jobq.cli.bulk import bulk_options, one_or_selection, run_bulk
-from jobq.cli.common import Remote, client_options, connected
-from jobq.cli.selection import selection_options
+from jobq.cli.bulk import one_or_selection, one_or_selection_options, run_bulk
+from jobq.cli.common import Remote, connected
 
 
 @click.command("rerun")
-@click.argument("job_id", metavar="[ID]", required=False)
-@selection_options
-@click.option("--reason", default="", help="Why (with a selection); kept in the audit trail.")
-@bulk_options
-@client_options
+@one_or_selection_options("Why (with a selection); kept in the audit trail.")
 def rerun_command(
     job_id: str | None,
     selection: dict[str, Any],

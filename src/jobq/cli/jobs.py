@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from jobq.cli.bulk import bulk_options, changed_text, one_or_selection, run_bulk
+from jobq.cli.bulk import changed_text, one_or_selection, one_or_selection_options, run_bulk
 from jobq.cli.common import (
     EXIT_FAILURE,
     Remote,
@@ -382,11 +382,7 @@ def _operate(verb: str, past: str) -> click.Command:
     pause and cancel also take ``--wait``."""
 
     @click.command(verb)
-    @click.argument("job_id", metavar="[ID]", required=False)
-    @selection_options
-    @click.option("--reason", default="", help="Why; kept in the job's history.")
-    @bulk_options
-    @client_options
+    @one_or_selection_options("Why; kept in the job's history.")
     def command(
         job_id: str | None,
         selection: dict[str, Any],
@@ -487,11 +483,7 @@ jobs_group.add_command(_operate("cancel", "canceled"))
 
 
 @jobs_group.command("delete")
-@click.argument("job_id", metavar="[ID]", required=False)
-@selection_options
-@click.option("--reason", default="", help="Why (with a selection); kept in the audit trail.")
-@bulk_options
-@client_options
+@one_or_selection_options("Why (with a selection); kept in the audit trail.")
 def delete_command(
     job_id: str | None,
     selection: dict[str, Any],
