@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,26 +16,13 @@ from jobq.client import Client
 from jobq.server.protocol import MAX_LOG_LINE_BYTES
 from jobq.worker import Registry, Runtime, capture
 from tests.harness import RunningServer, start_server, wait_for
-from tests.worker.conftest import status_is
+from tests.worker.conftest import start, status_is
 
 #: the handlers' logger, at INFO whatever the root logger's level (pytest's is WARNING)
 handler_log = logging.getLogger("tests.handler")
 handler_log.setLevel(logging.INFO)
 
 
-@pytest.fixture
-def runtimes() -> Iterator[list[Runtime]]:
-    started: list[Runtime] = []
-    yield started
-    for runtime in started:
-        runtime.stop(grace_s=0)
-
-
-def start(runtimes: list[Runtime], address: str, registry: Registry, **kw: object) -> Runtime:
-    runtime = Runtime(address, registry, grace_s=1.0, lease_wait_ms=200, **kw)  # type: ignore[arg-type]
-    runtime.start()
-    runtimes.append(runtime)
-    return runtime
 
 
 def finished(client: Client, job_id: str) -> bool:

@@ -23,6 +23,7 @@ from jobq.worker import Registry, Runtime
 from jobq.worker.presence import Presence
 from tests.client.fake_server import FakeServer, answer
 from tests.harness import RunningServer, wait_for
+from tests.worker.conftest import start as start_runtime
 from tests.worker.conftest import stop_process, worker_process
 
 
@@ -61,20 +62,9 @@ def tcp(running: RunningServer) -> Iterator[Client]:
         yield client
 
 
-@pytest.fixture
-def runtimes() -> Iterator[list[Runtime]]:
-    started: list[Runtime] = []
-    yield started
-    for runtime in started:
-        runtime.stop(grace_s=0)
-
-
 def start(runtimes: list[Runtime], address: str, registry: Registry, **kw: Any) -> Runtime:
-    options: dict[str, Any] = {"grace_s": 1.0, "lease_wait_ms": 200, "heartbeat_s": 0.2, **kw}
-    runtime = Runtime(address, registry, **options)
-    runtime.start()
-    runtimes.append(runtime)
-    return runtime
+    """A runtime that heartbeats every 0.2 s (the presence tests wait for its beats)."""
+    return start_runtime(runtimes, address, registry, **{"heartbeat_s": 0.2, **kw})
 
 
 def listed(client: Client) -> dict[str, dict[str, Any]]:

@@ -24,7 +24,7 @@ from jobq.client import Client
 from jobq.engine.extensions import Heartbeat
 from jobq.worker import Registry, Runtime
 from tests.harness import RunningServer, wait_for
-from tests.worker.conftest import status_is, stop_process, worker_process
+from tests.worker.conftest import start, status_is, stop_process, worker_process
 
 #: the TTR of these tests' jobs: a heartbeat without news every 20 s
 TTR_MS = 60_000
@@ -62,19 +62,6 @@ def counted(tmp_path: Path, counter: HeartbeatCounter) -> Iterator[RunningServer
     running.stop()
 
 
-@pytest.fixture
-def runtimes() -> Iterator[list[Runtime]]:
-    started: list[Runtime] = []
-    yield started
-    for runtime in started:
-        runtime.stop(grace_s=0)
-
-
-def start(runtimes: list[Runtime], address: str, registry: Registry) -> Runtime:
-    runtime = Runtime(address, registry, grace_s=1.0, lease_wait_ms=200)
-    runtime.start()
-    runtimes.append(runtime)
-    return runtime
 
 
 class Reporter:

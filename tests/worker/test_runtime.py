@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,22 +21,7 @@ from jobq.client import (
 )
 from jobq.worker import Registry, Runtime
 from tests.harness import wait_for
-from tests.worker.conftest import status_is
-
-
-@pytest.fixture
-def runtimes() -> Iterator[list[Runtime]]:
-    started: list[Runtime] = []
-    yield started
-    for runtime in started:
-        runtime.stop(grace_s=0)
-
-
-def start(runtimes: list[Runtime], address: str, registry: Registry, **kw: object) -> Runtime:
-    runtime = Runtime(address, registry, grace_s=1.0, lease_wait_ms=200, **kw)  # type: ignore[arg-type]
-    runtime.start()
-    runtimes.append(runtime)
-    return runtime
+from tests.worker.conftest import start, status_is
 
 
 def b64(data: bytes) -> str:
