@@ -78,3 +78,19 @@ def live_token() -> Iterator[RunningServer]:
     server = RunningServer(with_http=True, auth_token=TOKEN)
     yield server
     server.stop()
+
+
+#: the tokens of :func:`server_with_roles`
+ADMIN_TOKEN = "alice-admins-token"
+VIEWER_TOKEN = "grafanas-viewer-token"
+
+
+def server_with_roles(tmp_path: Path) -> RunningServer:
+    """A server with HTTP and a tokens file: ``alice`` an admin, ``grafana`` a viewer (the
+    caller stops it)."""
+    auth_file = tmp_path / "tokens.toml"
+    auth_file.write_text(
+        f'[tokens]\nalice = {{ token = "{ADMIN_TOKEN}", role = "admin" }}\n'
+        f'grafana = {{ token = "{VIEWER_TOKEN}", role = "viewer" }}\n'
+    )
+    return RunningServer(with_http=True, auth_file=auth_file, auth_failure_delay_ms=0)

@@ -8,6 +8,7 @@ from typing import Any
 
 from jobq.client import Client
 from tests.harness import RunningServer
+from tests.web.conftest import server_with_roles
 from tests.web.helpers import job, row_ids, submit, wait_for
 
 
@@ -91,12 +92,7 @@ def test_checked_rows_and_a_skipped_one(page: Any, live: RunningServer) -> None:
 
 
 def test_a_viewer_gets_no_checkboxes(browser: Any, tmp_path: Path) -> None:
-    auth_file = tmp_path / "tokens.toml"
-    auth_file.write_text(
-        '[tokens]\nalice = { token = "alice-admins-token", role = "admin" }\n'
-        'grafana = { token = "grafanas-viewer-token", role = "viewer" }\n'
-    )
-    server = RunningServer(with_http=True, auth_file=auth_file, auth_failure_delay_ms=0)
+    server = server_with_roles(tmp_path)
     try:
         with Client("127.0.0.1", server.port, token="alice-admins-token") as client:
             job_id = client.submit("viewer.q", b"{}")

@@ -15,6 +15,7 @@ import pytest
 
 from jobq.client import Client
 from tests.harness import TOKEN, RunningServer
+from tests.web.conftest import server_with_roles
 from tests.web.helpers import job, row_ids, submit, wait_for
 
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE
@@ -367,12 +368,7 @@ def test_a_viewer_sees_no_buttons_and_an_admin_does(
 ) -> None:
     """A viewer's token reads every page and is offered no action (the server would refuse
     it: 403); an admin's gets the buttons; the header says whose token it is."""
-    auth_file = tmp_path / "tokens.toml"
-    auth_file.write_text(
-        '[tokens]\nalice = { token = "alice-admins-token", role = "admin" }\n'
-        'grafana = { token = "grafanas-viewer-token", role = "viewer" }\n'
-    )
-    server = RunningServer(with_http=True, auth_file=auth_file, auth_failure_delay_ms=0)
+    server = server_with_roles(tmp_path)
     try:
         with Client("127.0.0.1", server.port, token="alice-admins-token") as client:
             job_id = client.submit("viewer.q", b"{}")

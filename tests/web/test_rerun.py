@@ -11,6 +11,7 @@ import httpx
 
 from jobq.client import Client
 from tests.harness import RunningServer
+from tests.web.conftest import server_with_roles
 from tests.web.helpers import job, submit, wait_for
 
 
@@ -54,12 +55,7 @@ def _sign_in(page: Any, url: str, token: str) -> None:
 
 
 def test_a_viewer_gets_no_rerun_button(browser: Any, tmp_path: Path) -> None:
-    auth_file = tmp_path / "tokens.toml"
-    auth_file.write_text(
-        '[tokens]\nalice = { token = "alice-admins-token", role = "admin" }\n'
-        'grafana = { token = "grafanas-viewer-token", role = "viewer" }\n'
-    )
-    server = RunningServer(with_http=True, auth_file=auth_file, auth_failure_delay_ms=0)
+    server = server_with_roles(tmp_path)
     try:
         with Client("127.0.0.1", server.port, token="alice-admins-token") as client:
             job_id = client.submit("viewer.r", b"{}")
