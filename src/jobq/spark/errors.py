@@ -11,6 +11,8 @@ __all__ = ["SparkJobError", "one_line"]
 
 #: longest error text, in characters
 MAX_ERROR_CHARS = 500
+#: how deep the Java causes of a read failure are looked at
+_MAX_CAUSES = 8
 
 _CONDITION = re.compile(r"^\s*\[(?P<condition>[A-Z0-9_.]+)\]\s*")
 _SQLSTATE = re.compile(r"\s*SQLSTATE: \w+.*$")
@@ -41,15 +43,51 @@ def _message(exc: BaseException) -> str:
         raw = exc.getMessage() if hasattr(exc, "getMessage") else str(exc)
         if not raw:
             raw = str(exc)
-        return _first_line(raw)
+        return _with_cause(exc, _first_line(raw))
     java = getattr(exc, "java_exception", None)
     if java is not None:  # a Py4JJavaError that pyspark did not convert
         try:
             raw = str(java.toString())
         except Exception:
             raw = str(exc)
-        return _first_line(raw)
+        return _with_cause(exc, _first_line(raw))
     return _first_line(str(exc)) if "\n\tat " in str(exc) else str(exc)
+
+
+def _with_cause(exc: BaseException, first: str) -> str:
+    """A failed read's message says only which file: add what it failed on."""
+    if "[FAILED_READ_FILE" not in first:
+        return first
+    cause = _cause_text(exc)
+    return f"{first}: {cause}" if cause else first
+
+
+def _causes(exc: BaseException) -> list[str]:
+    """The first lines of the Java causes of a Spark error, outermost first."""
+    found: list[str] = []
+    origin = getattr(exc, "_origin", None) or getattr(exc, "java_exception", None)
+    cause = origin.getCause() if origin is not None else None
+    while cause is not None and len(found) < _MAX_CAUSES:
+        try:
+            found.append(_first_line(str(cause.toString())))
+            cause = cause.getCause()
+        except Exception:
+            break
+    return [text for text in found if text]
+
+
+def _cause_text(exc: BaseException) -> str:
+    """What a read failed on: the first cause naming an error condition (``[...]``),
+    and the root cause when it says more."""
+    try:
+        causes = _causes(exc)
+    except Exception:
+        return ""
+    if not causes:
+        return ""
+    named = next((c for c in causes if c.endswith("]") and "[" in c), causes[0])
+    root = causes[-1]
+    return named if root == named or root in named else f"{named}; {root}"
 
 
 def _first_line(raw: str) -> str:

@@ -1,19 +1,32 @@
 """``spark.restore``: a backup chain into tables as of a chosen backup, one unit per table,
 each part file's sha256 and each table's row count and checksum checked against the
-manifest.
+manifest. Each table is written under a name of its own and renamed to its target once
+checked, so a failed or canceled restore leaves the targets as they were (and drops the
+tables it created in mode ``create``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 from typing import Any
 
+from jobq.client import LeaseLost
 from jobq.spark.args import RestoreArgs, parse
 from jobq.spark.errors import SparkJobError
 from jobq.spark.pipelines._tables import checksum_of, local_path, sha256_file, table_exists
 from jobq.spark.pipelines.backup import backups, manifest
 from jobq.spark.registry import PipelineJob, pipeline
+from jobq.worker.context import Paused
+
+log = logging.getLogger("jobq.spark")
+
+
+def _staging_table(target: str, job_id: str) -> str:
+    """The name a table is restored under before it is renamed to ``target``."""
+    return f"{target}__jobq_restore_{re.sub(r'[^0-9A-Za-z]', '', job_id)[:16].lower()}"
 
 
 def _verify_files(location: str, table: str, entry: dict[str, Any]) -> list[str]:
@@ -36,7 +49,7 @@ def _verify_files(location: str, table: str, entry: dict[str, Any]) -> list[str]
 
 
 def _restore_table(
-    spark: Any, location: str, table: str, target: str, entry: dict[str, Any]
+    spark: Any, location: str, table: str, target: str, entry: dict[str, Any], staging: str
 ) -> dict[str, Any]:
     from pyspark.sql.types import StructType
 
@@ -49,16 +62,36 @@ def _restore_table(
     writer = df.write.mode("overwrite").format(provider)
     if entry["partition_by"]:
         writer = writer.partitionBy(*entry["partition_by"])
-    if table_exists(spark, target):
-        spark.sql(f"DROP TABLE {target}")
-    writer.saveAsTable(target)
-    rows, checksum = checksum_of(spark.table(target), columns)
+    if table_exists(spark, staging):  # left by an attempt that died
+        spark.sql(f"DROP TABLE {staging}")
+    writer.saveAsTable(staging)
+    rows, checksum = checksum_of(spark.table(staging), columns)
     if rows != entry["rows"] or checksum != entry["checksum"]:
         raise SparkJobError(
             f"restored {target} does not match the manifest: {rows} rows (expected "
             f"{entry['rows']}), checksum {checksum} (expected {entry['checksum']})"
         )
+    if table_exists(spark, target):
+        spark.sql(f"DROP TABLE {target}")
+    spark.sql(f"ALTER TABLE {staging} RENAME TO {target}")
     return {"rows": rows, "checksum": checksum}
+
+
+def _clean_up(
+    spark: Any, args: RestoreArgs, job: PipelineJob, state: dict[str, Any], staging: str | None
+) -> None:
+    """A failed or canceled restore: drop the table being written and, in mode create,
+    the tables this job created; then a retry starts again."""
+    try:
+        if staging and table_exists(spark, staging):
+            spark.sql(f"DROP TABLE {staging}")
+        if args.mode == "create":
+            for target in list(state["tables"]):
+                if table_exists(spark, target):
+                    spark.sql(f"DROP TABLE {target}")
+            job.progress(checkpoint=b"null")
+    except BaseException:  # the job's own error is the one to report
+        log.debug("cleaning up restore %s failed", job.id, exc_info=True)
 
 
 @pipeline("spark.restore", parse=lambda payload: parse("spark.restore", payload))
@@ -86,15 +119,30 @@ def restore(spark: Any, args: RestoreArgs, job: PipelineJob) -> dict[str, Any]:
             if existing:
                 raise SparkJobError(f"table already exists: {', '.join(existing)}")
         state = {"done": 0, "tables": {}}
+    if args.mode == "create" and any(
+        not table_exists(spark, t) for t in state["tables"]
+    ):  # a failed attempt dropped what it had restored
+        state = {"done": 0, "tables": {}}
     result: dict[str, Any] = {"backup": backup_id, "tables": state["tables"]}
-    with job.units(len(names), state["done"]) as units:
-        for index in range(state["done"], len(names)):
-            table = names[index]
-            target = args.rename.get(table, table)
-            job.log_unit(f"restore table {table}")
-            with units.unit(f"restore {target} as of {backup_id}"):
-                outcome = _restore_table(spark, location, table, target, value["tables"][table])
-            state["tables"][target] = outcome
-            state["done"] = index + 1
-            units.unit_done(state, f"{index + 1}/{len(names)} tables restored")
+    staging: str | None = None
+    try:
+        with job.units(len(names), state["done"]) as units:
+            for index in range(state["done"], len(names)):
+                table = names[index]
+                target = args.rename.get(table, table)
+                staging = _staging_table(target, job.id)
+                job.log_unit(f"restore table {table}")
+                with units.unit(f"restore {target} as of {backup_id}"):
+                    outcome = _restore_table(
+                        spark, location, table, target, value["tables"][table], staging
+                    )
+                staging = None
+                state["tables"][target] = outcome
+                state["done"] = index + 1
+                units.unit_done(state, f"{index + 1}/{len(names)} tables restored")
+    except (Paused, LeaseLost):
+        raise  # resumed from the checkpoint later, here or by another worker
+    except BaseException:
+        _clean_up(spark, args, job, state, staging)
+        raise
     return result
