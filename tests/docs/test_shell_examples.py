@@ -497,6 +497,9 @@ CHECKS: dict[str, Check] = {
     "curl -s localhost:8080/api/jobs/3f2a/logs | jq {attempt, status, text}": curl,
     "jobq jobs logs 3f2a": runs,
     ".venv/bin/python -m bench.bench_logs --rounds 3": benchmark_arguments("bench.bench_logs"),
+    ".venv/bin/python -m bench.bench_spark_warm --rounds 5": benchmark_arguments(
+        "bench.bench_spark_warm"
+    ),
     "jobq server": serves,
     "jobq submit reports.daily --retry-backoff 10s,3,30m": submits_with_backoff,
     'curl -s --json {"name": "reports.daily", "retry_backoff": {"initial_ms": 10000, '

@@ -181,5 +181,7 @@ def test_killed_worker_import_and_backup_are_resumed(
         assert job["status"] == "succeeded", job
         restored = data / "spark" / "warehouse" / "events_back"
         assert rows_checksum(spark.read.parquet(str(restored))) == expected
+        # each worker started its session with itself (no --spark-lazy)
+        assert worker_log.read_text().count("Spark session ready in") >= 2
     finally:
         _stop(third)

@@ -56,6 +56,9 @@ from jobq.cli.common import (
 @click.option("--spark-allow-any-path", is_flag=True, default=False,
               help="Do not check the paths in jobs' SQL against --spark-root, and leave SQL "
               "on files (csv.`/path`) on.")
+@click.option("--spark-lazy", is_flag=True, default=False,
+              help="Start the Spark session when the first Spark job runs, not when the "
+              "worker starts.")
 @client_options
 def worker_command(
     imports: tuple[str, ...],
@@ -70,13 +73,15 @@ def worker_command(
     spark_conf: tuple[str, ...],
     spark_roots: tuple[str, ...],
     spark_allow_any_path: bool,
+    spark_lazy: bool,
     server: Remote,
 ) -> None:
     """Lease jobs and run their handlers until SIGTERM/SIGINT.
 
     Serving a spark.* job name (or giving a --spark-* option) registers the built-in Spark
-    job types; one Spark session is built when the first Spark job runs, and each job runs
-    in a session of its own over it. The paths in jobs' SQL must lie under a --spark-root
+    job types; one Spark session (and its catalog) is started with the worker, in the
+    background (with --spark-lazy: when the first Spark job runs), and each job runs in a
+    session of its own over it. The paths in jobs' SQL must lie under a --spark-root
     unless --spark-allow-any-path is given."""
     from jobq.worker.registry import REGISTRY
     from jobq.worker.runtime import Runtime
@@ -130,6 +135,10 @@ def worker_command(
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     _check_access(server)
+    if "jobq.spark.session" in sys.modules and not spark_lazy and _serves_spark(chosen):
+        from jobq.spark.session import holder
+
+        holder().warm_in_background()
     status = runtime.run()
     if "jobq.spark.session" in sys.modules and not runtime.running_jobs():
         from jobq.spark.session import holder
@@ -142,6 +151,18 @@ def worker_command(
         sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
+
+
+def _serves_spark(chosen: list[str] | None) -> bool:
+    """Whether the worker serves a Spark job type: a built-in one or a ``@jobq.pipeline``."""
+    from jobq.worker.registry import REGISTRY
+
+    names = chosen if chosen is not None else REGISTRY.names()
+    return any(
+        n.startswith("spark.") or getattr(REGISTRY[n].fn, "jobq_pipeline", False)
+        for n in names
+        if n in REGISTRY
+    )
 
 
 def _check_access(server: Remote) -> None:

@@ -181,6 +181,7 @@ def pipeline(
 
         handler.__module__ = getattr(fn, "__module__", __name__)
         handler.__qualname__ = f"{getattr(fn, '__qualname__', 'pipeline')}.<handler>"
+        handler.jobq_pipeline = True  # type: ignore[attr-defined]  # the worker warms Spark
         target.handler(name, ttr=ttr, stall_timeout=stall_timeout)(handler)
         return fn
 

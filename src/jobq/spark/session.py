@@ -1,6 +1,6 @@
-"""The worker's one SparkSession, built on first use from a master URL or a Spark Connect
-endpoint and ``--spark-conf`` settings; by default with a persistent catalog under the data
-directory (``docs/spark.md``, "The worker").
+"""The worker's one SparkSession, built from a master URL or a Spark Connect endpoint and
+``--spark-conf`` settings, at the worker's start (or on first use with ``--spark-lazy``); by
+default with a persistent catalog under the data directory (``docs/spark.md``, "The worker").
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,6 +135,12 @@ def build_session(options: SparkOptions) -> SparkSession:
     return spark
 
 
+def _one_line(exc: BaseException) -> str:
+    from jobq.spark.errors import one_line
+
+    return one_line(exc)
+
+
 def _has_hive() -> bool:
     """True when Spark's Hive classes can be loaded (the pyspark package ships them)."""
     try:
@@ -174,6 +181,31 @@ class SessionHolder:
                 log.info("starting the Spark session (%s)", target)
                 self._session = build_session(self.options)
             return self._session  # type: ignore[no-any-return]
+
+    def warm(self) -> float:
+        """Build the session now, open its catalog and run a first tiny Spark job, so the
+        first job does not wait for them (``jobq worker`` does, unless ``--spark-lazy``).
+        Returns the seconds it took; raises what building the session raised."""
+        started = time.monotonic()
+        spark = self.get()
+        spark.sql("SHOW DATABASES").collect()  # the catalog (an embedded metastore starts)
+        spark.range(1).count()  # the executors and the code paths of a job
+        return time.monotonic() - started
+
+    def warm_in_background(self) -> threading.Thread:
+        """:meth:`warm` in a thread of its own; a failure is logged (the jobs report it)."""
+
+        def run() -> None:
+            try:
+                elapsed_s = self.warm()
+            except Exception as exc:
+                log.warning("the Spark session could not be started: %s", _one_line(exc))
+                return
+            log.info("Spark session ready in %.1f s", elapsed_s)
+
+        thread = threading.Thread(target=run, name="jobq-spark-warm", daemon=True)
+        thread.start()
+        return thread
 
     def started(self) -> bool:
         return self._session is not None
