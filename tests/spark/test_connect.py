@@ -267,6 +267,7 @@ def test_connect_server_runs_an_import_and_a_pipeline(
             "table": "connect_sales",
             "rows": n_files * rows_per_file,
             "files": n_files,
+            "malformed_rows": 0,  # counted over Spark Connect too
         }
         # a checkpoint per chunk and one for the commit, with growing fractions
         details = _checkpoint_fractions(client, job_id)

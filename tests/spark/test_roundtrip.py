@@ -28,7 +28,11 @@ def test_import_sql_export_backup_restore_round_trip(
     client: Client, runtime: Any, spark: Any, spark_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the Spark jobs of each unit go to the attempt's log at INFO (pytest's root is WARNING)
-    monkeypatch.setattr(logging.getLogger("jobq.spark.events"), "level", logging.INFO)
+    events = logging.getLogger("jobq.spark.events")
+    monkeypatch.setattr(events, "level", logging.INFO)
+    # setattr bypasses setLevel, which clears the loggers' cached isEnabledFor answers: an
+    # earlier module's Spark jobs left "not at INFO" there
+    events.manager._clear_cache()
     src = spark_dir / "in"
     src.mkdir()
     for k in range(4):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -171,6 +172,11 @@ class SessionHolder:
         self._lock = threading.Lock()
 
     @property
+    def embedded_catalog(self) -> bool:
+        """Whether the catalog is the worker's own (no external metastore configured)."""
+        return not any(key in self.options.conf for key in _EXTERNAL_CATALOG_KEYS)
+
+    @property
     def is_remote(self) -> bool:
         return self.options.remote is not None
 
@@ -189,7 +195,22 @@ class SessionHolder:
         started = time.monotonic()
         spark = self.get()
         spark.sql("SHOW DATABASES").collect()  # the catalog (an embedded metastore starts)
-        spark.range(1).count()  # the executors and the code paths of a job
+        job = spark.newSession()  # what each job makes: a session state, an analyzer
+        job.catalog.tableExists("jobq_warm_up")
+        job.sql("SELECT 1 AS one").collect()
+        master = self.options.master or DEFAULT_MASTER
+        if self.is_remote or not master.startswith("local"):
+            job.range(1).count()  # the executors and the code paths of a job
+        elif self.embedded_catalog:  # a job that makes a table (this worker's own catalog)
+            name = f"jobq_warm_up_{os.getpid()}"
+            job.range(1).write.mode("overwrite").saveAsTable(name)
+            job.sql(f"DROP TABLE IF EXISTS {name}")
+        else:  # a job that writes Parquet files (in the data directory, removed)
+            out = self.options.spark_dir / "warm-up"
+            job.range(1).write.mode("overwrite").parquet(str(out))
+            shutil.rmtree(out, ignore_errors=True)
+        if self.is_remote:
+            job.stop()
         return time.monotonic() - started
 
     def warm_in_background(self) -> threading.Thread:
