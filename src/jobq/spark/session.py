@@ -236,9 +236,19 @@ class SessionHolder:
             session, self._session = self._session, None
         if session is not None:
             try:
+                if not self.is_remote:
+                    _forget_hive_client(session)
                 session.stop()
             except Exception:  # stopping is best effort at exit
                 log.debug("stopping the Spark session failed", exc_info=True)
+
+
+def _forget_hive_client(session: Any) -> None:
+    """Drop the Hive client this thread caches: Hive keeps one per thread, and a session built
+    later in this process (another data directory) would otherwise reach the old metastore
+    from this thread while its jobs' threads reach the new one."""
+    if _has_hive():
+        session.sparkContext._jvm.org.apache.hadoop.hive.ql.metadata.Hive.closeCurrent()
 
 
 _holder: SessionHolder | None = None
