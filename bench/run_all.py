@@ -91,6 +91,8 @@ BENCHMARKS = [
           "spark_warm.md",
           labels={r"import \+ report": "import + report of ~300k rows, jobq / plain PySpark",
                   "one tiny job": "fixed per-job overhead of jobq over plain PySpark"}),
+    Bench("A declarative pipeline: jobq against spark-pipelines run", 23,
+          "bench.bench_pipeline", [], ["--rounds", "1", "--rows", "20000"], "pipeline.md"),
     Bench("Load and soak: 200 connections", 8, "bench.soak", [],
           ["--jobs", "20000"], "soak.md"),
     Bench("Fairness: another client's latency under one client's load", 21,

@@ -35,3 +35,33 @@ def test_a_failed_flow_fails_the_run() -> None:
     flows.feed("Flow spark_catalog.default.x has FAILED. Error: division by zero")
     flows.feed("Run is FAILED.")
     assert flows.failure is not None and "x has FAILED" in flows.failure
+
+
+def test_a_flow_that_fails_to_resolve_gives_its_name_and_sparks_error() -> None:
+    flows = FlowProgress()
+    flows.feed("Flow spark_catalog.default.fine is QUEUED.")
+    assert flows.feed_error(
+        "Failed to resolve flow: 'spark_catalog.default.broken'.\n"
+        "Error: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function parameter"
+        " with name `no_such_column` cannot be resolved. Did you mean one of the following?"
+        " [`id`]. SQLSTATE: 42703; line 2 pos 42;\n'Project ['no_such_column]\n"
+    )
+    assert flows.error_text(RuntimeError("Failed to resolve flows in the pipeline.")) == (
+        "flow spark_catalog.default.broken: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column,"
+        " variable, or function parameter with name `no_such_column` cannot be resolved."
+        " Did you mean one of the following? [`id`]."
+    )
+    assert not flows.feed_error("Flow spark_catalog.default.fine is RUNNING.")
+
+
+def test_the_flows_a_sql_file_defines() -> None:
+    from jobq.spark.pipelines.declarative import sql_flow_names
+
+    sql = """
+    CREATE MATERIALIZED VIEW a AS SELECT 1; -- a comment; with a semicolon
+    CREATE STREAMING TABLE s;
+    create or refresh streaming table `db`.`t` as select * from stream(a);
+    CREATE FLOW f AS INSERT INTO s BY NAME SELECT 1;
+    CREATE TEMPORARY VIEW v AS SELECT 2;
+    """
+    assert sql_flow_names(sql) == ["a", "db.t", "f", "v"]

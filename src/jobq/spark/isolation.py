@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from jobq.spark.session import SessionHolder
     from jobq.worker.context import JobContext
 
-__all__ = ["job_group", "job_session", "spark_conf_of", "spark_info"]
+__all__ = ["apply_conf", "job_group", "job_session", "spark_conf_of", "spark_info"]
 
 log = logging.getLogger("jobq.spark")
 
@@ -74,7 +74,7 @@ def spark_info(spark: Any) -> dict[str, str]:
     return info
 
 
-def _apply_conf(spark: Any, conf: Mapping[str, str], holder: SessionHolder) -> None:
+def apply_conf(spark: Any, conf: Mapping[str, str], holder: SessionHolder) -> None:
     sandbox = holder.sandbox
     for key, value in conf.items():
         error = sandbox.setting_error(key, value)
@@ -162,7 +162,7 @@ def job_session(
             _worker_conf(spark, holder)
         else:
             _set_active(spark)
-        _apply_conf(spark, spark_conf, holder)
+        apply_conf(spark, spark_conf, holder)
         holder.sandbox.prepare(spark)
         _start_group(spark, job_group(context.id), f"jobq job {context.id} ({context.name})")
         yield spark

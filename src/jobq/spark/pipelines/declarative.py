@@ -5,21 +5,33 @@ the ``spark-pipelines`` CLI. One unit: an adopted job runs the pipeline again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import subprocess
-import sys
-from collections.abc import Iterable
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from jobq.spark.args import PipelineArgs, parse
-from jobq.spark.errors import SparkJobError
+from jobq.spark.errors import MAX_ERROR_CHARS, SparkJobError, one_line
+from jobq.spark.redact import redact_text
 from jobq.spark.registry import PipelineJob, pipeline
+from jobq.spark.sandbox import is_connect
 
 #: spec file names, as the pipelines CLI looks for them
 SPEC_NAMES = ("spark-pipeline.yml", "spark-pipeline.yaml", "pipeline.yml", "pipeline.yaml")
 _FLOW = re.compile(r"Flow [`'\"]?(?P<flow>[^\s`'\"]+?)[`'\"]? (?:is|has) (?P<state>[A-Z_]+)")
 _RUN = re.compile(r"Run (?:is|has) (?P<state>[A-Z_]+)")
+_UNRESOLVED = re.compile(
+    r"[Ff]ailed to (?:resolve|analyze) flow:? [`'\"]?(?P<flow>[^\s`'\"]+?)[`'\"]?\.?(?:\s|$)"
+)
+_CONDITION = re.compile(r"\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\]")
+_DEFINES_FLOW = re.compile(
+    r"\s*CREATE\s+(?:OR\s+REFRESH\s+)?(?P<kind>MATERIALIZED\s+VIEW|STREAMING\s+TABLE|FLOW|"
+    r"TEMPORARY\s+VIEW)\s+(?:IF\s+NOT\s+EXISTS\s+)?(?P<name>[\w.`]+)",
+    re.IGNORECASE,
+)
+_AS = re.compile(r"\bAS\b", re.IGNORECASE)
 _FLOW_DONE = {"COMPLETED", "FAILED", "SKIPPED", "EXCLUDED", "STOPPED"}
 
 
@@ -31,6 +43,8 @@ class FlowProgress:
         self.running: str | None = None
         self.run_state: str | None = None
         self.failure: str | None = None
+        #: flow -> its error (Spark's condition and message), in the order they failed
+        self.errors: dict[str, str] = {}
 
     def feed(self, message: str) -> bool:
         """Take one event message; True when it changed the progress."""
@@ -61,7 +75,34 @@ class FlowProgress:
             self.running = None
         if state == "FAILED":
             self.failure = self.failure or message.strip().splitlines()[0]
+            cause = _cause(message)
+            if cause:
+                self.errors.setdefault(name, cause)
         return True
+
+    def feed_error(self, message: str) -> bool:
+        """A message naming a flow that failed to resolve (no state event comes for it)."""
+        match = _UNRESOLVED.search(message)
+        if not match:
+            return False
+        name = match["flow"]
+        self.states[name] = "FAILED"
+        cause = _cause(message)
+        if cause:
+            self.errors.setdefault(name, cause)
+        return True
+
+    def error_text(self, failure: BaseException | None) -> str:
+        """The job's error: the first failed flow's name and Spark's own error, else the
+        run's error."""
+        if self.errors:
+            name, cause = next(iter(self.errors.items()))
+            more = len(self.errors) - 1
+            text = f"flow {name}: {cause}"
+            return text + (f" (and {more} more failed flows)" if more else "")
+        if failure is not None:
+            return one_line(failure)
+        return self.failure or "run FAILED"
 
     @property
     def done(self) -> int:
@@ -74,6 +115,18 @@ class FlowProgress:
     def status(self) -> str:
         text = f"{self.done}/{self.total} flows"
         return f"{self.running} running ({text})" if self.running else text
+
+
+def _cause(message: str) -> str | None:
+    """Spark's error in a flow's event message: from its error condition (``[UNRESOLVED_...]``)
+    to the end of that sentence, on one line, without the query plan."""
+    match = _CONDITION.search(message)
+    if not match:
+        return None
+    text = message[match.start() :].split("\n")[0]
+    text = re.sub(r"\s*SQLSTATE: \w+.*$", "", text)
+    text = re.sub(r";\s*line \d+ pos \d+.*$", "", text).strip()
+    return redact_text(" ".join(text.split()))[:MAX_ERROR_CHARS]
 
 
 def find_spec(path: str) -> str:
@@ -105,23 +158,115 @@ def _report(job: PipelineJob, flows: FlowProgress, sent: list[str]) -> None:
     )
 
 
-def _events_in_process(spark: Any, spec_path: str, args: PipelineArgs) -> Iterable[str]:
-    from pathlib import Path
+def _sql_files(spec_path: str, spec: Any) -> list[Path]:
+    """The SQL files of the spec's libraries, as the pipelines CLI finds them."""
+    root = Path(spec_path).parent.resolve()
+    files: list[Path] = []
+    for library in spec.libraries:
+        for path in sorted(root.glob(library.include)):
+            if path.is_file() and path.suffix == ".sql" and path not in files:
+                files.append(path)
+    return files
 
-    from pyspark.pipelines.cli import load_pipeline_spec, register_definitions
+
+def check_sql_files(job: PipelineJob, spark: Any, spec_path: str, spec: Any) -> int:
+    """Every statement of the project's SQL files through the sandbox (the job's own
+    session's parser); SparkJobError naming the file if one is refused. The number of
+    statements checked."""
+    from jobq.spark.statements import split_statements
+
+    checked = 0
+    for path in _sql_files(spec_path, spec):
+        for statement in split_statements(path.read_text(encoding="utf-8")):
+            try:
+                job.sandbox.check(spark, statement)
+            except SparkJobError as exc:
+                raise SparkJobError(f"{path.name}: {exc}") from None
+            checked += 1
+    return checked
+
+
+@contextlib.contextmanager
+def connect_session_for(spark: Any, args: PipelineArgs, job: PipelineJob) -> Iterator[Any]:
+    """A Spark Connect session for the pipeline: the job's own on a Connect worker; on a
+    classic one a new session of the worker's loopback endpoint (same context, catalog and
+    settings), given the job's ``spark_conf``, the sandbox's settings and the job's tag."""
+    if is_connect(spark):
+        yield spark
+        return
+    from jobq.spark.isolation import apply_conf, job_group, spark_conf_of
+    from jobq.spark.loopback import connect_session, endpoint
+    from jobq.spark.session import holder
+
+    session = connect_session(endpoint(spark))
+    try:
+        apply_conf(session, spark_conf_of(args), holder())
+        job.sandbox.prepare(session)
+        with contextlib.suppress(Exception):
+            session.addTag(job_group(job.id))
+        yield session
+    except BaseException:
+        with contextlib.suppress(Exception):
+            session.interruptAll()  # a canceled job's run stops in the worker's Spark
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            session.stop()
+
+
+def sql_flow_names(sql: str) -> list[str]:
+    """The flows a pipeline SQL file defines, as written: a materialized view, a streaming
+    table with a query, a ``CREATE FLOW``, a temporary view."""
+    from jobq.spark.statements import split_statements
+
+    names = []
+    for statement in split_statements(sql):
+        match = _DEFINES_FLOW.match(statement)
+        if match and (match["kind"].upper() != "STREAMING TABLE" or _AS.search(statement)):
+            names.append(match["name"].replace("`", ""))
+    return names
+
+
+def _qualified(name: str, catalog: str, database: str) -> str:
+    parts = name.split(".")
+    if len(parts) == 1:
+        return f"{catalog}.{database}.{name}"
+    if len(parts) == 2:
+        return f"{catalog}.{name}"
+    return name
+
+
+def run_events(
+    spark: Any, spec_path: str, spec: Any, args: PipelineArgs, defined: list[str]
+) -> Iterator[str]:
+    """Register the project's graph on the Connect session ``spark`` and run it (or dry
+    run it): the run's event messages. ``defined`` gets the names of the flows defined
+    (qualified with the spec's, else the session's, catalog and database)."""
+    from pyspark.pipelines.cli import register_definitions
     from pyspark.pipelines.spark_connect_graph_element_registry import (
         SparkConnectGraphElementRegistry,
     )
     from pyspark.pipelines.spark_connect_pipeline import create_dataflow_graph, start_run
 
-    spec = load_pipeline_spec(Path(spec_path))
     graph_id = create_dataflow_graph(
         spark,
         default_catalog=spec.catalog,
         default_database=spec.database,
         sql_conf=spec.configuration,
     )
-    registry = SparkConnectGraphElementRegistry(spark, graph_id)
+    catalog = spec.catalog or spark.catalog.currentCatalog()
+    database = spec.database or spark.catalog.currentDatabase()
+
+    class Recording(SparkConnectGraphElementRegistry):
+        def register_flow(self, flow: Any) -> None:
+            defined.append(_qualified(flow.name, catalog, database))
+            super().register_flow(flow)
+
+        def register_sql(self, sql_text: str, file_path: Path) -> None:
+            defined.extend(_qualified(n, catalog, database) for n in sql_flow_names(sql_text))
+            super().register_sql(sql_text, file_path)
+
+    registry = Recording(spark, graph_id)
     register_definitions(Path(spec_path), registry, spec, spark, graph_id)
     for result in start_run(
         spark,
@@ -136,58 +281,48 @@ def _events_in_process(spark: Any, spec_path: str, args: PipelineArgs) -> Iterab
             yield result["pipeline_event_result"].event.message
 
 
-def _events_from_cli(spec_path: str, args: PipelineArgs, job: PipelineJob) -> Iterable[str]:
-    import pyspark
-
-    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-    command = [os.path.join(home, "bin", "spark-pipelines")]
-    command += ["dry-run", "--spec", spec_path] if args.dry_run else ["run", "--spec", spec_path]
-    if not args.dry_run:
-        if args.full_refresh_all:
-            command.append("--full-refresh-all")
-        if args.full_refresh:
-            command += ["--full-refresh", ",".join(args.full_refresh)]
-        if args.refresh:
-            command += ["--refresh", ",".join(args.refresh)]
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_HOME=home)
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    assert proc.stdout is not None
-    tail: list[str] = []
-    try:
-        for line in proc.stdout:
-            tail = [*tail[-20:], line.rstrip()]
-            yield line
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        status = proc.wait()
-    if status != 0:
-        errors = [t for t in tail if "Error" in t or "Exception" in t or "FAILED" in t]
-        raise SparkJobError(f"spark-pipelines failed: {(errors or tail or ['?'])[-1][:300]}")
-
-
 @pipeline("spark.pipeline", parse=lambda payload: parse("spark.pipeline", payload))
 def run_pipeline(spark: Any, args: PipelineArgs, job: PipelineJob) -> dict[str, Any]:
+    from pyspark.pipelines.cli import load_pipeline_spec
+
     spec_path = find_spec(job.roots.resolve(args.spec, "spec"))
-    connect = type(spark).__module__.startswith("pyspark.sql.connect")
+    try:
+        spec = load_pipeline_spec(Path(spec_path))
+    except Exception as exc:
+        raise SparkJobError(f"spec: {one_line(exc)}") from None
+    check_sql_files(job, spark, spec_path, spec)
     flows = FlowProgress()
     job.log_unit("pipeline run")
     job.progress(0.0, "dry run" if args.dry_run else "starting")
-    events = (
-        _events_in_process(spark, spec_path, args)
-        if connect
-        else _events_from_cli(spec_path, args, job)
-    )
     sent: list[str] = []
-    for message in events:
-        if flows.feed(message):
-            _report(job, flows, sent)
-        else:
+    failure: BaseException | None = None
+    with connect_session_for(spark, args, job) as session:
+        defined: list[str] = []
+        events = run_events(session, spec_path, spec, args, defined)
+        while True:
+            try:
+                message = next(events)
+            except StopIteration:
+                break
+            except SparkJobError:
+                raise
+            except Exception as exc:  # the run's own error: the flows' errors say more
+                failure = exc
+                break
+            if flows.feed(message) or flows.feed_error(message):
+                _report(job, flows, sent)
             job.check()
-    if flows.failure or flows.run_state == "FAILED":
-        raise SparkJobError(f"pipeline failed: {flows.failure or 'run FAILED'}")
+    if failure is not None or flows.failure or flows.run_state == "FAILED":
+        raise SparkJobError(f"pipeline failed: {flows.error_text(failure)}")
+    if args.dry_run:
+        for name in defined:
+            flows.states.setdefault(name, "PLANNED")
+        job.progress(1.0, f"dry run: {len(flows.states)} flows")
+        return {
+            "flows": {name: state for name, state in sorted(flows.states.items())},
+            "dry_run": True,
+            "run": flows.run_state,
+        }
     job.progress(1.0, flows.status())
     return {
         "flows": {name: state for name, state in sorted(flows.states.items())},

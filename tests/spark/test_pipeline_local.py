@@ -1,0 +1,163 @@
+"""``spark.pipeline`` on a classic (local) worker runs in the worker's own Spark, through
+its loopback Spark Connect endpoint: the flows' tables land in the worker's catalog, made
+under its ``--spark-conf``; two pipelines run at once with 15002 taken; a failing flow's
+error names the flow and Spark's cause; a dry run lists the flows; SQL files go through
+the sandbox."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobq.client import Client
+from tests.spark.conftest import QUICK_CONF, run_job, wait_finished
+
+#: a setting of the worker that the flows' output shows
+WORKER_CONF = {**QUICK_CONF, "spark.sql.session.timeZone": "America/New_York"}
+
+SPEC = """\
+name: {name}
+storage: {storage}
+libraries:
+  - glob:
+      include: transformations/**
+"""
+#: three flows, each over the one before
+FLOWS = """\
+CREATE MATERIALIZED VIEW {p}_numbers AS
+  SELECT id, current_timezone() AS tz FROM range(10);
+CREATE MATERIALIZED VIEW {p}_evens AS SELECT id FROM {p}_numbers WHERE id % 2 = 0;
+CREATE MATERIALIZED VIEW {p}_total AS SELECT sum(id) AS total FROM {p}_evens;
+"""
+BROKEN = """\
+CREATE MATERIALIZED VIEW fine AS SELECT id FROM range(3);
+CREATE MATERIALIZED VIEW broken AS SELECT no_such_column FROM fine;
+"""
+
+
+def project(root: Path, name: str, flows: str) -> Path:
+    directory = root / name
+    (directory / "transformations").mkdir(parents=True, exist_ok=True)
+    storage = (root / f"{name}-storage").as_uri()
+    (directory / "spark-pipeline.yml").write_text(SPEC.format(name=name, storage=storage))
+    (directory / "transformations" / "flows.sql").write_text(flows)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def sessions(spark_dir: Path) -> Iterator[Any]:
+    from jobq.spark.session import SparkOptions, configure
+
+    holder = configure(
+        SparkOptions(
+            master="local[2]",
+            data_dir=spark_dir / "data",
+            roots=[str(spark_dir / "root")],
+            conf=dict(WORKER_CONF),
+        )
+    )
+    yield holder
+    holder.stop()
+
+
+@pytest.fixture(scope="module")
+def runtime(address: str, sessions: Any) -> Iterator[Any]:
+    """An in-process worker running two jobs at once."""
+    import jobq.spark.pipelines  # noqa: F401  (registers the built-ins)
+    from jobq.worker import REGISTRY, Runtime
+    from jobq.worker.registry import Registry
+
+    registry = Registry()
+    registry.add(REGISTRY["spark.pipeline"])
+    with Runtime(address, registry, concurrency=2, lease_wait_ms=200) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def root(spark_dir: Path) -> Path:
+    path = spark_dir / "root"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _result(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's JSON result (the job view carries it base64-encoded)."""
+    value: dict[str, Any] = json.loads(base64.b64decode(job["result"]))
+    return value
+
+
+def _hold_port(port: int) -> socket.socket | None:
+    """Bind 127.0.0.1:port for the test's time (None if something else has it)."""
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen(1)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def test_two_pipelines_at_once_write_the_workers_catalog(
+    client: Client, runtime: Any, sessions: Any, root: Path
+) -> None:
+    held = _hold_port(15002)  # the CLI's fixed port: taken, the runs do not need it
+    try:
+        first = project(root, "first", FLOWS.format(p="a"))
+        second = project(root, "second", FLOWS.format(p="b"))
+        ids = [
+            client.submit("spark.pipeline", json.dumps({"spec": str(p)}), ttr_ms=120_000)
+            for p in (first, second)
+        ]
+        jobs = [wait_finished(client, job_id) for job_id in ids]
+    finally:
+        if held is not None:
+            held.close()
+    for job in jobs:
+        assert job["status"] == "succeeded", job
+        result = _result(job)
+        assert result["run"] == "COMPLETED" and len(result["flows"]) == 3, result
+        assert set(result["flows"].values()) == {"COMPLETED"}, result
+        assert job["running_status"] == "3/3 flows", job
+    spark = sessions.get()
+    for p in ("a", "b"):
+        assert spark.table(f"{p}_total").collect()[0]["total"] == 20
+        zones = {r["tz"] for r in spark.table(f"{p}_numbers").collect()}
+        assert zones == {"America/New_York"}, zones  # the worker's --spark-conf
+
+
+def test_a_failing_flow_names_the_flow_and_the_cause(
+    client: Client, runtime: Any, root: Path
+) -> None:
+    job = run_job(client, "spark.pipeline", {"spec": str(project(root, "bad", BROKEN))})
+    assert job["status"] == "failed", job
+    error = job["error"]
+    assert "broken" in error and "no_such_column" in error, error
+    assert "UNRESOLVED_COLUMN" in error, error
+
+
+def test_a_dry_run_lists_the_flows(client: Client, runtime: Any, sessions: Any, root: Path) -> None:
+    directory = project(root, "dry", FLOWS.format(p="d"))
+    job = run_job(client, "spark.pipeline", {"spec": str(directory), "dry_run": True})
+    assert job["status"] == "succeeded", job
+    result = _result(job)
+    assert result["dry_run"] is True
+    assert sorted(n.rsplit(".", 1)[-1] for n in result["flows"]) == [
+        "d_evens",
+        "d_numbers",
+        "d_total",
+    ], result
+    assert not sessions.get().catalog.tableExists("d_total")  # nothing ran
+
+
+def test_sql_files_go_through_the_sandbox(client: Client, runtime: Any, root: Path) -> None:
+    escape = "CREATE MATERIALIZED VIEW leak AS SELECT * FROM text.`/etc/hostname`;\n"
+    job = run_job(client, "spark.pipeline", {"spec": str(project(root, "escape", escape))})
+    assert job["status"] == "failed", job
+    assert "flows.sql" in job["error"] and "/etc/hostname" in job["error"], job
