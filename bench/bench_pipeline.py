@@ -76,11 +76,16 @@ def wait(client: Client, job_id: str, timeout_s: float = 1800) -> dict[str, Any]
 
 
 def run_cli(spec_dir: Path, cwd: Path) -> float:
+    """One ``spark-pipelines run`` in a new directory ``cwd``: its catalog is in memory
+    but its warehouse is ``cwd/spark-warehouse``, which a second run finds in its way
+    (LOCATION_ALREADY_EXISTS)."""
     import pyspark
 
+    cwd.mkdir()
     home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_HOME=home)
-    command = [os.path.join(home, "bin", "spark-pipelines"), "run", "--spec", str(spec_dir)]
+    spec = spec_dir / "spark-pipeline.yml"
+    command = [os.path.join(home, "bin", "spark-pipelines"), "run", "--spec", str(spec)]
     t0 = time.monotonic()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.monotonic() - t0
@@ -89,14 +94,16 @@ def run_cli(spec_dir: Path, cwd: Path) -> float:
     return elapsed
 
 
+def parser() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(description="a declarative pipeline: jobq vs the CLI")
+    options.add_argument("--rounds", type=int, default=3)
+    options.add_argument("--rows", type=int, default=200_000)
+    return options
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--rows", type=int, default=200_000)
-    opts = parser.parse_args()
+    opts = parser().parse_args()
     base = Path(tempfile.mkdtemp(prefix="jobq-bench-pipeline-"))
-    cli_dir = base / "cli-cwd"
-    cli_dir.mkdir()
     ours = project(base, "jobq", opts.rows)
     theirs = project(base, "cli", opts.rows)
     holder = configure(
@@ -131,7 +138,7 @@ def main() -> None:
                 if side == "jobq":
                     jobq_s.append(as_job())
                 else:
-                    cli_s.append(run_cli(theirs, cli_dir))
+                    cli_s.append(run_cli(theirs, base / f"cli-cwd-{r}"))
             print(f"round {r + 1}: jobq {jobq_s[-1]:.2f} s, cli {cli_s[-1]:.2f} s", flush=True)
     server.stop()
     holder.stop()

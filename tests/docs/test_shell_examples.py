@@ -512,6 +512,10 @@ CHECKS: dict[str, Check] = {
     '--payload {"path": "/data/{{ ds }}/sales.csv"} --then reports.daily': creates_a_chain,
     'jobq submit spark.sql --payload {"statements": "SELECT 1 AS one", "spark_conf": '
     '{"spark.sql.shuffle.partitions": 8}}': runs,
+    'jobq submit spark.pipeline --payload {"spec": "/pipelines/demo", "dry_run": true}': runs,
+    ".venv/bin/python -m bench.bench_pipeline --rounds 3": benchmark_arguments(
+        "bench.bench_pipeline"
+    ),
     "curl -s -X POST localhost:8080/api/jobs/7c41/rerun": reruns,
     "jobq schedules create nightly-export --cron 0 2 * * * --job exports --max-fails 3 "
     "--retry-backoff 1m,2,1h": runs,
