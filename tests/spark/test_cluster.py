@@ -182,7 +182,7 @@ def test_standalone_cluster_runs_a_backup(client: Client, address: str, spark_di
             base / "data",
             base,
             "--names",
-            "spark.import,spark.backup",
+            "spark.import,spark.backup,spark.pipeline",
             "--spark-master",
             master_url,
             "--spark-conf=spark.driver.host=127.0.0.1",
@@ -210,6 +210,24 @@ def test_standalone_cluster_runs_a_backup(client: Client, address: str, spark_di
             client, client.submit("spark.backup", json.dumps(backup_args), ttr_ms=60_000), JOB_S
         )
         assert job["status"] == "succeeded", (job, _tail(logs))
+        # a declarative pipeline runs on the cluster too, over the worker's own table
+        project = base / "pipeline"
+        (project / "transformations").mkdir(parents=True)
+        (project / "spark-pipeline.yml").write_text(
+            f"name: on_cluster\nstorage: {(base / 'pipeline-storage').as_uri()}\n"
+            "libraries:\n  - glob:\n      include: transformations/**\n"
+        )
+        (project / "transformations" / "by_name.sql").write_text(
+            "CREATE MATERIALIZED VIEW cluster_by_name AS\n"
+            "  SELECT name, count(*) AS n FROM cluster_sales GROUP BY name;\n"
+        )
+        job = wait_finished(
+            client,
+            client.submit("spark.pipeline", json.dumps({"spec": str(project)}), ttr_ms=60_000),
+            JOB_S,
+        )
+        assert job["status"] == "succeeded", (job, _tail(logs))
+        assert job["running_status"] == "1/1 flows", job
         # the jobs ran on the cluster: the master saw our application
         state = master_state(webui) or {}
         apps = state.get("activeapps", []) + state.get("completedapps", [])
