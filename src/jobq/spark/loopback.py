@@ -15,7 +15,7 @@ from typing import Any
 
 from jobq.spark.errors import SparkJobError, one_line
 
-__all__ = ["connect_session", "endpoint"]
+__all__ = ["connect_session", "endpoint", "stop_endpoint"]
 
 log = logging.getLogger("jobq.spark")
 
@@ -60,6 +60,23 @@ def endpoint(spark: Any) -> str:
         url = f"sc://{_HOST}:{port}/;token={token}"
         _endpoints[key] = url
         return url
+
+
+def stop_endpoint(spark: Any) -> None:
+    """Stop the endpoint over the context of ``spark``, if one was started (before the
+    context stops: a Connect service left running would outlive it in the JVM)."""
+    try:
+        key = str(spark.sparkContext.applicationId)
+    except Exception:
+        return
+    with _lock:
+        if _endpoints.pop(key, None) is None:
+            return
+        try:
+            none = spark._jvm.scala.Option.empty()
+            _service(spark._jvm).stop(none, none)
+        except Exception:
+            log.debug("stopping the Spark Connect endpoint failed", exc_info=True)
 
 
 def connect_session(url: str) -> Any:

@@ -235,6 +235,10 @@ class SessionHolder:
         with self._lock:
             session, self._session = self._session, None
         if session is not None:
+            if not self.is_remote:
+                from jobq.spark.loopback import stop_endpoint
+
+                stop_endpoint(session)
             try:
                 if not self.is_remote:
                     _forget_hive_client(session)
