@@ -235,12 +235,11 @@ class SessionHolder:
         with self._lock:
             session, self._session = self._session, None
         if session is not None:
-            if not self.is_remote:
-                from jobq.spark.loopback import stop_endpoint
-
-                stop_endpoint(session)
             try:
                 if not self.is_remote:
+                    from jobq.spark.loopback import stop_endpoint
+
+                    stop_endpoint(session)
                     _forget_hive_client(session)
                 session.stop()
             except Exception:  # stopping is best effort at exit

@@ -2,11 +2,7 @@
 its loopback Spark Connect endpoint: the flows' tables land in the worker's catalog, made
 under its ``--spark-conf``; two pipelines run at once with 15002 taken; a failing flow's
 error names the flow and Spark's cause; a dry run lists the flows; SQL files go through
-the sandbox.
-
-(Named to run after the other in-process Spark modules: a module whose session is started
-after this one's stopped did not find the tables its own jobs made; see the branch's
-report.)"""
+the sandbox."""
 
 from __future__ import annotations
 
