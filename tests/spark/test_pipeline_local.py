@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,26 @@ def test_sql_files_go_through_the_sandbox(client: Client, runtime: Any, root: Pa
     job = run_job(client, "spark.pipeline", {"spec": str(project(root, "escape", escape))})
     assert job["status"] == "failed", job
     assert "flows.sql" in job["error"] and "/etc/hostname" in job["error"], job
+
+
+def test_stopping_the_endpoint_stops_its_sessions_at_once(
+    client: Client, runtime: Any, sessions: Any, root: Path
+) -> None:
+    """A pipeline's Connect session outlives its run a moment; stopping the endpoint (as the
+    session holder does before its context stops) stops it then, so that no client is left
+    retrying against a server that is gone (at its stop and again at the process's exit)."""
+    from jobq.spark import loopback
+
+    job = run_job(
+        client, "spark.pipeline", {"spec": str(project(root, "last", FLOWS.format(p="z")))}
+    )
+    assert job["status"] == "succeeded", job
+    spark = sessions.get()
+    url = loopback.endpoint(spark)
+    left = list(loopback._open.get(url, {}))
+    assert left, "the run's session is stopped only a moment after it"
+    started = time.monotonic()
+    loopback.stop_endpoint(spark)
+    assert time.monotonic() - started < 10
+    assert all(session.is_stopped for session in left)
+    assert url not in loopback._open

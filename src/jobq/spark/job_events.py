@@ -37,26 +37,49 @@ class SparkEvents:
         status = str(status).upper()
         if job_id not in self._jobs:
             count = len(stages)
-            log.info("Spark job %d started (%s): %d stage%s", job_id, label or "unit",
-                     count, "" if count == 1 else "s")
+            log.info(
+                "Spark job %d started (%s): %d stage%s",
+                job_id,
+                label or "unit",
+                count,
+                "" if count == 1 else "s",
+            )
             self._jobs[job_id] = "RUNNING"
         for stage in stages:
             self._stage(job_id, stage)
         if status != self._jobs[job_id] and status in ("SUCCEEDED", "FAILED"):
             self._jobs[job_id] = status
-            log.log(logging.INFO if status == "SUCCEEDED" else logging.WARNING,
-                    "Spark job %d %s", job_id, status.lower())
+            log.log(
+                logging.INFO if status == "SUCCEEDED" else logging.WARNING,
+                "Spark job %d %s",
+                job_id,
+                status.lower(),
+            )
 
     def _stage(self, job_id: int, stage: Any) -> None:
         stage_id = int(stage.stageId)
-        total, done, failed = int(stage.numTasks), int(stage.numCompletedTasks), int(
-            stage.numFailedTasks
+        total, done, failed = (
+            int(stage.numTasks),
+            int(stage.numCompletedTasks),
+            int(stage.numFailedTasks),
         )
         before_done, before_failed = self._stages.get(stage_id, (-1, 0))
         self._stages[stage_id] = (done, failed)
         if failed > before_failed:
-            log.warning("Spark job %d, stage %d (%s): %d task%s failed", job_id, stage_id,
-                        stage.name, failed, "" if failed == 1 else "s")
+            log.warning(
+                "Spark job %d, stage %d (%s): %d task%s failed",
+                job_id,
+                stage_id,
+                stage.name,
+                failed,
+                "" if failed == 1 else "s",
+            )
         if total and done >= total > before_done:
-            log.info("Spark job %d, stage %d (%s) done: %d task%s", job_id, stage_id,
-                     stage.name, total, "" if total == 1 else "s")
+            log.info(
+                "Spark job %d, stage %d (%s) done: %d task%s",
+                job_id,
+                stage_id,
+                stage.name,
+                total,
+                "" if total == 1 else "s",
+            )

@@ -15,7 +15,7 @@ from typing import Any
 
 from jobq.spark.errors import SparkJobError, one_line
 
-__all__ = ["connect_session", "endpoint", "stop_endpoint"]
+__all__ = ["connect_session", "endpoint", "release_soon", "stop_endpoint"]
 
 log = logging.getLogger("jobq.spark")
 
@@ -24,6 +24,10 @@ _HOST = "localhost"
 _lock = threading.Lock()
 #: id of the SparkContext (application) -> its endpoint's URL (with the token)
 _endpoints: dict[str, str] = {}
+#: endpoint URL -> its sessions still open (and the timers that will stop them)
+_open: dict[str, dict[Any, threading.Timer | None]] = {}
+#: how long a session outlives its use (see release_soon)
+RELEASE_DELAY_S = 5.0
 
 
 def _service(jvm: Any) -> Any:
@@ -64,26 +68,67 @@ def endpoint(spark: Any) -> str:
 
 def stop_endpoint(spark: Any) -> None:
     """Stop the endpoint over the context of ``spark``, if one was started (before the
-    context stops: a Connect service left running would outlive it in the JVM)."""
+    context stops: a Connect service left running would outlive it in the JVM). Its sessions
+    still open are stopped first: a client whose server is gone retries for minutes, at its
+    ``stop()`` and again at the process's exit."""
     try:
         key = str(spark.sparkContext.applicationId)
     except Exception:
         return
     with _lock:
-        if _endpoints.pop(key, None) is None:
+        url = _endpoints.pop(key, None)
+        if url is None:
             return
-        try:
-            none = spark._jvm.scala.Option.empty()
-            _service(spark._jvm).stop(none, none)
-        except Exception:
-            log.debug("stopping the Spark Connect endpoint failed", exc_info=True)
+        sessions = _open.pop(url, {})
+    for session, timer in sessions.items():
+        if timer is not None:
+            timer.cancel()
+        _stop_session(session)
+    try:
+        none = spark._jvm.scala.Option.empty()
+        _service(spark._jvm).stop(none, none)
+    except Exception:
+        log.debug("stopping the Spark Connect endpoint failed", exc_info=True)
 
 
 def connect_session(url: str) -> Any:
-    """A new Spark Connect session (its own server-side session) at ``url``."""
+    """A new Spark Connect session (its own server-side session) at ``url``; hand it to
+    :func:`release_soon` when done."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     try:
-        return ConnectSession.builder.remote(url).create()
+        session = ConnectSession.builder.remote(url).create()
     except Exception as exc:
         raise SparkJobError(f"cannot open a Spark Connect session: {one_line(exc)}") from None
+    with _lock:
+        _open.setdefault(url, {})[session] = None
+    return session
+
+
+def release_soon(url: str, session: Any) -> None:
+    """Stop a session of :func:`connect_session` a moment from now: the client releases a
+    run's results in the background, and the server logs an error for each release that
+    finds its session already stopped. :func:`stop_endpoint` stops it at once."""
+
+    def stop() -> None:
+        with _lock:
+            sessions = _open.get(url)
+            if sessions is None or sessions.pop(session, False) is False:
+                return  # the endpoint's stop took it
+        _stop_session(session)
+
+    timer = threading.Timer(RELEASE_DELAY_S, stop)
+    timer.daemon = True
+    with _lock:
+        sessions = _open.get(url)
+        if sessions is None or session not in sessions:
+            return
+        sessions[session] = timer
+    timer.start()
+
+
+def _stop_session(session: Any) -> None:
+    try:
+        session.stop()
+    except Exception:  # best effort: the server may have gone
+        log.debug("stopping a Spark Connect session failed", exc_info=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,8 +32,6 @@ _DEFINES_FLOW = re.compile(
     re.IGNORECASE,
 )
 _AS = re.compile(r"\bAS\b", re.IGNORECASE)
-#: how long a pipeline's Connect session outlives its run (see _stop_soon)
-_STOP_DELAY_S = 5.0
 _FLOW_DONE = {"COMPLETED", "FAILED", "SKIPPED", "EXCLUDED", "STOPPED"}
 
 
@@ -189,20 +186,6 @@ def check_sql_files(job: PipelineJob, spark: Any, spec_path: str, spec: Any) -> 
     return checked
 
 
-def _stop_soon(session: Any) -> None:
-    """Stop a Connect session a moment from now: the client releases the run's results in
-    the background, and the server logs an error for each release that finds its session
-    already stopped."""
-
-    def stop() -> None:
-        with contextlib.suppress(Exception):
-            session.stop()
-
-    timer = threading.Timer(_STOP_DELAY_S, stop)
-    timer.daemon = True
-    timer.start()
-
-
 @contextlib.contextmanager
 def connect_session_for(spark: Any, args: PipelineArgs, job: PipelineJob) -> Iterator[Any]:
     """A Spark Connect session for the pipeline: the job's own on a Connect worker; on a
@@ -212,10 +195,11 @@ def connect_session_for(spark: Any, args: PipelineArgs, job: PipelineJob) -> Ite
         yield spark
         return
     from jobq.spark.isolation import apply_conf, job_group, spark_conf_of
-    from jobq.spark.loopback import connect_session, endpoint
+    from jobq.spark.loopback import connect_session, endpoint, release_soon
     from jobq.spark.session import holder
 
-    session = connect_session(endpoint(spark))
+    url = endpoint(spark)
+    session = connect_session(url)
     try:
         apply_conf(session, spark_conf_of(args), holder())
         job.sandbox.prepare(session)
@@ -227,7 +211,7 @@ def connect_session_for(spark: Any, args: PipelineArgs, job: PipelineJob) -> Ite
             session.interruptAll()  # a canceled job's run stops in the worker's Spark
         raise
     finally:
-        _stop_soon(session)
+        release_soon(url, session)
 
 
 def sql_flow_names(sql: str) -> list[str]:
