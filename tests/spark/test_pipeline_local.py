@@ -185,3 +185,21 @@ def test_stopping_the_endpoint_stops_its_sessions_at_once(
     assert time.monotonic() - started < 10
     assert all(session.is_stopped for session in left)
     assert url not in loopback._open
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("name: [unclosed\n", "SparkJobError: spec: while parsing"),
+        ("libraries: []\n", "SparkJobError: spec: Pipeline spec missing required field `name`"),
+    ],
+)
+def test_a_malformed_spec_fails_the_job_in_one_line(
+    client: Client, runtime: Any, root: Path, spec: str, says: str
+) -> None:
+    directory = root / f"malformed-{len(spec)}"
+    directory.mkdir()
+    (directory / "spark-pipeline.yml").write_text(spec)
+    job = run_job(client, "spark.pipeline", {"spec": str(directory)})
+    assert job["status"] == "failed", job
+    assert job["error"].startswith(says) and "\n" not in job["error"], job
