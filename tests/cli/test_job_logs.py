@@ -93,15 +93,20 @@ def test_follow_prints_a_running_jobs_lines_until_it_finishes(
         [sys.executable, "-m", "jobq", "jobs", "logs", job_id[:8], "-f", "--server", address],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    worker = worker_process(address, "--names", "talker")
+    worker = None
     try:
+        # the worker starts once the follower waits (else it may lease the job first)
+        assert follow.stderr is not None
+        waiting = follow.stderr.readline()
+        worker = worker_process(address, "--names", "talker")
         out, err = follow.communicate(timeout=60)
     finally:
         follow.kill()
-        stop_process(worker)
+        if worker is not None:
+            stop_process(worker)
     assert follow.returncode == 0, err
     lines = out.splitlines()
     assert lines[:6] == [f"line {i}" for i in range(6)]
     assert lines[6].endswith("INFO talker: done") and len(lines) == 7
-    assert err.splitlines()[0] == f"job {job_id} has not run yet (pending): waiting"
+    assert waiting == f"job {job_id} has not run yet (pending): waiting\n"
     assert client.job(job_id)["status"] == "succeeded"
