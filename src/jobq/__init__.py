@@ -10,6 +10,12 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+# The hot path may run compiled (jobq.build): JOBQ_PURE_PYTHON=1, or compiled modules older
+# than their sources, make the pure-Python ones load instead. Before anything imports them.
+from jobq.build import choose_modules
+
+choose_modules()
+
 TYPE_CHECKING = False  # not typing's: importing typing would make `import jobq` slower
 if TYPE_CHECKING:
     from typing import Any

@@ -16,7 +16,7 @@ from jobq.client import AccessRefused, Client, ClientError, Forbidden
 from jobq.server import protocol as p
 from jobq.server.access import PERMISSIONS, Role, allowed
 from jobq.server.auth import register_auth_command
-from jobq.server.dispatch import DeleteJob, ServerOverview
+from jobq.server.internal_requests import DeleteJob, ServerOverview
 from tests.harness import RunningServer
 
 TOKENS = {"alice": "alice-admin-token", "ci": "ci-worker-token", "grafana": "grafana-viewer-tok"}

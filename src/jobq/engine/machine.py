@@ -12,6 +12,7 @@ methods (no layer in between).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar, Final
 
 from jobq.engine import bulk as bulk_actions
 from jobq.engine import dependencies, indexes, journal, liveness, schedule_operations, waits
@@ -28,6 +29,7 @@ from jobq.engine.commands import (
     ScheduleJob,
     StartAttempt,
 )
+from jobq.engine.compaction import CompactStats
 from jobq.engine.deadlines import Deadlines
 from jobq.engine.errors import (
     DuplicateJob,
@@ -67,9 +69,9 @@ DEFAULT_RETENTION_MS = 14 * 24 * 3600 * 1000
 class Action:
     """What a heartbeat reply tells the worker."""
 
-    CONTINUE = "continue"
-    PAUSE = "pause"
-    CANCEL = "cancel"
+    CONTINUE: Final = "continue"
+    PAUSE: Final = "pause"
+    CANCEL: Final = "cancel"
 
 
 class Engine:
@@ -142,9 +144,16 @@ class Engine:
 
     # ------------------------------------------------------------------ transactions
 
-    begin = journal.begin
-    commit = journal.commit
-    rollback = journal.rollback
+    # (methods, not bindings of the functions as the others below: a compiled function
+    # does not bind as a method, and journal.py and indexes.py are compiled: jobq.build)
+    def begin(self) -> None:
+        journal.begin(self)
+
+    def commit(self) -> None:
+        journal.commit(self)
+
+    def rollback(self) -> list[Wakeup]:
+        return journal.rollback(self)
 
     # ------------------------------------------------------------------ output
 
@@ -174,8 +183,10 @@ class Engine:
         """When :meth:`tick` has work next (possibly earlier: waking early is harmless)."""
         return self._deadlines.next_ns()
 
-    tick = ticking.tick
-    compact = indexes.compact
+    tick: ClassVar = ticking.tick
+
+    def compact(self) -> CompactStats:
+        return indexes.compact(self)
 
     # ------------------------------------------------------------------ jobs
 
@@ -390,13 +401,13 @@ class Engine:
         ).count
 
     #: a bulk action: every job of a selection at once, one record (bulk.py)
-    bulk = bulk_actions.bulk
+    bulk: ClassVar = bulk_actions.bulk
 
     # ------------------------------------------------------------------ waits (waits.py)
 
-    run = waits.run
-    result = waits.result
-    cancel_wait = waits.cancel_wait
+    run: ClassVar = waits.run
+    result: ClassVar = waits.result
+    cancel_wait: ClassVar = waits.cancel_wait
 
     @property
     def waiting(self) -> int:
@@ -429,40 +440,40 @@ class Engine:
 
     # ------------------------------------------------------------------ start-up (replay.py)
 
-    begin_replay = replaying.begin_replay
-    replay = replaying.replay
-    replay_new_job = replaying.replay_new_job
-    end_replay = replaying.end_replay
+    begin_replay: ClassVar = replaying.begin_replay
+    replay: ClassVar = replaying.replay
+    replay_new_job: ClassVar = replaying.replay_new_job
+    end_replay: ClassVar = replaying.end_replay
     # snapshots: written from export(), read back by adopt_schedules() then adopt_jobs()
     # (nothing logged after it) or begin_replay_from() (the records after it replayed next)
-    export = replaying.export
-    adopt_schedules = replaying.adopt_schedules
-    adopt_jobs = replaying.adopt_jobs
-    begin_replay_from = replaying.begin_replay_from
+    export: ClassVar = replaying.export
+    adopt_schedules: ClassVar = replaying.adopt_schedules
+    adopt_jobs: ClassVar = replaying.adopt_jobs
+    begin_replay_from: ClassVar = replaying.begin_replay_from
 
     # ------------------------------------------------------------------ the cleaner (liveness.py)
 
-    record_is_live = liveness.record_is_live
-    command_is_live = liveness.command_is_live
-    command_keys = staticmethod(liveness.command_keys)
-    record_expires_ns = liveness.record_expires_ns
+    record_is_live: ClassVar = liveness.record_is_live
+    command_is_live: ClassVar = liveness.command_is_live
+    command_keys: ClassVar = staticmethod(liveness.command_keys)
+    record_expires_ns: ClassVar = liveness.record_expires_ns
 
     # ------------------------------------------------------------------ schedules
 
-    get_schedule = schedule_operations.get_schedule
-    list_schedules = schedule_operations.list_schedules
-    schedules_paused = property(schedule_operations.schedules_paused)
-    upcoming_runs = schedule_operations.upcoming_runs
-    schedule_runs = schedule_operations.schedule_runs
+    get_schedule: ClassVar = schedule_operations.get_schedule
+    list_schedules: ClassVar = schedule_operations.list_schedules
+    schedules_paused: ClassVar = property(schedule_operations.schedules_paused)
+    upcoming_runs: ClassVar = schedule_operations.upcoming_runs
+    schedule_runs: ClassVar = schedule_operations.schedule_runs
     # changes, each logged: the scheduler (scheduler.py) applies them
-    create_schedule = schedule_operations.create_schedule
-    pause_schedule = schedule_operations.pause_schedule
-    resume_schedule = schedule_operations.resume_schedule
-    alter_schedule = schedule_operations.alter_schedule
-    drop_schedule = schedule_operations.drop_schedule
+    create_schedule: ClassVar = schedule_operations.create_schedule
+    pause_schedule: ClassVar = schedule_operations.pause_schedule
+    resume_schedule: ClassVar = schedule_operations.resume_schedule
+    alter_schedule: ClassVar = schedule_operations.alter_schedule
+    drop_schedule: ClassVar = schedule_operations.drop_schedule
     # runs now, besides the scheduled ones
-    trigger_schedule = schedule_operations.trigger_schedule
-    backfill_schedule = schedule_operations.backfill_schedule
+    trigger_schedule: ClassVar = schedule_operations.trigger_schedule
+    backfill_schedule: ClassVar = schedule_operations.backfill_schedule
 
     # ------------------------------------------------------------------ internals
 

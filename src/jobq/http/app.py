@@ -32,7 +32,7 @@ from jobq.http.models import ERROR_RESPONSES, Audit, ServerSummary
 from jobq.http.routes import bad, jobs, logs, respond, schedules, workers
 from jobq.server import protocol as p
 from jobq.server.core import Core
-from jobq.server.dispatch import ServerOverview
+from jobq.server.internal_requests import ServerOverview
 from jobq.server.tokens import Access
 
 logger = logging.getLogger("jobq.http")

@@ -10,7 +10,7 @@ the caller may run the request, for TCP and HTTP alike.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from jobq.auth import FORBIDDEN
 from jobq.engine.errors import DuplicateJob, DuplicateResult, EngineError, ErrorKind, JobNotFound
@@ -22,6 +22,7 @@ from jobq.server.access import Forbidden, Principal, Role, check
 from jobq.server.attempt_logs import AttemptLogs
 from jobq.server.audit import AuditTrail
 from jobq.server.extensions import BadRequest, Deferred, Extensions, data_reply, lease_reply
+from jobq.server.internal_requests import DeleteJob, ServerOverview
 from jobq.server.workers import WorkerRegistry
 
 #: the reply to a refused command, by the error's class (the first of its classes, most
@@ -284,18 +285,3 @@ class Dispatcher:
         self._audit_delete(job_id)
         return data_reply({"id": p.format_id(job_id)})
 
-
-class ServerOverview(p.Request, frozen=True):
-    """What the server holds: connections, jobs by status, schedules, jobs evicted (HTTP's
-    ``/api/server``); the reply is JSON. Internal: no command word, never parsed."""
-
-    command: ClassVar[str] = ""
-
-
-class DeleteJob(p.Request, frozen=True):
-    """Delete the job that ``ref`` names, an id or a unique prefix of one (HTTP's ``DELETE
-    /api/jobs/{id}``); the reply is JSON, ``{"id": <the full id>}``. Internal: no command
-    word, never parsed."""
-
-    command: ClassVar[str] = ""
-    ref: str

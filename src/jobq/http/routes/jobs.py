@@ -30,7 +30,7 @@ from jobq.http.models import (
 from jobq.http.routes import bad, operation_body, respond, run, time_ok
 from jobq.server import protocol as p
 from jobq.server.core import Core
-from jobq.server.dispatch import DeleteJob
+from jobq.server.internal_requests import DeleteJob
 
 STATUSES = tuple(s.value for s in Status)
 
