@@ -1,6 +1,7 @@
 """End to end, jobq from two source trees side by side, with beanstalkd in the same run.
 
     python -m bench.bench_ab --before /path/to/old/src [--after src] [--rounds 3] [--jobs 30000]
+    python -m bench.bench_ab --pure [--after src] ...   # compiled hot path against pure Python
 
 For a change that must not change speed (a refactor): each round runs every scenario against
 beanstalkd, the ``--before`` jobq and the ``--after`` jobq, one after another in that order,
@@ -8,6 +9,10 @@ each on a fresh server (fresh data directory on the real disk, free loopback por
 qbench (``../shared/tools/qbench``, Go: not the bottleneck). It reports the medians of
 jobs per second and of the server's CPU time per job, and the after/before ratios. Written to
 ``bench/out/ab.md``.
+
+With ``--pure`` the "before" jobq is the ``--after`` tree itself run on its pure-Python modules
+(``JOBQ_PURE_PYTHON=1``): the compiled hot path (``jobq.build``) against pure Python, with
+beanstalkd in the same run.
 
 Scenarios (as the end-to-end benchmark's):
   A     4 producers + 4 consumers; jobq ``--cmdlog-sync interval``, beanstalkd ``-f 1000``
@@ -77,11 +82,13 @@ def qbench_binary() -> str:
     return str(built)
 
 
-def jobq_server(src: Path, data_dir: Path, sync: str) -> ServerProcess:
-    """An (unstarted) ``jobq server`` whose code comes from the tree ``src``."""
+def jobq_server(src: Path, data_dir: Path, sync: str, *, pure: bool = False) -> ServerProcess:
+    """An (unstarted) ``jobq server`` whose code comes from the tree ``src`` (its
+    pure-Python hot path if ``pure``)."""
     port = free_port()
     argv = [
-        "env", f"PYTHONPATH={src}", sys.executable, "-m", "jobq", "server",
+        "env", f"PYTHONPATH={src}", f"JOBQ_PURE_PYTHON={int(pure)}",
+        sys.executable, "-m", "jobq", "server",
         "--listen", f"{LOOPBACK}:{port}", "--data-dir", str(data_dir), "--cmdlog-sync", sync,
     ]
     return ServerProcess(f"jobq ({src})", argv, port, data_dir / "server.log")
@@ -111,13 +118,13 @@ def one_run(
     return rate, cpu_us
 
 
-def restart(src: Path, data_dir: Path) -> dict[str, float]:
+def restart(src: Path, data_dir: Path, *, pure: bool = False) -> dict[str, float]:
     """Start the jobq of ``src`` on ``data_dir`` without, then with, its engine snapshot:
     seconds to the first reply and RSS (MiB) then."""
     found: dict[str, float] = {}
     (data_dir / "cmdlog" / "engine.snapshot").unlink(missing_ok=True)
     for start in ("replay", "snapshot"):
-        server = jobq_server(src, data_dir, "interval")
+        server = jobq_server(src, data_dir, "interval", pure=pure)
         seconds, server = first_reply_s(
             lambda server=server: _launch(server), b"inspect server\r\n", server.port
         )
@@ -130,7 +137,11 @@ def restart(src: Path, data_dir: Path) -> dict[str, float]:
 def parser() -> argparse.ArgumentParser:
     """The command line (the docs' examples are checked against it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", type=Path, required=True, help="the old tree's src/")
+    parser.add_argument("--before", type=Path, help="the old tree's src/")
+    parser.add_argument(
+        "--pure", action="store_true",
+        help="before: the --after tree on its pure-Python modules (JOBQ_PURE_PYTHON=1)",
+    )
     parser.add_argument("--after", type=Path, default=ROOT / "src", help="default: src/")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=30_000)
@@ -141,6 +152,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
+    if args.pure:
+        args.before = args.after
+    elif args.before is None:
+        parser().error("give --before, or --pure")
     qbench = qbench_binary()
     scenarios = [SCENARIOS[name] for name in args.scenarios.split(",")]
     names = ("beanstalkd", "before", "after")
@@ -155,7 +170,8 @@ def main() -> None:
         for round_number in range(args.rounds if args.restart_pending else 0):
             for name in names[1:]:
                 src = args.before if name == "before" else args.after
-                for key, value in restart(src.resolve(), Path(tmp)).items():
+                pure = args.pure and name == "before"
+                for key, value in restart(src.resolve(), Path(tmp), pure=pure).items():
                     restarts.setdefault((key, name), []).append(value)
                 print(f"round {round_number + 1} restart {name}: "
                       f"{restarts[('replay_s', name)][-1]:.2f} s replay, "
@@ -170,7 +186,10 @@ def main() -> None:
                         proto = "beanstalk"
                     else:
                         src = args.before if name == "before" else args.after
-                        server = jobq_server(src.resolve(), data, scenario.jobq_sync)
+                        server = jobq_server(
+                            src.resolve(), data, scenario.jobq_sync,
+                            pure=args.pure and name == "before",
+                        )
                         proto = "workq"
                     rate, cpu_us = one_run(server, qbench, proto, scenario, args.jobs)
                 rates.setdefault((scenario.name, name), []).append(rate)
@@ -178,9 +197,11 @@ def main() -> None:
                 print(f"round {round_number + 1} {scenario.name} {name}: {rate:,.0f} jobs/s, "
                       f"{cpu_us:.0f} us CPU a job", flush=True)
     lines = [
-        "jobq before and after a change, end to end (qbench; beanstalkd in the same run).",
+        "jobq before and after a change, end to end (qbench; beanstalkd in the same run)"
+        + (": before is the pure-Python hot path, after the compiled one." if args.pure else "."),
         "",
-        f"Reproduce: `python -m bench.bench_ab --before {args.before} --rounds {args.rounds} "
+        f"Reproduce: `python -m bench.bench_ab "
+        f"{'--pure' if args.pure else f'--before {args.before}'} --rounds {args.rounds} "
         f"--jobs {args.jobs} --restart-pending {args.restart_pending}`; measured {started}, "
         f"{os.cpu_count()} cores, "
         f"{platform.python_version()}. Medians of {args.rounds} alternated rounds.",

@@ -103,19 +103,3 @@ def hot_path() -> str:
         return COMPILED if not (module.__file__ or "").endswith(".py") else PURE
     return COMPILED if len(compiled_files()) == len(HOT_MODULES) else PURE
 
-
-def main() -> None:
-    """``python -m jobq.build``: say which build runs; one warning line if pure Python."""
-    found = hot_path()
-    if found == PURE and os.environ.get(PURE_ENV) != "1":
-        print(
-            "warning: jobq: the hot path is not compiled (no C compiler, or mypyc failed); "
-            "running the pure-Python modules",
-            file=sys.stderr,
-        )
-    else:
-        print(f"jobq hot path: {found}")
-
-
-if __name__ == "__main__":
-    main()

@@ -223,6 +223,7 @@ class Session:
             body = response.text
         if isinstance(body, dict):
             body.pop("uptime_s", None)  # the wall clock's
+            body.pop("build", None)  # /api/server's: the install's (compiled or not)
         text = json.dumps(body, sort_keys=True)
         self.record(label, "http", f"{what} -> {response.status_code} {text}")
 

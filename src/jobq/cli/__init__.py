@@ -13,6 +13,7 @@ import importlib
 import click
 
 from jobq import __version__
+from jobq.build import hot_path
 
 #: command name -> "module:attribute" of its click command
 SUBCOMMANDS: dict[str, str] = {
@@ -46,6 +47,9 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="jobq", package_name="jobq")
+@click.version_option(
+    __version__, prog_name="jobq", package_name="jobq",
+    message=f"%(prog)s, version %(version)s ({hot_path()} hot path)",
+)
 def main() -> None:
     """jobq: a durable job server and scheduler for Spark data pipelines."""

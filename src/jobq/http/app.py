@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobq import __version__
+from jobq.build import hot_path
 from jobq.http import bridge
 from jobq.http.auth import PRINCIPAL, ASGIApp, BearerAuth, Message, Receive, Scope, Send, send_json
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -102,6 +103,7 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
                 log_info["error"] = str(exc)
         summary = {
             "version": __version__,
+            "build": hot_path(),
             "started": p.format_time(core.started_ns) if core.started_ns else None,
             "uptime_s": max(0.0, (time.time_ns() - core.started_ns) / 1e9),
             **outcome.json(),  # connections, jobs, jobs_total, schedules, evicted_jobs

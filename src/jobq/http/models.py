@@ -279,6 +279,7 @@ class Principal(_Model):
 
 class ServerSummary(_Model):
     version: str
+    build: str = Field(description="the hot path running: compiled (mypyc) or pure Python")
     started: str | None
     uptime_s: float
     connections: int
