@@ -134,10 +134,12 @@ def test_make_run_on_a_fresh_clone(tmp_path: Path) -> None:
     http, tcp = free_port(), free_port()
     env = {**os.environ, "JOBQ_UP_ARGS": f"--http 127.0.0.1:{http} --listen 127.0.0.1:{tcp}"}
     (clone / ".venv-ready").touch()  # newer than pyproject.toml: make installs nothing
+    (clone / ".compiled-ready").touch()  # and compiles nothing (the hot path runs pure)
     log = tmp_path / "make-run.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             ["make", "-C", str(clone), "run", f"STAMP={clone / '.venv-ready'}",
+             f"COMPILED={clone / '.compiled-ready'}",
              f"UP_ARGS=--http 127.0.0.1:{http} --listen 127.0.0.1:{tcp}"],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
