@@ -263,14 +263,20 @@ def cmdlog_imports_of_engine(modules: dict[str, Module]) -> list[str]:
     return [chain(via, name) for name in via if within(name, "jobq.engine")]
 
 
+#: run by ``jobq/__init__.py`` before any engine code, to choose the compiled or pure-Python
+#: modules (it reads the environment and stats files): not the engine's I/O
+MODULE_CHOOSER = "jobq.build"
+
+
 def impure_engine_imports(modules: dict[str, Module]) -> list[str]:
     starts = [m for m in modules if within(m, "jobq.engine")]
     via = reach(modules, starts, ANYWHERE, packages_run=True)
-    return [
+    found = [
         chain(via, name)
         for name in via
         if name not in modules and name.partition(".")[0] not in ENGINE_MAY_IMPORT
     ]
+    return [text for text in found if f" {MODULE_CHOOSER}:" not in text]
 
 
 def engine_clock_reads(modules: dict[str, Module]) -> list[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
-from importlib.util import spec_from_file_location
 
 #: the modules setup.py compiles. Not compiled: modules holding msgspec structs (the classes
 #: mypyc makes of them lose their field types, which msgspec needs), and those whose heap
@@ -70,6 +69,8 @@ class _SourceFinder:
     ) -> ModuleSpec | None:
         if fullname not in HOT_MODULES:
             return None
+        from importlib.util import spec_from_file_location  # (not on import jobq's path)
+
         return spec_from_file_location(fullname, _paths(fullname)[0])
 
 
