@@ -4,7 +4,8 @@ The modules of ``jobq.build.HOT_MODULES`` become C extensions beside their sourc
 win on import. Anything that goes wrong (no mypyc, a type error, no compiler, a failed
 compile) leaves the pure-Python modules, with one warning line (``make`` prints it too,
 since pip hides a build's output): the install always starts. ``JOBQ_COMPILE=0`` skips the
-compile. ``CC`` names the compiler as usual. Rebuild in place after an edit: ``python setup.py build_ext --inplace``.
+compile. ``CC`` names the compiler as usual. Rebuild in place after an edit:
+``python setup.py build_ext --inplace``.
 """
 
 from __future__ import annotations
@@ -105,6 +106,19 @@ class BuildHotPath(build_ext):
             warn(f"the C compile failed: {str(exc).strip() or type(exc).__name__}")
             remove_compiled()
             self.extensions = []
+            return
+        touch_compiled()
+
+
+def touch_compiled() -> None:
+    """Date the compiled modules now: a build whose C sources did not change copies the
+    earlier build's files with their old times, and ``jobq.build`` takes a compiled module
+    older than its source for a stale one."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    for suffix in EXTENSION_SUFFIXES:
+        for compiled in (SRC / "jobq").rglob(f"*{suffix}"):
+            os.utime(compiled)
 
     def get_outputs(self) -> list[str]:
         return super().get_outputs() if self.extensions else []
