@@ -109,6 +109,12 @@ class BuildHotPath(build_ext):
             return
         touch_compiled()
 
+    def get_outputs(self) -> list[str]:
+        return super().get_outputs() if self.extensions else []
+
+    def get_output_mapping(self) -> dict[str, str]:
+        return super().get_output_mapping() if self.extensions else {}
+
 
 def touch_compiled() -> None:
     """Date the compiled modules now: a build whose C sources did not change copies the
@@ -119,12 +125,6 @@ def touch_compiled() -> None:
     for suffix in EXTENSION_SUFFIXES:
         for compiled in (SRC / "jobq").rglob(f"*{suffix}"):
             os.utime(compiled)
-
-    def get_outputs(self) -> list[str]:
-        return super().get_outputs() if self.extensions else []
-
-    def get_output_mapping(self) -> dict[str, str]:
-        return super().get_output_mapping() if self.extensions else {}
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": BuildHotPath})
