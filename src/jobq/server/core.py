@@ -450,9 +450,15 @@ class Core:
         self._arm_timer()
 
     def _release(self, batch: Batch) -> None:
-        for slot, reply, _changed in batch.replies:
+        # a connection's replies in a row (the requests of one turn) go out with one write:
+        # its slot_ready writes every answered slot at the head of its order
+        replies = batch.replies
+        last = len(replies) - 1
+        for index, (slot, reply, _changed) in enumerate(replies):
             slot.data = reply
-            slot.conn.slot_ready()
+            conn = slot.conn
+            if index == last or replies[index + 1][0].conn is not conn:
+                conn.slot_ready()
         for wakeup in batch.wakeups:
             waiter = wakeup.token
             assert isinstance(waiter, Slot)
