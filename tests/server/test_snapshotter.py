@@ -17,7 +17,16 @@ from jobq.server import snapshotter as snapshotter_module
 from jobq.server.app import _liveness
 from jobq.server.replay import restore
 from jobq.server.snapshot import SNAPSHOT_NAME, TEMPORARY_PREFIX, load_snapshot
-from jobq.server.snapshotter import CHILD_TIMEOUT_S, QUIET_S, RETRY_AFTER_S, Snapshotter
+from jobq.server.snapshotter import (
+    CHILD_TIMEOUT_S,
+    QUIET_MIN_RECORDS,
+    QUIET_S,
+    QUIET_TAIL_RATIO,
+    RETRY_AFTER_S,
+    TAIL_RATIO,
+    Snapshotter,
+    due,
+)
 from tests.engine.helpers import MS, T0, jid
 from tests.engine.test_replay_property import snapshot
 
@@ -117,41 +126,122 @@ def test_the_childs_snapshot_restores_the_engine_as_of_its_place(tmp_path: Path)
     assert not list(Path(server.directory).glob(f"{TEMPORARY_PREFIX}*"))
 
 
-def test_a_snapshot_is_taken_once_the_log_grew_by_the_jobs_of_the_last(tmp_path: Path) -> None:
+def test_a_busy_snapshot_is_due_at_a_share_of_the_engines_jobs() -> None:
+    """The busy rule: ``min_records`` records since the last snapshot, and ``TAIL_RATIO``
+    of the jobs the engine holds (what a crash would replay, against what a start loads)."""
+    assert not due(99, 0, 100)
+    assert due(100, 0, 100)
+    assert due(100, 100 * int(1 / TAIL_RATIO), 100)  # the share is 100: the floor rules
+    jobs = 10_000_000
+    assert not due(int(TAIL_RATIO * jobs) - 1, jobs, 100)
+    assert due(int(TAIL_RATIO * jobs), jobs, 100)
+    assert not due(10**9, jobs, 0)  # 0: never while running
+    assert not due(10**9, jobs, 0, quiet=True)
+
+
+def test_a_quiet_snapshot_is_due_for_a_smaller_tail() -> None:
+    """A quiet server snapshots a tail of ``QUIET_MIN_RECORDS`` records and
+    ``QUIET_TAIL_RATIO`` of its jobs, never asking for more than ``min_records``."""
+    assert not due(QUIET_MIN_RECORDS - 1, 0, 100_000, quiet=True)
+    assert due(QUIET_MIN_RECORDS, 0, 100_000, quiet=True)
+    jobs = 10_000_000
+    assert not due(int(QUIET_TAIL_RATIO * jobs) - 1, jobs, 10**9, quiet=True)
+    assert due(int(QUIET_TAIL_RATIO * jobs), jobs, 10**9, quiet=True)
+    assert due(10, jobs, 10, quiet=True)  # min_records caps it
+    assert not due(9, jobs, 10, quiet=True)
+
+
+def test_a_burst_is_snapshotted_so_a_crash_replays_a_bounded_tail() -> None:
+    """Simulated pacing (counters only, no fork): jobs added one record each from an empty
+    engine, each snapshot taking a child as long as ``write_s_per_job`` per job while the
+    adds go on at ``adds_per_s``. At every moment the records a crash would replay (since the
+    last snapshot a child finished) stay under the busy rule's bound plus what came during
+    one child's write; the last snapshot holds most of the jobs."""
+    min_records, adds_per_s, write_s_per_job = 100_000, 40_000, 2e-6
+    records_since = jobs = 0
+    child: tuple[int, float] | None = None  # (records then, when it ends)
+    now_s = 0.0
+    worst = 0
+    snapshots = 0
+    for _ in range(500_000):
+        jobs += 1
+        records_since += 1
+        now_s += 1 / adds_per_s
+        if child is not None and now_s >= child[1]:
+            records_since -= child[0]
+            child = None
+            snapshots += 1
+        worst = max(worst, records_since)
+        if child is None and due(records_since, jobs, min_records):
+            child = (records_since, now_s + write_s_per_job * jobs)
+        bound = max(min_records, TAIL_RATIO * jobs) + adds_per_s * write_s_per_job * jobs + 1
+        assert records_since <= bound
+    assert snapshots >= 4
+    assert worst <= min_records + adds_per_s * write_s_per_job * 500_000 + 1
+
+
+def test_a_snapshot_is_taken_once_the_tail_is_due(tmp_path: Path) -> None:
     server = Server(tmp_path)
 
     async def main() -> Snapshotter:
         snapshotter = server.start(min_records=10)
         server.add(range(9))
         assert not snapshotter.running
-        server.add(range(9, 10))  # 10 records: min_records, and none on disk
+        server.add(range(9, 10))  # 10 records: min_records, and over a fifth of 10 jobs
         assert snapshotter.running
         await _child_done(snapshotter)
         assert (snapshotter.records_since, snapshotter.jobs_on_disk) == (0, 10)
         server.add(range(10, 19))
         assert not snapshotter.running
-        server.add(range(19, 20))  # 10 records since one of 10 jobs
+        server.add(range(19, 20))  # 10 records since the last: min_records again
         assert snapshotter.running
         await _child_done(snapshotter)
         assert snapshotter.jobs_on_disk == 20
-        server.add(range(20, 39))
-        assert not snapshotter.running
-        server.add(range(39, 40))  # 20 records since one of 20 jobs
+        server.add(range(20, 100))  # one child at 10 more records; the rest come meanwhile
+        await _child_done(snapshotter)
+        snapshotter.check()  # due (busy): what came while it wrote
+        await _child_done(snapshotter)
+        assert (snapshotter.records_since, snapshotter.jobs_on_disk) == (0, 100)
+        server.add(range(100, 123))
+        assert not snapshotter.running  # 23 records since: under a fifth of 123 jobs
+        server.add(range(123, 124))  # 24 since, a fifth of 124 jobs (24.8, rounded down)
         assert snapshotter.running
         await _child_done(snapshotter)
-        server.complete(range(20))  # 40 records (leases, completions) since one of 40 jobs
+        assert snapshotter.jobs_on_disk == 124
+        server.complete(range(11))  # 22 records (leases, completions): under a fifth
+        assert not snapshotter.running
+        server.complete(range(11, 12))  # 24
         assert snapshotter.running
         await _child_done(snapshotter)
         return snapshotter
 
     snapshotter = asyncio.run(main())
-    assert snapshotter.written_count == 4
-    assert snapshotter.jobs_on_disk == 40  # completed jobs are kept (their results)
+    assert snapshotter.jobs_on_disk == 124  # completed jobs are kept (their results)
+
+
+def test_records_logged_while_a_child_wrote_make_the_next_due_at_a_check(
+    tmp_path: Path,
+) -> None:
+    server = Server(tmp_path)
+
+    async def main() -> None:
+        snapshotter = server.start(min_records=10)
+        server.add(range(10))
+        assert snapshotter.running
+        server.add(range(10, 25))  # while the child writes: 15 records, due when it ends
+        await _child_done(snapshotter)
+        assert snapshotter.records_since == 15
+        snapshotter.check()  # no quiet second needed: the busy rule holds
+        assert snapshotter.running
+        await _child_done(snapshotter)
+        assert (snapshotter.records_since, snapshotter.jobs_on_disk) == (0, 25)
+
+    asyncio.run(main())
 
 
 def test_a_quiet_server_is_snapshotted(tmp_path: Path) -> None:
     server = Server(tmp_path)
-    server.add(range(100))
+    server.add(range(1000))
 
     async def main() -> None:
         quiet = [False]
@@ -163,9 +253,9 @@ def test_a_quiet_server_is_snapshotted(tmp_path: Path) -> None:
             quiescent=lambda: quiet[0],
         )
         server.snapshotter = snapshotter
-        assert snapshotter.take()  # one of 100 jobs
+        assert snapshotter.take()  # one of 1000 jobs
         await _child_done(snapshotter)
-        server.complete(range(10))  # 20 records since a snapshot of 100 jobs
+        server.complete(range(10))  # 20 records since: not a fifth of 1000 jobs
         assert not snapshotter.running
         server.clock.s += QUIET_S - 0.01
         snapshotter.check()

@@ -295,6 +295,10 @@ async def serve(
         )
     if on_listening is not None:
         on_listening(host, port)
+    if snapshotter is not None:
+        # a start that replayed many records snapshots at once, not at the first write or
+        # quiet second: a crash soon after would replay them all again
+        loop.call_soon(snapshotter.check)
     switch_interval_s = sys.getswitchinterval()
     if config.sync == "always" and log is not None:
         # fsyncs slower than a millisecond run in a thread (server/commit.py); when one

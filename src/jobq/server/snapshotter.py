@@ -1,5 +1,6 @@
 """Engine snapshots while the server runs: a forked child writes one (``snapshot.py``) with
-the engine as it was at the fork, once enough was logged or the server is quiet, and the
+the engine as it was at the fork, paced by what a crash would cost (the records a start
+would replay after the snapshot on disk, against the engine's size: :func:`due`), and the
 log's cleaner is kept off the records the snapshot needs (``docs/server.md``, "Restart").
 """
 
@@ -33,6 +34,14 @@ logger = logging.getLogger("jobq.server")
 
 #: the default of ``--snapshot-min-records``
 DEFAULT_MIN_RECORDS = DEFAULT_SNAPSHOT_MIN_RECORDS
+#: a busy server snapshots once the records since the last snapshot (what a start after a
+#: crash replays) are this share of the jobs it holds (and ``min_records``): a crash then
+#: costs at most that share of a start from a snapshot, plus what came during a child's write
+TAIL_RATIO = 0.2
+#: a quiet server snapshots once the records since the last are this share of its jobs (or
+#: ``QUIET_MIN_RECORDS``): a burst gets its snapshot a second after it ends
+QUIET_TAIL_RATIO = 0.01
+QUIET_MIN_RECORDS = 1000
 #: nothing logged for this long: the server is quiet, a good time for a snapshot
 QUIET_S = 1.0
 #: how often the quiet rule is looked at
@@ -47,8 +56,8 @@ _MESSAGE_BYTES = 4096
 
 
 class Snapshotter:
-    """Decides when to snapshot the engine, forks the child that does, and keeps the
-    cleaner off the records a snapshot on disk needs.
+    """Decides when to snapshot the engine (:func:`due`), forks the child that does, and
+    keeps the cleaner off the records a snapshot on disk needs.
 
     ``written(n)`` is called after each batch of ``n`` records is written (the engine then
     holds exactly what the log holds); ``quiescent()`` says whether it does now.
@@ -104,12 +113,7 @@ class Snapshotter:
         """``records`` records were just logged, and the engine holds what the log holds."""
         self.records_since += records
         self._last_write_s = self._monotonic_s()
-        if (
-            self._child is None
-            and self.min_records
-            and self.records_since >= self.min_records
-            and self.records_since >= self.jobs_on_disk
-        ):
+        if self._child is None and due(self.records_since, len(self.engine.jobs), self.min_records):
             self.take()
 
     def start_checking(self) -> None:
@@ -124,8 +128,9 @@ class Snapshotter:
         self.start_checking()
 
     def check(self) -> None:
-        """Take a snapshot if the server is quiet and enough was logged since the last;
-        kill a child that has run for longer than ``CHILD_TIMEOUT_S``."""
+        """Take a snapshot if one is due (:func:`due`: quiet for ``QUIET_S``, or busy) and
+        the engine holds what the log holds; kill a child that has run for longer than
+        ``CHILD_TIMEOUT_S``."""
         child = self._child
         if child is not None:
             if not child.timed_out and self._monotonic_s() - child.started_s >= CHILD_TIMEOUT_S:
@@ -137,12 +142,15 @@ class Snapshotter:
                 except ProcessLookupError:
                     pass
             return
+        jobs = len(self.engine.jobs)
+        # the busy rule too: records that came while a child wrote may make one due at once
         if (
-            self.min_records
-            and self.records_since >= self.min_records
-            and self._monotonic_s() - self._last_write_s >= QUIET_S
-            and self._quiescent()
-        ):
+            due(self.records_since, jobs, self.min_records)
+            or (
+                due(self.records_since, jobs, self.min_records, quiet=True)
+                and self._monotonic_s() - self._last_write_s >= QUIET_S
+            )
+        ) and self._quiescent():
             self.take()
 
     # ------------------------------------------------------------------ how
@@ -294,6 +302,21 @@ class Snapshotter:
             os.close(child.pidfd)
         os.close(child.message_fd)
         _remove_temporary(self.log.path, child.pid)
+
+
+def due(records_since: int, jobs: int, min_records: int, *, quiet: bool = False) -> bool:
+    """Whether a snapshot is due: ``records_since`` records were logged since the last one
+    (a start after a crash would replay them) and the engine holds ``jobs`` jobs (a start
+    from a new snapshot would load them). A busy server waits for ``min_records`` records
+    and ``TAIL_RATIO`` of its jobs; a ``quiet`` one for ``QUIET_MIN_RECORDS`` and
+    ``QUIET_TAIL_RATIO`` of its jobs (at most ``min_records``). ``min_records`` 0: never."""
+    if not min_records:
+        return False
+    if quiet:
+        return records_since >= min(
+            min_records, max(QUIET_MIN_RECORDS, int(QUIET_TAIL_RATIO * jobs))
+        )
+    return records_since >= max(min_records, int(TAIL_RATIO * jobs))
 
 
 def _remove_temporary(log_dir: str, pid: int) -> None:
