@@ -14,6 +14,7 @@ from jobq.cmdlog.errors import IncompleteRecordError
 from jobq.cmdlog.record import (
     HEADER_LEN,
     Record,
+    decode_payload_runs,
     decode_payloads,
     decode_records,
     encode_header,
@@ -69,6 +70,14 @@ class Cursor:
         """
         return self._walk(
             lambda data, path, _name, _version, offset: decode_payloads(data, path, offset)
+        )
+
+    def iter_runs(self) -> Iterator[tuple[int, bytes] | tuple[list[int], list[bytes]]]:
+        """:meth:`iter_raw` with each run of records read at once as one item,
+        ``(times, payloads)``, the others as ``(time_ns, payload)``
+        (``record.decode_payload_runs``)."""
+        return self._walk(
+            lambda data, path, _name, _version, offset: decode_payload_runs(data, path, offset)
         )
 
     def _walk(

@@ -153,6 +153,15 @@ class CommandLog:
         cursor = Cursor(self.path, limit=self.appender.snapshot(), start=(sequence, offset))
         return cursor.iter_raw()
 
+    def payload_runs(
+        self, start: tuple[int, int] | None = None
+    ) -> Iterator[tuple[int, bytes] | tuple[list[int], list[bytes]]]:
+        """:meth:`payloads` (from ``start``, ``(sequence, offset)``, as
+        :meth:`payloads_from`), with each run of records read at once as one item,
+        ``(times, payloads)``: replay applies such a run at once where it can."""
+        self._write_buffer()
+        return Cursor(self.path, limit=self.appender.snapshot(), start=start).iter_runs()
+
     # ------------------------------------------------------------------ writing
 
     def flush(self) -> int:

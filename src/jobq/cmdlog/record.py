@@ -83,6 +83,13 @@ _SMALL_RECORDS: Final = tuple(struct.Struct(f">{TIME_LEN}sB{size}sI") for size i
 _SMALL_PAYLOADS: Final = tuple(
     struct.Struct(f"{TIME_LEN + 1}x{size}s{CRC_LEN}x") for size in range(0x80)
 )
+#: such a record's TIME seconds and nanoseconds, PAYLOAD and CRC, for reading a run of
+#: records of one size but each with its own TIME
+_SMALL_FIELDS: Final = tuple(struct.Struct(f">xqi3x{size}sI") for size in range(0x80))
+#: the bytes a record's CRC covers (TIME, SIZE, PAYLOAD) of such a record
+_SMALL_BODIES: Final = tuple(
+    struct.Struct(f"{TIME_LEN + 1 + size}s{CRC_LEN}x") for size in range(0x80)
+)
 #: the fewest and the most records one run check looks at (the most grows from the fewest
 #: while runs fill it: a short run costs little, a long one is checked in big steps)
 _RUN_MIN: Final = 16
@@ -376,6 +383,44 @@ def _same_head_run(
     return payloads
 
 
+def _same_size_run(
+    data: bytes, pos: int, limit: int, record_len: int
+) -> tuple[list[int], list[bytes]]:
+    """The times and payloads of the sound records from ``pos`` on (at most ``limit``) that
+    have the SIZE (one byte) of the record before them, and so ``record_len`` bytes each,
+    each with its own TIME (records written one at a time, as workq writes them): C loops
+    read their fields, CRCs and times. The run ends before the first record of another
+    size, one that does not fit, a CRC mismatch or a TIME that is not a Go time."""
+    size = data[pos - record_len + TIME_LEN]
+    count = min(limit, (len(data) - pos) // record_len)
+    column = data[pos + TIME_LEN : pos + count * record_len : record_len]
+    count = len(column) - len(column.lstrip(column[:1]))
+    if count < 2 or column[0] != size:
+        return [], []
+    run_end = pos + count * record_len
+    layouts = data[pos:run_end:record_len]
+    with memoryview(data) as whole, whole[pos:run_end] as view:
+        seconds, nanos, payloads, crcs = zip(*_SMALL_FIELDS[size].iter_unpack(view), strict=True)
+        bodies = chain.from_iterable(_SMALL_BODIES[size].iter_unpack(view))
+        sound = list(map(crc32c_value, bodies)) == list(crcs)
+    if not (sound and layouts.count(1) == count and min(nanos) >= 0 and max(nanos) < _NS_PER_S):
+        # keep the records before the first unsound one; the caller reports that one
+        count = next(
+            (
+                index
+                for index in range(count)
+                if layouts[index] != 1
+                or not 0 <= nanos[index] < _NS_PER_S
+                or crc32c_value(data[pos + index * record_len : pos + (index + 1) * record_len - 4])
+                != crcs[index]
+            ),
+            count,
+        )
+    offset_ns = GO_UNIX_OFFSET_S * _NS_PER_S
+    times = [s * _NS_PER_S + n - offset_ns for s, n in zip(seconds[:count], nanos[:count])]
+    return times, list(payloads[:count])
+
+
 def decode_records(
     data: bytes, path: str, segment: str, version: int, start: int = HEADER_LEN
 ) -> Iterator[Record]:
@@ -393,11 +438,28 @@ def decode_payloads(data: bytes, path: str, start: int = HEADER_LEN) -> Iterator
     return cast(Iterator[tuple[int, bytes]], _decode(data, path, start, None))
 
 
+def decode_payload_runs(
+    data: bytes, path: str, start: int = HEADER_LEN
+) -> Iterator[tuple[int, bytes] | tuple[list[int], list[bytes]]]:
+    """Like :func:`decode_payloads`, with the same checks and errors, but a run of records
+    read at once comes as one item, ``(times, payloads)`` (two lists of one length), so
+    that replay can apply it at once too; other records come as ``(time_ns, payload)``."""
+    return cast(
+        Iterator[tuple[int, bytes] | tuple[list[int], list[bytes]]],
+        _decode(data, path, start, None, runs=True),
+    )
+
+
 def _decode(
-    data: bytes, path: str, start: int, segment_and_version: tuple[str, int] | None
-) -> Iterator[Record | tuple[int, bytes]]:
+    data: bytes,
+    path: str,
+    start: int,
+    segment_and_version: tuple[str, int] | None,
+    *,
+    runs: bool = False,
+) -> Iterator[Record | tuple[int, bytes] | tuple[list[int], list[bytes]]]:
     """The reader: :func:`decode_records` with ``(segment, version)``, else
-    :func:`decode_payloads`."""
+    :func:`decode_payloads` (:func:`decode_payload_runs` with ``runs``)."""
     records = segment_and_version is not None
     segment, version = segment_and_version or ("", 0)
     end = len(data)
@@ -411,6 +473,7 @@ def _decode(
     head_crc = 0
     time_ns = 0
     run_limit = _RUN_MIN
+    size_run_limit = _RUN_MIN
     while pos < end:
         if pos + TIME_LEN >= end:
             raise _ends_inside_time(path, pos, end)
@@ -450,9 +513,30 @@ def _decode(
                             repeat(segment), offsets, repeat(version), repeat(time_ns), run
                         )
                         yield from map(new, repeat(cls), fields)
+                    elif runs:
+                        yield ([time_ns] * len(run), run)
                     else:
                         yield from zip(repeat(time_ns), run)
                 run_limit = min(2 * run_limit, _RUN_MAX) if len(run) == run_limit else _RUN_MIN
+            elif (
+                not records
+                and q + 3 * (q - pos) <= end
+                and data[q + TIME_LEN] == size == data[2 * q - pos + TIME_LEN]
+            ):
+                # the next two records have this one's size: records of one size, each
+                # with its own TIME (written one at a time, as workq does)
+                record_len = q - pos
+                times, payloads = _same_size_run(data, q, size_run_limit, record_len)
+                if payloads:
+                    q += len(payloads) * record_len
+                    if runs:
+                        yield (times, payloads)
+                    else:
+                        yield from zip(times, payloads)
+                if len(payloads) == size_run_limit:
+                    size_run_limit = min(2 * size_run_limit, _RUN_MAX)
+                else:
+                    size_run_limit = _RUN_MIN
         else:
             record_time_ns, payload, q = _decode_general(data, pos, end, path)
             if records:

@@ -10,6 +10,7 @@ import msgspec
 
 from jobq.cmdlog.cursor import Cursor
 from jobq.cmdlog.log import CommandLog
+from jobq.engine.add_runs import replay_add_run
 from jobq.engine.commands import CommandDecodeError, decode_add_as_job, decode_command
 from jobq.engine.machine import Engine
 from jobq.server.snapshot import LogPosition, load_snapshot, remove_stale_temporaries
@@ -88,12 +89,45 @@ def _apply_all(log: CommandLog, engine: Engine, now_ns: int, start: LogPosition 
     count = 0
     apply = engine.replay
     apply_new_job = engine.replay_new_job
-    # (time, payload) pairs: no Record object per record; a payload that does not decode
-    # is named by its place, found again with records() (below)
-    payloads = log.payloads() if start is None else log.payloads_from(start.sequence, start.offset)
-    for logged_ns, payload in payloads:
+    # (time, payload) pairs, no Record object per record, and runs of records read at once
+    # as (times, payloads): a run of adds is replayed at once where that gives what the
+    # records one by one would (``add_runs.py``); a payload that does not decode is named
+    # by its place, found again with records() (below)
+    items = log.payload_runs(None if start is None else (start.sequence, start.offset))
+    for logged_ns, payload in items:
+        if type(payload) is list:
+            if not replay_add_run(engine, payload, now_ns):
+                _apply_each(log, engine, now_ns, start, logged_ns, payload, count)  # type: ignore[arg-type]
+            count += len(payload)
+            continue
         try:
             # add records, the bulk of a log of pending jobs, become their jobs directly
+            job = decode_add_as_job(payload)  # type: ignore[arg-type]
+            if job is None:
+                command = decode_command(payload)  # type: ignore[arg-type]
+        except CommandDecodeError as exc:
+            place = _place(log, count, start)
+            raise ReplayError(f"{place}: cannot decode command: {exc}") from exc
+        if job is None:
+            apply(command, logged_ns=logged_ns, now_ns=now_ns)  # type: ignore[arg-type]
+        else:
+            apply_new_job(job, now_ns=now_ns)
+        count += 1
+    return count
+
+
+def _apply_each(
+    log: CommandLog,
+    engine: Engine,
+    now_ns: int,
+    start: LogPosition | None,
+    times: list[int],
+    payloads: list[bytes],
+    count: int,
+) -> None:
+    """Apply a run of records one by one (``count``: records applied before it)."""
+    for logged_ns, payload in zip(times, payloads, strict=True):
+        try:
             job = decode_add_as_job(payload)
             if job is None:
                 command = decode_command(payload)
@@ -101,11 +135,10 @@ def _apply_all(log: CommandLog, engine: Engine, now_ns: int, start: LogPosition 
             place = _place(log, count, start)
             raise ReplayError(f"{place}: cannot decode command: {exc}") from exc
         if job is None:
-            apply(command, logged_ns=logged_ns, now_ns=now_ns)
+            engine.replay(command, logged_ns=logged_ns, now_ns=now_ns)
         else:
-            apply_new_job(job, now_ns=now_ns)
+            engine.replay_new_job(job, now_ns=now_ns)
         count += 1
-    return count
 
 
 def _place(log: CommandLog, index: int, start: LogPosition | None = None) -> str:
