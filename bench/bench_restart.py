@@ -9,6 +9,8 @@ Rows, each the median of ``--rounds`` rounds, the trees alternated within every 
   protocol (64-byte payloads, pipelined), is killed (SIGKILL, its process group) at once
   after the last reply, and is started again: to its first reply. What it replayed after
   which snapshot is read from its log;
+- **SIGKILL soon after a start that replayed a workq log**: the server of the next row is
+  killed ``KILL_AFTER_START_S`` after its first reply, and started again;
 - **full replay of a workq log**: ``--pending`` add records as workq-server writes them
   (segment version 1, a logged time per record), no snapshot: to the first reply.
 
@@ -38,11 +40,13 @@ from bench.bench_server import (
     PAYLOAD,
     _launch,
     fill_beanstalkd,
-    first_reply_s,
     fill_jobq,
+    first_reply_s,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+#: how long after its first reply a server that replayed a whole log is killed
+KILL_AFTER_START_S = 1.0
 #: the first reply asked for
 INSPECT = b"inspect server\r\n"
 _REPLAYED = re.compile(r"replayed (\d+) records .*?: (\d+) jobs in ([\d.]+) s( \(after)?")
@@ -111,28 +115,22 @@ def write_workq_log(log_dir: Path, count: int, segment_bytes: int = 64 * 1024 * 
 
     log_dir.mkdir(parents=True, exist_ok=True)
     now_ns = time.time_ns() - count * 1000
-    sequence = 1
-    out = open(log_dir / segment_name(sequence), "wb")
-    out.write(encode_header(VERSION_1))
+    segments: list[list[bytes]] = [[encode_header(VERSION_1)]]
     size = 8
-    try:
-        for i in range(count):
-            created_ns = now_ns + i * 1000
-            command = AddJob(
-                uuid.uuid4().bytes, f"q{i % 10}", 60_000, 7 * 86_400_000, 0, 0, 0,
-                os.urandom(32).hex().encode(), created_ns,
-            )
-            record = encode_record(encode_workq_command(command), created_ns + 5_000)
-            if size >= segment_bytes:
-                out.close()
-                sequence += 1
-                out = open(log_dir / segment_name(sequence), "wb")
-                out.write(encode_header(VERSION_1))
-                size = 8
-            out.write(record)
-            size += len(record)
-    finally:
-        out.close()
+    for i in range(count):
+        created_ns = now_ns + i * 1000
+        command = AddJob(
+            uuid.uuid4().bytes, f"q{i % 10}", 60_000, 7 * 86_400_000, 0, 0, 0,
+            os.urandom(32).hex().encode(), created_ns,
+        )
+        record = encode_record(encode_workq_command(command), created_ns + 5_000)
+        if size >= segment_bytes:
+            segments.append([encode_header(VERSION_1)])
+            size = 8
+        segments[-1].append(record)
+        size += len(record)
+    for sequence, records in enumerate(segments, start=1):
+        (log_dir / segment_name(sequence)).write_bytes(b"".join(records))
 
 
 def add_pipelined(port: int, count: int, connections: int = 4) -> None:
@@ -199,9 +197,11 @@ def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, 
     with beanstalkd_server(bean_dir, 1000, port=port):
         fill_beanstalkd(port, pending)
     results: dict[str, dict[str, list[float]]] = {
-        tree.name: {"clean": [], "crash": [], "replay": [], "rss": []} for tree in trees
+        tree.name: {"clean": [], "crash": [], "crash_start": [], "replay": []} for tree in trees
     }
-    tails: dict[str, list[str]] = {tree.name: [] for tree in trees}
+    tails: dict[str, dict[str, list[str]]] = {
+        tree.name: {"crash": [], "crash_start": []} for tree in trees
+    }
     bean: list[float] = []
     for number in range(rounds):
         order = trees if number % 2 == 0 else trees[::-1]
@@ -220,6 +220,11 @@ def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, 
             shutil.copytree(workq, data / "cmdlog")
             secs, server = start_timed(tree, data)
             results[tree.name]["replay"].append(secs)
+            time.sleep(KILL_AFTER_START_S)
+            sigkill(server)
+            secs, server = start_timed(tree, data)
+            results[tree.name]["crash_start"].append(secs)
+            tails[tree.name]["crash_start"].append(replayed(server))
             sigkill(server)
             shutil.rmtree(data.parent)
         for tree in order:
@@ -229,7 +234,7 @@ def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, 
             sigkill(server)  # at once after the last reply: soon after loading
             secs, server = start_timed(tree, data)
             results[tree.name]["crash"].append(secs)
-            tails[tree.name].append(replayed(server))
+            tails[tree.name]["crash"].append(replayed(server))
             sigkill(server)
             shutil.rmtree(data.parent)
     return {"jobq": results, "beanstalkd": bean, "tails": tails}
@@ -246,6 +251,9 @@ def table(found: dict[str, object], trees: list[Tree], pending: int) -> str:
         ("clean", f"restart with {pending:,} pending, clean stop: first reply", "<= 0.8 s", True),
         ("crash", f"restart with {pending:,} pending after SIGKILL soon after loading "
          f"them over the protocol: first reply", "<= 1.0 s", False),
+        ("crash_start", f"restart with {pending:,} pending after SIGKILL "
+         f"{KILL_AFTER_START_S:.0f} s after a start that replayed them (a workq log): "
+         "first reply", "<= 1.0 s", False),
         ("replay", f"full replay of a {pending:,}-job workq log, no snapshot: first reply",
          "<= 1.5 s", False),
     ]
@@ -257,8 +265,8 @@ def table(found: dict[str, object], trees: list[Tree], pending: int) -> str:
     for key, label, goal, with_bean in rows:
         medians = [statistics.median(results[name][key]) for name in names]
         cells = " | ".join(f"{m:.2f} s" for m in medians)
-        peer = f"{bean:.2f} s" if with_bean else "–"
-        ratio = f"{medians[-1] / bean:.2f}x" if with_bean else "–"
+        peer = f"{bean:.2f} s" if with_bean else "-"
+        ratio = f"{medians[-1] / bean:.2f}x" if with_bean else "-"
         lines.append(f"| {label} | {cells} | {peer} | {ratio} | {goal} |")
     lines.append("")
     lines.append("Runs (seconds, in round order):")
@@ -268,9 +276,10 @@ def table(found: dict[str, object], trees: list[Tree], pending: int) -> str:
             lines.append(f"- {name} {key}: {values}")
     lines.append(f"- beanstalkd restart: {', '.join(f'{v:.2f}' for v in found['beanstalkd'])}")
     lines.append("")
-    lines.append("What each start after the SIGKILL replayed:")
+    lines.append("What each start after a SIGKILL replayed:")
     for name in names:
-        lines.append(f"- {name}: {'; '.join(tails[name])}")
+        for key in ("crash", "crash_start"):
+            lines.append(f"- {name} {key}: {'; '.join(tails[name][key])}")
     return "\n".join(lines)
 
 

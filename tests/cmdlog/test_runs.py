@@ -119,7 +119,9 @@ def test_a_bad_time_inside_a_run_is_reported_as_record_by_record() -> None:
             records[bad][-4:] = crc32c(bytes(records[bad][:-4])).to_bytes(4, "big")
             data = encode_header() + b"".join(map(bytes, records))
             slow = _outcome(
-                lambda data=data: [(r.time_ns, r.payload) for r in decode_records(data, "p", "x", 2)]
+                lambda data=data: [
+                    (r.time_ns, r.payload) for r in decode_records(data, "p", "x", 2)
+                ]
             )
             assert isinstance(slow, tuple) and "TIME" in slow[2]
             assert _outcome(lambda data=data: list(decode_payload_runs(data, "p"))) == slow

@@ -30,7 +30,7 @@ from jobq.engine.machine import Engine
 from jobq.server.replay import ReplayError, restore
 from jobq.server.snapshot import position_at, write_snapshot
 
-from .helpers import MS, S, T0, jid
+from .helpers import MS, T0, S, jid
 from .test_replay_property import snapshot
 
 N_IDS = 40

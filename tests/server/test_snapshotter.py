@@ -158,13 +158,12 @@ def test_a_burst_is_snapshotted_so_a_crash_replays_a_bounded_tail() -> None:
     last snapshot a child finished) stay under the busy rule's bound plus what came during
     one child's write; the last snapshot holds most of the jobs."""
     min_records, adds_per_s, write_s_per_job = 100_000, 40_000, 2e-6
-    records_since = jobs = 0
+    records_since = 0
     child: tuple[int, float] | None = None  # (records then, when it ends)
     now_s = 0.0
     worst = 0
     snapshots = 0
-    for _ in range(500_000):
-        jobs += 1
+    for jobs in range(1, 500_001):
         records_since += 1
         now_s += 1 / adds_per_s
         if child is not None and now_s >= child[1]:
@@ -520,3 +519,27 @@ def test_without_pidfd_no_snapshots_while_running(
     assert server.log.kept_from is None
     assert not (Path(server.directory) / SNAPSHOT_NAME).exists()
     assert not list(Path(server.directory).glob(f"{TEMPORARY_PREFIX}*"))
+
+
+def test_a_start_that_replayed_records_snapshots_at_once(tmp_path: Path) -> None:
+    """``started``: the tail a start replayed is snapshotted at once by the quiet rule (no
+    client yet), not after a quiet second; a short one is not."""
+    server = Server(tmp_path)
+    server.add(range(QUIET_MIN_RECORDS))
+
+    async def main() -> None:
+        short = Snapshotter(
+            server.engine, server.log, records_since=QUIET_MIN_RECORDS - 1,
+            monotonic_s=server.clock,
+        )
+        short.started()
+        assert not short.running
+        snapshotter = Snapshotter(
+            server.engine, server.log, records_since=QUIET_MIN_RECORDS, monotonic_s=server.clock
+        )
+        snapshotter.started()
+        assert snapshotter.running
+        await _child_done(snapshotter)
+        assert (snapshotter.records_since, snapshotter.written_count) == (0, 1)
+
+    asyncio.run(main())

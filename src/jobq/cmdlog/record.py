@@ -83,13 +83,9 @@ _SMALL_RECORDS: Final = tuple(struct.Struct(f">{TIME_LEN}sB{size}sI") for size i
 _SMALL_PAYLOADS: Final = tuple(
     struct.Struct(f"{TIME_LEN + 1}x{size}s{CRC_LEN}x") for size in range(0x80)
 )
-#: such a record's TIME seconds and nanoseconds, PAYLOAD and CRC, for reading a run of
-#: records of one size but each with its own TIME
-_SMALL_FIELDS: Final = tuple(struct.Struct(f">xqi3x{size}sI") for size in range(0x80))
-#: the bytes a record's CRC covers (TIME, SIZE, PAYLOAD) of such a record
-_SMALL_BODIES: Final = tuple(
-    struct.Struct(f"{TIME_LEN + 1 + size}s{CRC_LEN}x") for size in range(0x80)
-)
+#: for each payload size below 128, made when first needed (``_same_size_run``): such a
+#: record's TIME seconds and nanoseconds, PAYLOAD and CRC; and the bytes its CRC covers
+_SMALL_FIELDS: Final[dict[int, tuple[struct.Struct, struct.Struct]]] = {}
 #: the fewest and the most records one run check looks at (the most grows from the fewest
 #: while runs fill it: a short run costs little, a long one is checked in big steps)
 _RUN_MIN: Final = 16
@@ -399,9 +395,16 @@ def _same_size_run(
         return [], []
     run_end = pos + count * record_len
     layouts = data[pos:run_end:record_len]
+    layout = _SMALL_FIELDS.get(size)
+    if layout is None:
+        layout = _SMALL_FIELDS[size] = (
+            struct.Struct(f">xqi3x{size}sI"),
+            struct.Struct(f"{TIME_LEN + 1 + size}s{CRC_LEN}x"),
+        )
+    fields, body = layout
     with memoryview(data) as whole, whole[pos:run_end] as view:
-        seconds, nanos, payloads, crcs = zip(*_SMALL_FIELDS[size].iter_unpack(view), strict=True)
-        bodies = chain.from_iterable(_SMALL_BODIES[size].iter_unpack(view))
+        seconds, nanos, payloads, crcs = zip(*fields.iter_unpack(view), strict=True)
+        bodies = chain.from_iterable(body.iter_unpack(view))
         sound = list(map(crc32c_value, bodies)) == list(crcs)
     if not (sound and layouts.count(1) == count and min(nanos) >= 0 and max(nanos) < _NS_PER_S):
         # keep the records before the first unsound one; the caller reports that one
@@ -417,7 +420,9 @@ def _same_size_run(
             count,
         )
     offset_ns = GO_UNIX_OFFSET_S * _NS_PER_S
-    times = [s * _NS_PER_S + n - offset_ns for s, n in zip(seconds[:count], nanos[:count])]
+    times = [
+        s * _NS_PER_S + n - offset_ns for s, n in zip(seconds[:count], nanos[:count], strict=True)
+    ]
     return times, list(payloads[:count])
 
 
@@ -532,7 +537,7 @@ def _decode(
                     if runs:
                         yield (times, payloads)
                     else:
-                        yield from zip(times, payloads)
+                        yield from zip(times, payloads, strict=True)
                 if len(payloads) == size_run_limit:
                     size_run_limit = min(2 * size_run_limit, _RUN_MAX)
                 else:

@@ -17,7 +17,7 @@ import operator
 import struct
 from collections import deque
 from collections.abc import Iterable
-from itertools import repeat, starmap
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from jobq.cmdlog.gotime import GO_UNIX_OFFSET_S, TIME_LEN
@@ -81,7 +81,7 @@ def decode_add_run(payloads: list[bytes]) -> tuple[list[bytes], list[Job]] | Non
     ):
         return None  # decoding them one by one raises for the first
     offset_ns = _GO_OFFSET_NS
-    created = [s * _NS_PER_S + n - offset_ns for s, n in zip(created_s, created_n)]
+    created = [s * _NS_PER_S + n - offset_ns for s, n in zip(created_s, created_n, strict=True)]
     if min(created) < MIN_TIME_NS or max(created) > MAX_TIME_NS:
         return None  # clamped one by one (or Go's zero time, kept)
     distinct = set(middles)
@@ -101,9 +101,9 @@ def decode_add_run(payloads: list[bytes]) -> tuple[list[bytes], list[Job]] | Non
         columns = tuple(zip(*map(fields.__getitem__, middles), strict=True))
     name, priority, ttr_ms, ttl_ms, max_attempts, max_fails = columns
     jobs = list(
-        starmap(
+        map(
             Job,
-            zip(
+
                 ids,
                 name,
                 job_payloads,
@@ -114,7 +114,7 @@ def decode_add_run(payloads: list[bytes]) -> tuple[list[bytes], list[Job]] | Non
                 max_fails,
                 repeat(None),
                 created,
-            ),
+
         )
     )
     deque(map(setattr, jobs, repeat("modified_ns"), created), maxlen=0)

@@ -298,7 +298,7 @@ async def serve(
     if snapshotter is not None:
         # a start that replayed many records snapshots at once, not at the first write or
         # quiet second: a crash soon after would replay them all again
-        loop.call_soon(snapshotter.check)
+        loop.call_soon(snapshotter.started)
     switch_interval_s = sys.getswitchinterval()
     if config.sync == "always" and log is not None:
         # fsyncs slower than a millisecond run in a thread (server/commit.py); when one

@@ -116,6 +116,17 @@ class Snapshotter:
         if self._child is None and due(self.records_since, len(self.engine.jobs), self.min_records):
             self.take()
 
+    def started(self) -> None:
+        """The server has just started (no client yet): snapshot now if the quiet rule
+        allows it, so that a crash soon after a start that replayed many records does not
+        replay them all again (the first check would wait a quiet second)."""
+        if (
+            self._child is None
+            and due(self.records_since, len(self.engine.jobs), self.min_records, quiet=True)
+            and self._quiescent()
+        ):
+            self.take()
+
     def start_checking(self) -> None:
         """Look at the quiet rule every ``CHECK_INTERVAL_S`` until :meth:`close`."""
         if not self._closed:
