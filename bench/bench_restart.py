@@ -14,8 +14,8 @@ Rows, each the median of ``--rounds`` rounds, the trees alternated within every 
 - **full replay of a workq log**: ``--pending`` add records as workq-server writes them
   (segment version 1, a logged time per record), no snapshot: to the first reply.
 
-``--before DIR`` is a checkout of the tree to compare with (``git archive main``): its
-``src`` goes first on the ``PYTHONPATH`` of the "before" servers, this tree's of the
+``--before DIR`` is a checkout of the tree to compare with (``git archive main``; the
+checkout or its ``src``): its ``src`` goes first on the ``PYTHONPATH`` of the "before" servers, this tree's of the
 others. Without it only this tree is measured. Each tree gets its own data directories.
 """
 
@@ -246,7 +246,8 @@ def table(found: dict[str, object], trees: list[Tree], pending: int) -> str:
     assert isinstance(results, dict)
     tails = found["tails"]
     assert isinstance(tails, dict)
-    names = [tree.name for tree in trees]
+    # this tree first: the summary (bench/run_all.py) reads a row's first figure
+    names = [tree.name for tree in trees][::-1]
     rows = [
         ("clean", f"restart with {pending:,} pending, clean stop: first reply", "<= 0.8 s", True),
         ("crash", f"restart with {pending:,} pending after SIGKILL soon after loading "
@@ -259,14 +260,14 @@ def table(found: dict[str, object], trees: list[Tree], pending: int) -> str:
     ]
     head = " | ".join(names)
     lines = [
-        f"| row | {head} | beanstalkd | {names[-1]} / beanstalkd | goal |",
+        f"| row | {head} | beanstalkd | {names[0]} / beanstalkd | target |",
         "|---|" + "---:|" * (len(names) + 2) + "---|",
     ]
     for key, label, goal, with_bean in rows:
         medians = [statistics.median(results[name][key]) for name in names]
         cells = " | ".join(f"{m:.2f} s" for m in medians)
         peer = f"{bean:.2f} s" if with_bean else "-"
-        ratio = f"{medians[-1] / bean:.2f}x" if with_bean else "-"
+        ratio = f"{medians[0] / bean:.2f}x" if with_bean else "-"
         lines.append(f"| {label} | {cells} | {peer} | {ratio} | {goal} |")
     lines.append("")
     lines.append("Runs (seconds, in round order):")
@@ -291,7 +292,8 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     trees = [Tree("after", ROOT)]
     if args.before is not None:
-        trees.insert(0, Tree("before", args.before.resolve()))
+        before = args.before.resolve()
+        trees.insert(0, Tree("before", before.parent if before.name == "src" else before))
     for tree in trees:
         compileall.compile_dir(str(tree.root / "src"), quiet=1)
     base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None

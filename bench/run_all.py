@@ -102,6 +102,8 @@ BENCHMARKS = [
           ["--rounds", "9"], ["--jobs", "50000", "--rounds", "3"], "joblist.md"),
     Bench("Attempt logs: shipping from 100 running jobs", 22, "bench.bench_logs",
           ["--rounds", "3"], ["--rounds", "1", "--jobs", "20", "--seconds", "4"], "logs.md"),
+    Bench("Restart and replay: clean stop, SIGKILL, a workq log", 24, "bench.bench_restart",
+          ["--rounds", "3"], ["--rounds", "1", "--pending", "20000"], "restart.md"),
     Bench("Before and after the reshaping", 20, "bench.bench_ab", [], [], "ab.md",
           runs=False),
     Bench("The client's hot path, with and without a token", 21, "bench.bench_client", [], [],

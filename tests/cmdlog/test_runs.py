@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from jobq.cmdlog import CommandLog
 from jobq.cmdlog.errors import RecordError
 from jobq.cmdlog.record import (
+    PayloadRun,
     decode_payload_runs,
     decode_payloads,
     decode_records,
@@ -47,9 +48,14 @@ def _bytes(chunks: list[tuple[bool, list[bytes], int, int]]) -> bytes:
 def _flat(items: object) -> list[tuple[int, bytes]]:
     pairs: list[tuple[int, bytes]] = []
     for times, payloads in items:  # type: ignore[attr-defined]
-        if isinstance(payloads, list):
-            assert isinstance(times, list) and len(times) == len(payloads) >= 1
-            pairs += zip(times, payloads, strict=True)
+        if times is None:
+            assert isinstance(payloads, PayloadRun) and payloads.count >= 1
+            run_times, run_payloads = payloads.times(), payloads.payloads()
+            assert len(run_times) == len(run_payloads) == payloads.count
+            for i, payload in enumerate(run_payloads):
+                at = payloads.start + i * payloads.stride
+                assert payloads.data[at : at + payloads.size] == payload
+            pairs += zip(run_times, run_payloads, strict=True)
         else:
             pairs.append((times, payloads))
     return pairs

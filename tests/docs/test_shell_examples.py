@@ -453,6 +453,9 @@ CHECKS: dict[str, Check] = {
         benchmark_arguments("bench.bench_e2e")
     ),
     "git worktree add /tmp/jobq-before HEAD~10": worktree,
+    ".venv/bin/python -m bench.bench_restart --before /tmp/jobq-before/src --rounds 3": (
+        benchmark_arguments("bench.bench_restart")
+    ),
     ".venv/bin/python -m bench.bench_ab --before /tmp/jobq-before/src --rounds 5": (
         benchmark_arguments("bench.bench_ab")
     ),

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobq.cmdlog.gotime import ZERO_TIME_NS
+from jobq.cmdlog.gotime import TIME_LEN, ZERO_TIME_NS
 from jobq.cmdlog.log import CommandLog
+from jobq.cmdlog.record import HEADER_LEN, PayloadRun, encode_header, encode_record
 from jobq.engine.add_runs import decode_add_run, replay_add_run
 from jobq.engine.commands import (
     AddJob,
@@ -58,6 +59,17 @@ def _payloads(adds: list[AddJob]) -> list[bytes]:
     return [encode_workq_command(add) for add in adds]
 
 
+def _run(payloads: list[bytes]) -> PayloadRun:
+    """``payloads`` (one size, under 128 bytes) as the log reader hands over a run of them:
+    records one after another, each with its own logged time."""
+    size = len(payloads[0])
+    assert size < 0x80 and all(len(payload) == size for payload in payloads)
+    data = encode_header() + b"".join(
+        encode_record(payload, T0 + n) for n, payload in enumerate(payloads)
+    )
+    return PayloadRun(data, HEADER_LEN + TIME_LEN + 1, TIME_LEN + 1 + size + 4, size, len(payloads))
+
+
 def _one_by_one(payloads: list[bytes]) -> list[Any] | None:
     try:
         jobs = [decode_add_as_job(payload) for payload in payloads]
@@ -77,7 +89,9 @@ def test_a_run_decodes_to_the_jobs_one_by_one(adds: list[AddJob], damage: int) -
         record = bytearray(payloads[index])
         record[(damage // 7) % len(record)] ^= 1 + damage % 255
         payloads[index] = bytes(record)
-    found = decode_add_run(payloads)
+    # a run: the records of the first one's size
+    payloads = [payload for payload in payloads if len(payload) == len(payloads[0])]
+    found = decode_add_run(_run(payloads))
     expected = _one_by_one(payloads)
     if found is None:
         return  # the record-by-record path then decodes them (or raises)
@@ -92,7 +106,7 @@ def test_a_producers_run_is_decoded_at_once() -> None:
     adds = [
         AddJob(jid(n), NAMES[n % 3], 60_000, 0, 0, 0, 0, b"%08d" % n, T0 + n) for n in range(50)
     ]
-    found = decode_add_run(_payloads(adds))
+    found = decode_add_run(_run(_payloads(adds)))
     assert found is not None
     assert [job.name for job in found[1]] == [NAMES[n % 3] for n in range(50)]
 
@@ -239,12 +253,12 @@ def test_a_run_with_a_duplicate_or_an_expired_job_is_replayed_one_by_one() -> No
     adds = [AddJob(jid(n), "q0", 1000, 5000, 0, 0, 0, b"p", T0 + n) for n in range(10)]
     engine = Engine()
     engine.begin_replay()
-    assert not replay_add_run(engine, _payloads([*adds, adds[3]]), T0)  # a duplicate id
+    assert not replay_add_run(engine, _run(_payloads([*adds, adds[3]])), T0)  # a duplicate id
     assert not engine.jobs
-    assert not replay_add_run(engine, _payloads(adds), T0 + 5 * S)  # the first TTL passed
-    assert replay_add_run(engine, _payloads(adds), T0 + 5 * S - 1)
+    assert not replay_add_run(engine, _run(_payloads(adds)), T0 + 5 * S)  # the first TTL passed
+    assert replay_add_run(engine, _run(_payloads(adds)), T0 + 5 * S - 1)
     assert list(engine.jobs) == [jid(n) for n in range(10)]
-    assert not replay_add_run(engine, _payloads(adds[:5]), T0)  # in the engine already
+    assert not replay_add_run(engine, _run(_payloads(adds[:5])), T0)  # in the engine already
 
 
 def test_a_bad_record_in_a_run_is_reported_at_its_place(tmp_path: Any) -> None:

@@ -14,6 +14,7 @@ from jobq.cmdlog.errors import IncompleteRecordError
 from jobq.cmdlog.record import (
     HEADER_LEN,
     Record,
+    PayloadRun,
     decode_payload_runs,
     decode_payloads,
     decode_records,
@@ -72,9 +73,9 @@ class Cursor:
             lambda data, path, _name, _version, offset: decode_payloads(data, path, offset)
         )
 
-    def iter_runs(self) -> Iterator[tuple[int, bytes] | tuple[list[int], list[bytes]]]:
+    def iter_runs(self) -> Iterator[tuple[int, bytes] | tuple[None, PayloadRun]]:
         """:meth:`iter_raw` with each run of records read at once as one item,
-        ``(times, payloads)``, the others as ``(time_ns, payload)``
+        ``(None, run)`` (a :class:`PayloadRun`), the others as ``(time_ns, payload)``
         (``record.decode_payload_runs``)."""
         return self._walk(
             lambda data, path, _name, _version, offset: decode_payload_runs(data, path, offset)

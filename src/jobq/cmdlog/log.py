@@ -18,7 +18,14 @@ from jobq.cmdlog.policies import (
     AppendFunction,
     SyncPolicy,
 )
-from jobq.cmdlog.record import HEADER_LEN, READ_VERSIONS, VERSION_2, Record, encode_header
+from jobq.cmdlog.record import (
+    HEADER_LEN,
+    READ_VERSIONS,
+    VERSION_2,
+    PayloadRun,
+    Record,
+    encode_header,
+)
 from jobq.cmdlog.segment import (
     FIRST_SEQUENCE,
     fsync_directory,
@@ -155,10 +162,11 @@ class CommandLog:
 
     def payload_runs(
         self, start: tuple[int, int] | None = None
-    ) -> Iterator[tuple[int, bytes] | tuple[list[int], list[bytes]]]:
+    ) -> Iterator[tuple[int, bytes] | tuple[None, PayloadRun]]:
         """:meth:`payloads` (from ``start``, ``(sequence, offset)``, as
         :meth:`payloads_from`), with each run of records read at once as one item,
-        ``(times, payloads)``: replay applies such a run at once where it can."""
+        ``(None, run)`` (a ``record.PayloadRun``): replay applies such a run at once where
+        it can."""
         self._write_buffer()
         return Cursor(self.path, limit=self.appender.snapshot(), start=start).iter_runs()
 

@@ -83,9 +83,6 @@ _SMALL_RECORDS: Final = tuple(struct.Struct(f">{TIME_LEN}sB{size}sI") for size i
 _SMALL_PAYLOADS: Final = tuple(
     struct.Struct(f"{TIME_LEN + 1}x{size}s{CRC_LEN}x") for size in range(0x80)
 )
-#: for each payload size below 128, made when first needed (``_same_size_run``): such a
-#: record's TIME seconds and nanoseconds, PAYLOAD and CRC; and the bytes its CRC covers
-_SMALL_FIELDS: Final[dict[int, tuple[struct.Struct, struct.Struct]]] = {}
 #: the fewest and the most records one run check looks at (the most grows from the fewest
 #: while runs fill it: a short run costs little, a long one is checked in big steps)
 _RUN_MIN: Final = 16
@@ -379,51 +376,119 @@ def _same_head_run(
     return payloads
 
 
-def _same_size_run(
-    data: bytes, pos: int, limit: int, record_len: int
-) -> tuple[list[int], list[bytes]]:
-    """The times and payloads of the sound records from ``pos`` on (at most ``limit``) that
-    have the SIZE (one byte) of the record before them, and so ``record_len`` bytes each,
-    each with its own TIME (records written one at a time, as workq writes them): C loops
-    read their fields, CRCs and times. The run ends before the first record of another
-    size, one that does not fit, a CRC mismatch or a TIME that is not a Go time."""
+class PayloadRun:
+    """The payloads of a run of records of one length, back to back in a segment's bytes,
+    read on demand: payload ``i`` is ``data[start + i * stride : start + i * stride +
+    size]``, logged at ``times()[i]``. Every record's CRC and TIME were checked. Replay
+    may decode the payloads in place (``engine/add_runs.py``) or take them as bytes."""
+
+    __slots__ = ("_payloads", "_time_ns", "count", "data", "size", "start", "stride")
+
+    def __init__(
+        self,
+        data: bytes,
+        start: int,
+        stride: int,
+        size: int,
+        count: int,
+        payloads: list[bytes] | None = None,
+        time_ns: int | None = None,
+    ) -> None:
+        self.data = data
+        self.start = start
+        self.stride = stride
+        self.size = size
+        self.count = count
+        self._payloads = payloads
+        #: the one TIME of a run that shares it, else None (each record has its own)
+        self._time_ns = time_ns
+
+    def __len__(self) -> int:
+        return self.count
+
+    def payloads(self) -> list[bytes]:
+        """The payloads as bytes."""
+        if self._payloads is None:
+            self._payloads = list(
+                chain.from_iterable(_SMALL_PAYLOADS[self.size].iter_unpack(self._records()))
+            )
+        return self._payloads
+
+    def times(self) -> list[int]:
+        """When each record was logged (Unix ns)."""
+        if self._time_ns is not None:
+            return [self._time_ns] * self.count
+        offset_ns = GO_UNIX_OFFSET_S * _NS_PER_S
+        return [
+            seconds * _NS_PER_S + nanos - offset_ns
+            for seconds, nanos in _TIME_ONLY[self.size].iter_unpack(self._records())
+        ]
+
+    def _records(self) -> memoryview:
+        at = self.start - TIME_LEN - 1
+        return memoryview(self.data)[at : at + self.count * self.stride]
+
+
+class _TimeOnly:
+    """The TIME seconds and nanoseconds of a record of each payload size below 128, made
+    when first needed."""
+
+    def __init__(self, layout: Callable[[int], str]) -> None:
+        self._layout = layout
+        self._made: dict[int, struct.Struct] = {}
+
+    def __getitem__(self, size: int) -> struct.Struct:
+        made = self._made.get(size)
+        if made is None:
+            made = self._made[size] = struct.Struct(self._layout(size))
+        return made
+
+
+_TIME_ONLY = _TimeOnly(lambda size: f">xqi3x{size}x{CRC_LEN}x")
+#: a record's nanoseconds only, and the bytes its CRC covers
+_NANOS_ONLY = _TimeOnly(lambda size: f">9xI3x{size}x{CRC_LEN}x")
+_BODIES = _TimeOnly(lambda size: f"{TIME_LEN + 1 + size}s{CRC_LEN}x")
+
+
+def _same_size_run(data: bytes, pos: int, limit: int, record_len: int) -> PayloadRun | None:
+    """The sound records from ``pos`` on (at most ``limit``) that have the SIZE (one byte)
+    of the record before them, and so ``record_len`` bytes each, each with its own TIME
+    (records written one at a time, as workq writes them), their TIMEs and CRCs checked
+    with C loops; ``None`` if fewer than two. The run ends before the first record of
+    another size, one that does not fit, a CRC mismatch or a TIME that is not a Go time."""
     size = data[pos - record_len + TIME_LEN]
     count = min(limit, (len(data) - pos) // record_len)
     column = data[pos + TIME_LEN : pos + count * record_len : record_len]
     count = len(column) - len(column.lstrip(column[:1]))
     if count < 2 or column[0] != size:
-        return [], []
+        return None
     run_end = pos + count * record_len
-    layouts = data[pos:run_end:record_len]
-    layout = _SMALL_FIELDS.get(size)
-    if layout is None:
-        layout = _SMALL_FIELDS[size] = (
-            struct.Struct(f">xqi3x{size}sI"),
-            struct.Struct(f"{TIME_LEN + 1 + size}s{CRC_LEN}x"),
-        )
-    fields, body = layout
     with memoryview(data) as whole, whole[pos:run_end] as view:
-        seconds, nanos, payloads, crcs = zip(*fields.iter_unpack(view), strict=True)
-        bodies = chain.from_iterable(body.iter_unpack(view))
-        sound = list(map(crc32c_value, bodies)) == list(crcs)
-    if not (sound and layouts.count(1) == count and min(nanos) >= 0 and max(nanos) < _NS_PER_S):
+        nanos = list(chain.from_iterable(_NANOS_ONLY[size].iter_unpack(view)))
+        crcs = _crc_block(map(crc32c_value, chain.from_iterable(_BODIES[size].iter_unpack(view))))
+    crc_at = pos + record_len - CRC_LEN
+    if not (
+        data[pos:run_end:record_len].count(1) == count
+        and max(nanos) < _NS_PER_S
+        and all(
+            data[crc_at + k : run_end : record_len] == crcs[k::CRC_LEN] for k in range(CRC_LEN)
+        )
+    ):
         # keep the records before the first unsound one; the caller reports that one
         count = next(
             (
                 index
                 for index in range(count)
-                if layouts[index] != 1
-                or not 0 <= nanos[index] < _NS_PER_S
-                or crc32c_value(data[pos + index * record_len : pos + (index + 1) * record_len - 4])
-                != crcs[index]
+                if data[pos + index * record_len] != 1
+                or nanos[index] >= _NS_PER_S
+                or data[crc_at + index * record_len : crc_at + index * record_len + CRC_LEN]
+                != crcs[index * CRC_LEN : (index + 1) * CRC_LEN]
             ),
             count,
         )
-    offset_ns = GO_UNIX_OFFSET_S * _NS_PER_S
-    times = [
-        s * _NS_PER_S + n - offset_ns for s, n in zip(seconds[:count], nanos[:count], strict=True)
-    ]
-    return times, list(payloads[:count])
+        if count < 2:
+            return None
+    return PayloadRun(data, pos + TIME_LEN + 1, record_len, size, count)
 
 
 def decode_records(
@@ -445,12 +510,12 @@ def decode_payloads(data: bytes, path: str, start: int = HEADER_LEN) -> Iterator
 
 def decode_payload_runs(
     data: bytes, path: str, start: int = HEADER_LEN
-) -> Iterator[tuple[int, bytes] | tuple[list[int], list[bytes]]]:
+) -> Iterator[tuple[int, bytes] | tuple[None, PayloadRun]]:
     """Like :func:`decode_payloads`, with the same checks and errors, but a run of records
-    read at once comes as one item, ``(times, payloads)`` (two lists of one length), so
-    that replay can apply it at once too; other records come as ``(time_ns, payload)``."""
+    read at once comes as one item, ``(None, run)`` (a :class:`PayloadRun`), so that
+    replay can apply it at once too; other records come as ``(time_ns, payload)``."""
     return cast(
-        Iterator[tuple[int, bytes] | tuple[list[int], list[bytes]]],
+        Iterator[tuple[int, bytes] | tuple[None, PayloadRun]],
         _decode(data, path, start, None, runs=True),
     )
 
@@ -462,7 +527,7 @@ def _decode(
     segment_and_version: tuple[str, int] | None,
     *,
     runs: bool = False,
-) -> Iterator[Record | tuple[int, bytes] | tuple[list[int], list[bytes]]]:
+) -> Iterator[Record | tuple[int, bytes] | tuple[None, PayloadRun]]:
     """The reader: :func:`decode_records` with ``(segment, version)``, else
     :func:`decode_payloads` (:func:`decode_payload_runs` with ``runs``)."""
     records = segment_and_version is not None
@@ -519,7 +584,8 @@ def _decode(
                         )
                         yield from map(new, repeat(cls), fields)
                     elif runs:
-                        yield ([time_ns] * len(run), run)
+                        yield (None, PayloadRun(data, pos + TIME_LEN + 1, record_len, size,
+                                                len(run), run, time_ns))
                     else:
                         yield from zip(repeat(time_ns), run)
                 run_limit = min(2 * run_limit, _RUN_MAX) if len(run) == run_limit else _RUN_MIN
@@ -531,14 +597,15 @@ def _decode(
                 # the next two records have this one's size: records of one size, each
                 # with its own TIME (written one at a time, as workq does)
                 record_len = q - pos
-                times, payloads = _same_size_run(data, q, size_run_limit, record_len)
-                if payloads:
-                    q += len(payloads) * record_len
+                found = _same_size_run(data, q, size_run_limit, record_len)
+                got = 0 if found is None else found.count
+                if found is not None:
+                    q += got * record_len
                     if runs:
-                        yield (times, payloads)
+                        yield (None, found)
                     else:
-                        yield from zip(times, payloads, strict=True)
-                if len(payloads) == size_run_limit:
+                        yield from zip(found.times(), found.payloads(), strict=True)
+                if got == size_run_limit:
                     size_run_limit = min(2 * size_run_limit, _RUN_MAX)
                 else:
                     size_run_limit = _RUN_MIN

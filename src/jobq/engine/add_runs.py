@@ -26,76 +26,84 @@ from jobq.engine.job import Job
 from jobq.engine.limits import MAX_TIME_NS, MIN_TIME_NS
 
 if TYPE_CHECKING:
+    from jobq.cmdlog.record import PayloadRun
     from jobq.engine.machine import Engine
 
 _NS_PER_S = 1_000_000_000
 _NS_PER_MS = 1_000_000
 _GO_OFFSET_NS = GO_UNIX_OFFSET_S * _NS_PER_S
+#: a record's CRC, after its payload
+_CRC_LEN = 4
 #: the fewest records worth the set-up
 MIN_RUN = 4
 _ADD = AddJob.TYPE
-#: (where the payload starts, its length) -> the layout of the fields that differ
-_LAYOUTS: dict[tuple[int, int], struct.Struct] = {}
+#: (where the payload starts, its length, the record's, one middle) -> its layout
+_LAYOUTS: dict[tuple[int, int, int, bool], struct.Struct] = {}
 _LAYOUTS_LIMIT = 256
 _TTL = operator.attrgetter("ttl_ms")
 _CREATED = operator.attrgetter("created_ns")
 
 
-def decode_add_run(payloads: list[bytes]) -> tuple[list[bytes], list[Job]] | None:
-    """The ids and the jobs of ``payloads`` if they are add records of one length and one
-    layout (each name, TTR, TTL, priority and attempts block, of which a few may alternate,
-    leaves its payload at the same place); ``None`` if not, or if a record would not decode
-    as ``commands.decode_add_as_job`` decodes it alone."""
-    count = len(payloads)
-    first = payloads[0]
+def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
+    """The ids and the jobs of ``run``'s payloads if they are add records of one layout
+    (each name, TTR, TTL, priority and attempts block, of which a few may alternate,
+    leaves its payload at the same place), read in place from the log's bytes; ``None``
+    if not, or if a record would not decode as ``commands.decode_add_as_job`` decodes it
+    alone."""
+    count, size, stride, data = run.count, run.size, run.stride, run.data
+    start = run.start
+    first = data[start : start + size]
     try:
         template = decode_add_as_job(first)
     except CommandDecodeError:
         return None
     if template is None:
         return None
-    size = len(first)
-    joined = b"".join(payloads)
-    if len(joined) != size * count or joined[::size].count(_ADD) != count:
-        return None
+    end = start + count * stride
     # NAME_LEN, NAME, the five varints and PAYLOAD_LEN: the "middle", before the payload
     payload_at = size - 2 * TIME_LEN - len(template.payload)
-    layout = _LAYOUTS.get((payload_at, size))
-    if layout is None:
-        layout = struct.Struct(
-            f">x{ID_LEN}s{payload_at - 1 - ID_LEN}s{size - payload_at - 2 * TIME_LEN}s"
-            "BqiHBqiH"
-        )
-        if len(_LAYOUTS) < _LAYOUTS_LIMIT:
-            _LAYOUTS[payload_at, size] = layout
-    ids, middles, job_payloads, v1, _, time_n, _, v2, created_s, created_n, _ = zip(
-        *layout.iter_unpack(joined), strict=True
-    )
+    time_at, created_at = size - 2 * TIME_LEN, size - TIME_LEN
     if (
-        v1.count(1) != count
-        or v2.count(1) != count
-        or min(time_n) < 0
-        or max(time_n) >= _NS_PER_S
-        or min(created_n) < 0
-        or max(created_n) >= _NS_PER_S
+        data[start:end:stride].count(_ADD) != count
+        or data[start + time_at : end : stride].count(1) != count
+        or data[start + created_at : end : stride].count(1) != count
+        # the time's nanoseconds (an add's time is none: zero): surely below 10**9
+        or max(data[start + time_at + 9 : end : stride]) >= 0x3B
     ):
+        return None  # decoding them one by one decides
+    one_middle = all(
+        column.count(column[:1]) == count
+        for column in (data[start + k : end : stride] for k in range(1 + ID_LEN, payload_at))
+    )
+    layout = _layout(payload_at, size, stride, one_middle)
+    # each record whole (TIME and SIZE before the payload, the CRC after it): one stride
+    head = stride - size - _CRC_LEN
+    with memoryview(data) as whole, whole[start - head : end - head] as view:
+        if one_middle:
+            ids, job_payloads, created_s, created_n = zip(*layout.iter_unpack(view), strict=True)
+            middles: tuple[bytes, ...] = ()
+        else:
+            ids, middles, job_payloads, created_s, created_n = zip(
+                *layout.iter_unpack(view), strict=True
+            )
+    if min(created_n) < 0 or max(created_n) >= _NS_PER_S:
         return None  # decoding them one by one raises for the first
     offset_ns = _GO_OFFSET_NS
     created = [s * _NS_PER_S + n - offset_ns for s, n in zip(created_s, created_n, strict=True)]
     if min(created) < MIN_TIME_NS or max(created) > MAX_TIME_NS:
         return None  # clamped one by one (or Go's zero time, kept)
-    distinct = set(middles)
-    if len(distinct) == 1:
+    if one_middle:
         columns: tuple[Iterable[object], ...] = tuple(map(repeat, _fields(template)))
     else:
         fields = {}
-        for middle in distinct:
-            payload = payloads[middles.index(middle)]
+        for middle in set(middles):
+            index = middles.index(middle)
+            payload = data[start + index * stride : start + index * stride + size]
             try:
                 job = decode_add_as_job(payload)
             except CommandDecodeError:
                 return None
-            if job is None or len(payload) - 2 * TIME_LEN - len(job.payload) != payload_at:
+            if job is None or size - 2 * TIME_LEN - len(job.payload) != payload_at:
                 return None
             fields[middle] = _fields(job)
         columns = tuple(zip(*map(fields.__getitem__, middles), strict=True))
@@ -103,22 +111,37 @@ def decode_add_run(payloads: list[bytes]) -> tuple[list[bytes], list[Job]] | Non
     jobs = list(
         map(
             Job,
-
-                ids,
-                name,
-                job_payloads,
-                priority,
-                ttr_ms,
-                ttl_ms,
-                max_attempts,
-                max_fails,
-                repeat(None),
-                created,
-
+            ids,
+            name,
+            job_payloads,
+            priority,
+            ttr_ms,
+            ttl_ms,
+            max_attempts,
+            max_fails,
+            repeat(None),
+            created,
         )
     )
     deque(map(setattr, jobs, repeat("modified_ns"), created), maxlen=0)
     return list(ids), jobs
+
+
+def _layout(payload_at: int, size: int, stride: int, one_middle: bool) -> struct.Struct:
+    """A record (one ``stride``) of an add payload of ``size`` bytes whose payload starts
+    at ``payload_at``: the id, the middle (unless ``one_middle``), the payload, and the
+    creation time's seconds and nanoseconds."""
+    key = (payload_at, size, stride, one_middle)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        middle = f"{payload_at - 1 - ID_LEN}{'x' if one_middle else 's'}"
+        layout = struct.Struct(
+            f">{stride - size - _CRC_LEN}xx{ID_LEN}s{middle}{size - payload_at - 2 * TIME_LEN}s"
+            f"{TIME_LEN}xxqi2x{_CRC_LEN}x"
+        )
+        if len(_LAYOUTS) < _LAYOUTS_LIMIT:
+            _LAYOUTS[key] = layout
+    return layout
 
 
 def _fields(job: Job) -> tuple[str, int, int, int, int, int]:
@@ -126,15 +149,15 @@ def _fields(job: Job) -> tuple[str, int, int, int, int, int]:
     return job.name, job.priority, job.ttr_ms, job.ttl_ms, job.max_attempts, job.max_fails
 
 
-def replay_add_run(engine: Engine, payloads: list[bytes], now_ns: int) -> bool:
-    """Replay ``payloads``, a run of add records, at once, as ``replay.replay_new_job``
+def replay_add_run(engine: Engine, run: PayloadRun, now_ns: int) -> bool:
+    """Replay ``run``, a run of add records, at once, as ``replay.replay_new_job``
     replays each (between ``begin_replay`` and ``end_replay``); whether it did. It does
     not (and changes nothing) if the run does not decode at once (:func:`decode_add_run`),
     an id is in the engine or twice in the run, a TTL has passed by ``now_ns``, or an undo
     journal is open: the caller replays the records one by one."""
-    if len(payloads) < MIN_RUN or not engine._replaying or engine._journal is not None:
+    if run.count < MIN_RUN or not engine._replaying or engine._journal is not None:
         return False
-    decoded = decode_add_run(payloads)
+    decoded = decode_add_run(run)
     if decoded is None:
         return False
     ids, jobs = decoded

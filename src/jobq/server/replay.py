@@ -10,6 +10,7 @@ import msgspec
 
 from jobq.cmdlog.cursor import Cursor
 from jobq.cmdlog.log import CommandLog
+from jobq.cmdlog.record import PayloadRun
 from jobq.engine.add_runs import replay_add_run
 from jobq.engine.commands import CommandDecodeError, decode_add_as_job, decode_command
 from jobq.engine.machine import Engine
@@ -95,10 +96,11 @@ def _apply_all(log: CommandLog, engine: Engine, now_ns: int, start: LogPosition 
     # by its place, found again with records() (below)
     items = log.payload_runs(None if start is None else (start.sequence, start.offset))
     for logged_ns, payload in items:
-        if type(payload) is list:
+        if logged_ns is None:  # a run of records read at once
+            assert isinstance(payload, PayloadRun)
             if not replay_add_run(engine, payload, now_ns):
-                _apply_each(log, engine, now_ns, start, logged_ns, payload, count)  # type: ignore[arg-type]
-            count += len(payload)
+                _apply_each(log, engine, now_ns, start, payload, count)
+            count += payload.count
             continue
         try:
             # add records, the bulk of a log of pending jobs, become their jobs directly
@@ -121,12 +123,11 @@ def _apply_each(
     engine: Engine,
     now_ns: int,
     start: LogPosition | None,
-    times: list[int],
-    payloads: list[bytes],
+    run: PayloadRun,
     count: int,
 ) -> None:
     """Apply a run of records one by one (``count``: records applied before it)."""
-    for logged_ns, payload in zip(times, payloads, strict=True):
+    for logged_ns, payload in zip(run.times(), run.payloads(), strict=True):
         try:
             job = decode_add_as_job(payload)
             if job is None:
