@@ -46,7 +46,7 @@ from bench.bench_server import (
 
 ROOT = Path(__file__).resolve().parent.parent
 #: how long after its first reply a server that replayed a whole log is killed
-KILL_AFTER_START_S = 1.0
+KILL_AFTER_START_S = 2.0
 #: the first reply asked for
 INSPECT = b"inspect server\r\n"
 _REPLAYED = re.compile(r"replayed (\d+) records .*?: (\d+) jobs in ([\d.]+) s( \(after)?")
