@@ -15,8 +15,9 @@ Rows, each the median of ``--rounds`` rounds, the trees alternated within every 
   (segment version 1, a logged time per record), no snapshot: to the first reply.
 
 ``--before DIR`` is a checkout of the tree to compare with (``git archive main``; the
-checkout or its ``src``): its ``src`` goes first on the ``PYTHONPATH`` of the "before" servers, this tree's of the
-others. Without it only this tree is measured. Each tree gets its own data directories.
+checkout or its ``src``): its ``src`` goes first on the ``PYTHONPATH`` of the "before"
+servers, this tree's of the others. Without it only this tree is measured. Each tree gets
+its own data directories.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typing import TypeVar
 from jobq.cmdlog.errors import IncompleteRecordError
 from jobq.cmdlog.record import (
     HEADER_LEN,
-    Record,
     PayloadRun,
+    Record,
     decode_payload_runs,
     decode_payloads,
     decode_records,

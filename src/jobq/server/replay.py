@@ -111,7 +111,7 @@ def _apply_all(log: CommandLog, engine: Engine, now_ns: int, start: LogPosition 
             place = _place(log, count, start)
             raise ReplayError(f"{place}: cannot decode command: {exc}") from exc
         if job is None:
-            apply(command, logged_ns=logged_ns, now_ns=now_ns)  # type: ignore[arg-type]
+            apply(command, logged_ns=logged_ns, now_ns=now_ns)
         else:
             apply_new_job(job, now_ns=now_ns)
         count += 1
