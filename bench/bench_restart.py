@@ -285,12 +285,16 @@ def table(found: dict[str, object], trees: list[Tree], pending: int) -> str:
     return "\n".join(lines)
 
 
+def parser() -> argparse.ArgumentParser:
+    found = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    found.add_argument("--pending", type=int, default=500_000)
+    found.add_argument("--rounds", type=int, default=3)
+    found.add_argument("--before", type=Path, help="the tree to compare with")
+    return found
+
+
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pending", type=int, default=500_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--before", type=Path, help="the tree to compare with")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     trees = [Tree("after", ROOT)]
     if args.before is not None:
         before = args.before.resolve()

@@ -18,7 +18,7 @@ import struct
 from collections import deque
 from collections.abc import Iterable
 from itertools import repeat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from jobq.cmdlog.gotime import GO_UNIX_OFFSET_S, TIME_LEN
 from jobq.engine.commands import ID_LEN, AddJob, CommandDecodeError, decode_add_as_job
@@ -26,8 +26,19 @@ from jobq.engine.job import Job
 from jobq.engine.limits import MAX_TIME_NS, MIN_TIME_NS
 
 if TYPE_CHECKING:
-    from jobq.cmdlog.record import PayloadRun
     from jobq.engine.machine import Engine
+
+
+class PayloadRun(Protocol):
+    """What the log reader hands over for a run (``cmdlog.record.PayloadRun``): payload
+    ``i`` of the run is ``data[start + i * stride : start + i * stride + size]``, each
+    record whole (its TIME and SIZE before it, its CRC after it) and checked."""
+
+    data: bytes
+    start: int
+    stride: int
+    size: int
+    count: int
 
 _NS_PER_S = 1_000_000_000
 _NS_PER_MS = 1_000_000
