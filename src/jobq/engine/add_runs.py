@@ -3,9 +3,9 @@
 A producer's adds share their name, TTR, TTL, priority and attempts, byte for byte, and
 often their payload's size: records of one length that differ only in the id, the
 payload and the times. :func:`decode_add_run` reads such a run with C loops (one unpack of
-the joined payloads) into the jobs ``commands.decode_add_as_job`` makes one by one, and
-:func:`replay_add_run` enters them as ``replay.replay_new_job`` would, one after another.
-Either answers ``None`` where it would differ from the record-by-record path (a record of
+the records where they lie in the log's bytes) into the jobs ``commands.decode_add_as_job``
+makes one by one, and :func:`replay_add_run` enters them as ``replay.replay_new_job``
+would, one after another. Either declines (``None``, ``False``) where it would differ from the record-by-record path (a record of
 another kind or layout, a duplicate id, an expired TTL, a time out of range, an open undo
 journal): the caller then replays the run record by record, which also raises the error a
 bad record gets. ``tests/engine/test_add_runs.py`` checks both against each other.
