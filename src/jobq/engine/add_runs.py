@@ -5,9 +5,9 @@ often their payload's size: records of one length that differ only in the id, th
 payload and the times. :func:`decode_add_run` reads such a run with C loops (one unpack of
 the records where they lie in the log's bytes) into the jobs ``commands.decode_add_as_job``
 makes one by one, and :func:`replay_add_run` enters them as ``replay.replay_new_job``
-would, one after another. Either declines (``None``, ``False``) where it would differ from the record-by-record path (a record of
-another kind or layout, a duplicate id, an expired TTL, a time out of range, an open undo
-journal): the caller then replays the run record by record, which also raises the error a
+would, one after another. Either declines (``None``, ``False``) where it would differ
+from the record-by-record path (a record of another kind or layout, a duplicate id, an
+expired TTL, a time out of range, an open undo journal): the caller then replays the run record by record, which also raises the error a
 bad record gets. ``tests/engine/test_add_runs.py`` checks both against each other.
 """
 
