@@ -7,8 +7,9 @@ the records where they lie in the log's bytes) into the jobs ``commands.decode_a
 makes one by one, and :func:`replay_add_run` enters them as ``replay.replay_new_job``
 would, one after another. Either declines (``None``, ``False``) where it would differ
 from the record-by-record path (a record of another kind or layout, a duplicate id, an
-expired TTL, a time out of range, an open undo journal): the caller then replays the run record by record, which also raises the error a
-bad record gets. ``tests/engine/test_add_runs.py`` checks both against each other.
+expired TTL, a time out of range, an open undo journal): the caller then replays the run
+record by record, which also raises the error a bad record gets.
+``tests/engine/test_add_runs.py`` checks both against each other.
 """
 
 from __future__ import annotations
