@@ -1,6 +1,7 @@
 """Server start-up, restart and memory, jobq beside beanstalkd in the same run.
 
     python -m bench.bench_server [--pending 500000] [--memory-jobs 1000000] [--rounds 3]
+    python -m bench.bench_server --memory-rows [--tree LABEL=SRC ...] [--rounds 3]
 
 Measures, each as the median of ``--rounds`` runs:
 - start-up with an empty log: process start to the first reply (target <= 250 ms);
@@ -12,7 +13,12 @@ Measures, each as the median of ``--rounds`` runs:
 - memory with ``--memory-jobs`` pending jobs: RSS per job above the empty server's (target
   <= 1 KiB);
 - replay of a log cut into one-record segments (thousands of files) against the same records
-  in one segment.
+  in one segment;
+- with ``--memory-rows`` only issue 24's memory rows (:func:`bench_memory_rows`): RSS with
+  ``--pending`` pending jobs of 64-byte payload, and RSS per job with ``--memory-jobs``
+  pending jobs of 8-byte payload, after a full replay and after a restart from the engine
+  snapshot; each ``--tree`` (jobq's sources at SRC, put first on PYTHONPATH) alternated
+  with the others in every round, beanstalkd in the same run.
 
 beanstalkd (Debian's package, binlog on) is the peer: its jobs are put over the protocol,
 then it is restarted from its binlog. jobq's logs are written directly with the command log
@@ -82,7 +88,10 @@ def jobq_server(data_dir: Path, port: int, *extra: str) -> ServerProcess:
     return ServerProcess("jobq", argv, port, data_dir.parent / f"jobq-{port}.log")
 
 
-def fill_jobq(data_dir: Path, count: int, segment_size_bytes: int = 64 * 1024 * 1024) -> None:
+def fill_jobq(
+    data_dir: Path, count: int, segment_size_bytes: int = 64 * 1024 * 1024,
+    payload_bytes: int = 64,
+) -> None:
     from jobq.cmdlog.log import CommandLog
     from jobq.engine.commands import AddJob, encode_workq_command
 
@@ -95,7 +104,7 @@ def fill_jobq(data_dir: Path, count: int, segment_size_bytes: int = 64 * 1024 * 
         for i in range(count):
             command = AddJob(
                 uuid.uuid4().bytes, f"q{i % 10}", 60_000, 7 * 86_400_000, 0, 0, 0,
-                os.urandom(32).hex().encode(), now + i,
+                os.urandom(payload_bytes // 2).hex().encode(), now + i,
             )
             batch.append(encode_workq_command(command))
             if len(batch) == 1000 or segment_size_bytes < 1000:
@@ -107,8 +116,8 @@ def fill_jobq(data_dir: Path, count: int, segment_size_bytes: int = 64 * 1024 * 
         log.close()
 
 
-def fill_beanstalkd(port: int, count: int) -> None:
-    payload = os.urandom(32).hex().encode()
+def fill_beanstalkd(port: int, count: int, payload_bytes: int = 64) -> None:
+    payload = os.urandom(payload_bytes // 2).hex().encode()
     put = b"put 0 0 60 %d\r\n%s\r\n" % (len(payload), payload)
     with socket.create_connection((LOOPBACK, port), timeout=60) as sock:
         sent = 0
@@ -272,6 +281,96 @@ def bench_memory(tmp: Path, jobs: int) -> dict[str, float]:
     }
 
 
+def _launch_tree(src: str | None, server: ServerProcess) -> ServerProcess:
+    """:func:`_launch` with jobq's sources at ``src`` first on the path (None: as it is)."""
+    saved = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [src, saved]))
+    try:
+        return _launch(server)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+def _rss_at_first_reply(src: str | None, data_dir: Path) -> float:
+    """RSS (MiB) of a jobq started on ``data_dir`` once it answers; stopped cleanly after
+    (which writes the engine snapshot the next start uses)."""
+    port = free_port()
+    _, server = first_reply_s(
+        lambda: _launch_tree(src, jobq_server(data_dir, port)), b"inspect server\r\n", port
+    )
+    rss = rss_mib(server.pid)
+    server.stop()
+    return rss
+
+
+def bench_memory_rows(
+    tmp: Path, trees: list[tuple[str, str | None]], pending: int, jobs: int, rounds: int
+) -> dict[str, dict[str, float]]:
+    """Issue 24's memory rows for each tree and beanstalkd: RSS (MiB) with ``pending`` jobs
+    of 64-byte payload, and RSS per job (B) above the empty server's with ``jobs`` jobs of
+    8-byte payload; jobq's after a full replay (``replay``) and after a restart from the
+    snapshot of a clean stop (``snapshot``). Medians over ``rounds``, trees alternated."""
+    big, small = tmp / "rows-500k", tmp / "rows-1m"
+    fill_jobq(big, pending)
+    fill_jobq(small, jobs, payload_bytes=8)
+    samples: dict[str, dict[str, list[float]]] = {label: {} for label, _ in trees}
+    for _ in range(rounds):
+        for label, src in trees:
+            got = samples[label]
+            empty = _rss_at_first_reply(src, tmp / f"rows-empty-{label}")
+            for data_dir, key in ((big, "rss_mib"), (small, "per_job_b")):
+                (data_dir / "cmdlog" / "engine.snapshot").unlink(missing_ok=True)
+                replayed = _rss_at_first_reply(src, data_dir)
+                restarted = _rss_at_first_reply(src, data_dir)
+                for how, rss in (("replay", replayed), ("snapshot", restarted)):
+                    value = rss if key == "rss_mib" else (rss - empty) * 1024 * 1024 / jobs
+                    got.setdefault(f"{key}_{how}", []).append(value)
+    result = {
+        label: {key: median(values) for key, values in got.items()}
+        for label, got in samples.items()
+    }
+    bean: dict[str, list[float]] = {}
+    for r in range(rounds):
+        for count, size, key in ((pending, 64, "rss_mib"), (jobs, 8, "per_job_b")):
+            port = free_port()
+            with beanstalkd_server(tmp / f"rows-bean-{key}-{r}", 1000, port=port) as server:
+                empty = rss_mib(server.pid)
+                fill_beanstalkd(port, count, payload_bytes=size)
+                full = rss_mib(server.pid)
+            value = full if key == "rss_mib" else (full - empty) * 1024 * 1024 / count
+            bean.setdefault(key, []).append(value)
+    result["beanstalkd"] = {key: median(values) for key, values in bean.items()}
+    return result
+
+
+def memory_rows_table(rows: dict[str, dict[str, float]], pending: int, jobs: int) -> str:
+    bean = rows["beanstalkd"]
+    lines = [
+        "| measure | " + " | ".join(label for label in rows) + " | goal |",
+        "|---|" + "---:|" * len(rows) + "---|",
+    ]
+    for key, title, unit, goal in (
+        ("rss_mib", f"RSS with {pending:,} pending jobs (64-byte payload)", "MiB",
+         "<= 200 MB"),
+        ("per_job_b", f"{jobs:,} pending jobs of 8-byte payload: RSS per job", "B",
+         "<= 250 B"),
+    ):
+        for how, after in (("snapshot", "restart from the snapshot"), ("replay", "full replay")):
+            cells = [
+                f"{values[f'{key}_{how}']:.0f} {unit}"
+                for label, values in rows.items() if label != "beanstalkd"
+            ]
+            lines.append(
+                f"| {title}, after a {after} | " + " | ".join(cells)
+                + f" | {bean[key]:.0f} {unit} | {goal} |"
+            )
+    return "\n".join(lines)
+
+
 def bench_tiny_segments(tmp: Path, records: int, rounds: int) -> dict[str, float]:
     from jobq.engine.machine import Engine
     from jobq.server.replay import replay
@@ -314,8 +413,15 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--tiny-records", type=int, default=5_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--restart-only", action="store_true", help="only the restart rows")
+    parser.add_argument("--memory-rows", action="store_true", help="only issue 24's memory rows")
+    parser.add_argument(
+        "--tree", action="append", default=[], metavar="LABEL=SRC",
+        help="with --memory-rows: jobq's sources to measure (repeatable; default: as imported)",
+    )
     args = parser.parse_args(argv)
     compile_sources()
+    if args.memory_rows:
+        return _main_memory_rows(args)
     base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
     with tempfile.TemporaryDirectory(prefix="jobq-bench-server-", dir=base) as name:
         tmp = Path(name)
@@ -366,6 +472,27 @@ def main(argv: list[str] | None = None) -> str:
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     (out / "server.md").write_text(table + "\n")
+    return table
+
+
+def _main_memory_rows(args: argparse.Namespace) -> str:
+    import compileall
+
+    trees: list[tuple[str, str | None]] = [("jobq", None)]
+    if args.tree:
+        trees = [(label, str(Path(src).resolve())) for label, _, src in (
+            tree.partition("=") for tree in args.tree
+        )]
+        for _, src in trees:
+            compileall.compile_dir(str(src), quiet=1)
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="jobq-bench-memory-", dir=base) as name:
+        rows = bench_memory_rows(Path(name), trees, args.pending, args.memory_jobs, args.rounds)
+    table = memory_rows_table(rows, args.pending, args.memory_jobs)
+    print(table)
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / "memory_rows.md").write_text(table + "\n")
     return table
 
 
