@@ -25,12 +25,17 @@ if TYPE_CHECKING:
 _NS_PER_MS = 1_000_000
 
 
+#: most values :func:`share_values` keeps one object of (clients choose them: bounded)
+MAX_SHARED_VALUES = 1024
+
+
 def register(engine: Engine, job: Job) -> None:
     """Enter a new (or restored) job everywhere: jobs, indexes, queue, deadlines (replay:
     only ``jobs``)."""
     engine.jobs[job.id] = job
     if engine._replaying:
         return
+    share_values(engine, job)
     if not job.run:
         engine.by_status.add(job)
         engine.by_name.add(job)
@@ -42,6 +47,30 @@ def register(engine: Engine, job: Job) -> None:
                 dependencies.depend(engine, job)
     index(engine, job)
     push_expiry(engine, job)
+
+
+def share_values(engine: Engine, job: Job) -> None:
+    """Give ``job`` the objects other jobs hold for the same values, where a request made
+    its own (48-64 bytes each on the C heap): its queue's name string, and the TTR's and
+    TTL's ints (a producer's jobs mostly have the same; small ints are shared by Python
+    already). Replay's and a snapshot's jobs share them as they are made (``commands.py``,
+    ``replay.rebuild_indexes``)."""
+    queue = engine.queues.get(job.name)
+    if queue is not None:
+        job.name = queue.name
+    shared = engine._shared_values
+    ttr_ms = job.ttr_ms
+    value = shared.get(ttr_ms)
+    if value is not None:
+        job.ttr_ms = value
+    elif len(shared) < MAX_SHARED_VALUES:
+        shared[ttr_ms] = ttr_ms
+    ttl_ms = job.ttl_ms
+    value = shared.get(ttl_ms)
+    if value is not None:
+        job.ttl_ms = value
+    elif len(shared) < MAX_SHARED_VALUES:
+        shared[ttl_ms] = ttl_ms
 
 
 def deregister(engine: Engine, job: Job) -> None:

@@ -158,8 +158,11 @@ WORKQ_PENDING: Final = 3
 WORKQ_LEASED: Final = 4
 
 
-class JobMeta(msgspec.Struct, array_like=True, eq=False):
+class JobMeta(msgspec.Struct, array_like=True, eq=False, gc=False):
     """What jobq adds to a workq job (DESIGN.md); only jobs that use it carry one.
+
+    Not tracked by the cyclic garbage collector (``gc=False``): its fields hold plain
+    values, never an object that could lead back to it.
 
     Fields are in name order, then those added later, at the end with their defaults (an
     engine snapshot's row lists them in this order, so that older snapshots still decode:
@@ -214,8 +217,15 @@ class JobMeta(msgspec.Struct, array_like=True, eq=False):
 _get_meta = operator.attrgetter(*JobMeta.__struct_fields__)
 
 
-class Job(msgspec.Struct, array_like=True, eq=False):
+class Job(msgspec.Struct, array_like=True, eq=False, gc=False):
     """One job. Plain workq jobs use only the core fields; ``meta`` stays ``None``.
+
+    Not tracked by the cyclic garbage collector (``gc=False``): 16 bytes less a job, and
+    nothing for a collection to scan. Its fields hold plain values and its metadata; the
+    one reference back to it is its live ready-heap entry (``queued``), which it holds
+    only while it is ready in that queue: leaving it (``indexes.unindex``, which every
+    change of status and every removal goes through) clears ``queued``, so no cycle
+    outlives the job's place in the heap (``docs/engine.md``, "Memory").
 
     Times are Unix nanoseconds; durations carry their unit in the name. A msgspec struct:
     cheap to make (replay and a snapshot's load make one per job), and an engine snapshot
