@@ -236,7 +236,7 @@ def adopt_schedules(
     engine._kept_run_jobs = kept_run_jobs_of(engine.schedules.values())
 
 
-def adopt_jobs(engine: Engine, jobs: list[Job], now_ns: int) -> None:
+def adopt_jobs(engine: Engine, jobs: Iterable[Job], now_ns: int) -> None:
     """Start from the jobs an engine snapshot holds (:meth:`Job.row`, decoded), instead
     of replaying the log they describe; as replay does, a job whose TTL has passed by
     ``now_ns`` is left out. The jobs must be queued nowhere (``queued`` None) and not
@@ -249,7 +249,7 @@ def adopt_jobs(engine: Engine, jobs: list[Job], now_ns: int) -> None:
     end_replay(engine, indexed=True)
 
 
-def begin_replay_from(engine: Engine, jobs: list[Job], now_ns: int) -> None:
+def begin_replay_from(engine: Engine, jobs: Iterable[Job], now_ns: int) -> None:
     """:func:`begin_replay` on a new engine that holds a snapshot's jobs (as
     :func:`adopt_jobs` takes them; those whose TTL has passed by ``now_ns`` left out):
     the records logged after the snapshot are replayed next, then :func:`end_replay`
@@ -284,7 +284,9 @@ def begin_replay_from(engine: Engine, jobs: list[Job], now_ns: int) -> None:
 # ---------------------------------------------------------------------- the bulk rebuild
 
 
-def rebuild_indexes(engine: Engine, adopted: list[Job] | None = None, now_ns: int = 0) -> None:
+def rebuild_indexes(
+    engine: Engine, adopted: Iterable[Job] | None = None, now_ns: int = 0
+) -> None:
     """Index every job as its state says, in bulk: what ``indexes.register`` and
     ``indexes.index`` do one job at a time, for all jobs (replay defers them to here).
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+from collections.abc import Iterator
 
 import google_crc32c
 import msgspec
@@ -64,16 +65,47 @@ class SnapshotHeader(msgspec.Struct, array_like=True):
     position: LogPosition
 
 
-class LoadedBody(msgspec.Struct, array_like=True):
-    """The body (``Engine.export``'s :class:`EngineRows`) as read: each job row decoded
-    straight into the job it describes (a job's fields up to ``meta`` are a row's, in
-    order)."""
+#: job rows decoded at a time (:meth:`LoadedBody.jobs`): few enough that a batch's
+#: objects are still in the CPU's cache when the engine takes them (measured: 500,000 jobs
+#: adopted in 0.93 s of CPU in batches of 128 rows, 1.46 s in batches of 4,096)
+JOB_BATCH_ROWS = 128
 
-    jobs: list[Job]
+
+class LoadedBody(msgspec.Struct, array_like=True):
+    """The body (``Engine.export``'s :class:`EngineRows`) as read, the job rows left
+    encoded, in batches of :data:`JOB_BATCH_ROWS` (:meth:`jobs` decodes them)."""
+
+    job_batches: list[msgspec.Raw]
     schedules: list[ScheduleRow]
     next_schedule_id: int
     schedule_counters: tuple[int, int, int]
     last_fire_jobs: list[tuple[bytes, int]]
+
+    def batch_job_rows(self) -> None:
+        """Make :attr:`job_batches`, decoded one ``Raw`` a row, one a batch (each a
+        MessagePack array of rows, copied out of the file's memory)."""
+        rows = self.job_batches
+        self.job_batches = [
+            msgspec.Raw(_array_header(len(batch)) + b"".join(batch))
+            for batch in (
+                rows[start : start + JOB_BATCH_ROWS]
+                for start in range(0, len(rows), JOB_BATCH_ROWS)
+            )
+        ]
+
+    def jobs(self) -> Iterator[Job]:
+        """The jobs, each row decoded straight into the job it describes (a job's fields up
+        to ``meta`` are a row's, in order), a batch at a time as the caller takes them; once.
+
+        In batches so that what decoding makes per job and the engine drops as it takes
+        the job (the name's string, the TTR's and TTL's ints and ``modified_ns``, which
+        jobs share: ``replay.rebuild_indexes``), about 200 bytes a job, is freed before
+        the next batch is decoded into it, rather than left between the jobs for good."""
+        batches = self.job_batches
+        self.job_batches = []
+        batches.reverse()
+        while batches:
+            yield from _jobs_decoder.decode(batches.pop())
 
     def adopt_schedules(self, engine: Engine) -> None:
         """Enter the schedules and their counters into the new ``engine`` (before the jobs)."""
@@ -84,6 +116,12 @@ class LoadedBody(msgspec.Struct, array_like=True):
 
 _header_decoder = msgspec.msgpack.Decoder(SnapshotHeader)
 _body_decoder = msgspec.msgpack.Decoder(LoadedBody)
+_jobs_decoder = msgspec.msgpack.Decoder(list[Job])
+
+
+def _array_header(length: int) -> bytes:
+    """A MessagePack array's header (array 16: up to 65,535 items, as a batch holds)."""
+    return b"\xdc" + length.to_bytes(2, "big")
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -224,6 +262,7 @@ def _check(mapped: mmap.mmap, log_dir: str) -> tuple[LoadedBody, LogPosition] | 
             loaded = _body_decoder.decode(body)
         except msgspec.DecodeError as exc:
             return f"cannot decode: {exc}"
+        loaded.batch_job_rows()  # out of the mapping, which closes next
     return loaded, header.position
 
 
