@@ -406,19 +406,23 @@ def compile_sources() -> None:
     compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "src"), quiet=1)
 
 
-def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pending", type=int, default=500_000)
-    parser.add_argument("--memory-jobs", type=int, default=1_000_000)
-    parser.add_argument("--tiny-records", type=int, default=5_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--restart-only", action="store_true", help="only the restart rows")
-    parser.add_argument("--memory-rows", action="store_true", help="only issue 24's memory rows")
-    parser.add_argument(
+def parser() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    options.add_argument("--pending", type=int, default=500_000)
+    options.add_argument("--memory-jobs", type=int, default=1_000_000)
+    options.add_argument("--tiny-records", type=int, default=5_000)
+    options.add_argument("--rounds", type=int, default=3)
+    options.add_argument("--restart-only", action="store_true", help="only the restart rows")
+    options.add_argument("--memory-rows", action="store_true", help="only issue 24's memory rows")
+    options.add_argument(
         "--tree", action="append", default=[], metavar="LABEL=SRC",
         help="with --memory-rows: jobq's sources to measure (repeatable; default: as imported)",
     )
-    args = parser.parse_args(argv)
+    return options
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parser().parse_args(argv)
     compile_sources()
     if args.memory_rows:
         return _main_memory_rows(args)

@@ -465,6 +465,8 @@ CHECKS: dict[str, Check] = {
     ".venv/bin/python -m bench.bench_fairness --before /tmp/jobq-before/src --rounds 3": (
         benchmark_arguments("bench.bench_fairness")
     ),
+    ".venv/bin/python -m bench.bench_server --memory-rows --tree before=/tmp/jobq-before/src "
+    "--tree after=src --rounds 3": benchmark_arguments("bench.bench_server"),
     ".venv/bin/python -m bench.bench_joblist --jobs 1000000 --rounds 9 --before "
     "/tmp/jobq-before/src": benchmark_arguments("bench.bench_joblist"),
     "eval $(_JOBQ_COMPLETE=bash_source jobq)": completion,
