@@ -40,7 +40,7 @@ lint: $(COMPILED)
 # tests again on the pure-Python modules (JOBQ_PURE_PYTHON=1), so that both stay correct.
 PURE_TESTS := $(addprefix tests/engine/test_,deadlines.py deadlines_compaction.py joblist.py \
 	queues.py replay_decode.py replay_indexes.py replay_property.py) \
-	tests/engine/test_add_runs.py tests/cmdlog/test_runs.py tests/cmdlog/test_fast_paths.py \
+	tests/engine/test_add_runs.py tests/engine/test_memory.py tests/cmdlog/test_runs.py tests/cmdlog/test_fast_paths.py \
 	$(addprefix tests/server/test_,protocol_fuzz.py \
 	server_fuzz.py extension_fuzz.py clean_replay.py) tests/golden
 

@@ -58,19 +58,23 @@ def share_values(engine: Engine, job: Job) -> None:
     queue = engine.queues.get(job.name)
     if queue is not None:
         job.name = queue.name
+    # values typed ``object`` and set with setattr: compiled (mypyc), an ``int`` local is
+    # unboxed, and storing it makes a new int object again
     shared = engine._shared_values
-    ttr_ms = job.ttr_ms
+    ttr_ms: object = job.ttr_ms
     value = shared.get(ttr_ms)
     if value is not None:
-        job.ttr_ms = value
+        setattr(job, "ttr_ms", value)  # noqa: B010
     elif len(shared) < MAX_SHARED_VALUES:
         shared[ttr_ms] = ttr_ms
-    ttl_ms = job.ttl_ms
+        setattr(job, "ttr_ms", ttr_ms)  # noqa: B010  (compiled, the local is a new object)
+    ttl_ms: object = job.ttl_ms
     value = shared.get(ttl_ms)
     if value is not None:
-        job.ttl_ms = value
+        setattr(job, "ttl_ms", value)  # noqa: B010
     elif len(shared) < MAX_SHARED_VALUES:
         shared[ttl_ms] = ttl_ms
+        setattr(job, "ttl_ms", ttl_ms)  # noqa: B010  (compiled, the local is a new object)
 
 
 def deregister(engine: Engine, job: Job) -> None:

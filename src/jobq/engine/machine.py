@@ -96,7 +96,7 @@ class Engine:
         #: jobs by name, each name's in creation order; the names sorted (names.py)
         self.by_name = NameIndex()
         #: one object per TTR and TTL value that jobs share (``indexes.share_values``)
-        self._shared_values: dict[int, int] = {}
+        self._shared_values: dict[object, object] = {}
         #: ids of the jobs each creator (e.g. ("schedule", "7")) made
         self.by_created_by: dict[tuple[str, str], set[bytes]] = {}
         #: job id -> the ids of the unfinished jobs waiting for it (``dependencies.py``)
