@@ -204,6 +204,25 @@ _JOB_ARGS: Final = {
 }
 
 
+#: checked Works of the built-in executor -> the one object all its executors give
+_shared_works: dict[Work, Work] = {}
+#: most Works :data:`_shared_works` keeps (it is emptied when full)
+SHARED_WORKS_MAX: Final = 1024
+
+
+def shared(work: Work) -> Work:
+    """The object every equal ``work`` is (of those seen lately): the built-in executors
+    of schedules with equal arguments then give one Work (the scheduler keeps what it
+    made of a Work by its identity: ``scheduler.fire``). Only for checked Works: their
+    fields are of their exact types, so equal ones log the same bytes."""
+    found = _shared_works.get(work)
+    if found is None:
+        if len(_shared_works) >= SHARED_WORKS_MAX:
+            _shared_works.clear()
+        found = _shared_works[work] = work
+    return found
+
+
 class JobExecutor:
     """The built-in ``job`` executor: each run submits one job with
     ``created_by = ("schedule", id)``. Arguments: ``name`` (required), ``payload`` (text,
@@ -231,7 +250,7 @@ class JobExecutor:
         #: the work of a run scheduled at the Unix epoch (what a template renders to at
         #: creation, checked then: a run's job that the log cannot hold, priority 10**20,
         #: would fail at every firing)
-        self.work = self.execute_at(0, "")
+        self.work = shared(self.execute_at(0, ""))
         #: whether a payload names the run's time (else every run's work is ``work``)
         self.templated = any(step.template is not None for step in (self._first, *self._later))
 

@@ -31,6 +31,7 @@ from jobq.engine.errors import ScheduleError
 from jobq.engine.executors import (
     JOB_FIELDS,
     RunInfo,
+    Work,
     check_work,
     executor_failure,
     executor_for,
@@ -238,18 +239,24 @@ def fire(
     a submitted job's limits or a run the log cannot hold: the scheduler then pauses the
     schedule with that reason (it must neither escape ``tick`` nor fail each try)."""
     try:
-        work = check_work(schedule.executor.execute(schedule, scheduled_ns, now_ns))
+        given = schedule.executor.execute(schedule, scheduled_ns, now_ns)
+        known = _run_jobs.get(id(given))
+        if known is None or known[0] is not given:
+            known = _run_job(given)
     except ScheduleError:
         raise
     except Exception as exc:
         raise ScheduleError(executor_failure(schedule.executor_type, exc)) from exc
+    _, work, shape = known
     seq = schedule.fire_seq + 1
     job_id = run_job_id(schedule.id, schedule.created_ns, seq)
-    fields = {name: getattr(work, name) for name in JOB_FIELDS}  # a job's own
-    fields["description"] = work.description or f"schedule {schedule.name} run {seq}"
-    job = SubmitJob(
-        id=job_id, created_ns=now_ns, creator=schedule.owner, created_by_type="schedule",
-        created_by_id=str(schedule.id), **fields,
+    job = msgspec.structs.replace(
+        shape,
+        id=job_id,
+        created_ns=now_ns,
+        description=work.description or f"schedule {schedule.name} run {seq}",
+        creator=schedule.owner,
+        created_by_id=str(schedule.id),
     )
     # a chain: its later jobs, each after the one before (logged after the firing)
     chain = [job]
@@ -294,6 +301,28 @@ def fire(
     for later_job in chain[1:]:
         engine._emit(later_job, now_ns)
     return engine.jobs[job_id]
+
+
+#: id of a Work an executor gave -> (that Work, it checked, the job of a run of it but for
+#: the id, time, description and schedule, which ``fire`` fills in). A Work is immutable,
+#: and the built-in executor gives the same one at every run (unless its payload is a
+#: template), the same one for every schedule of equal arguments (``executors.shared``):
+#: the schedules of a burst mostly find theirs here.
+_run_jobs: dict[int, tuple[object, Work, SubmitJob]] = {}
+#: most Works :data:`_run_jobs` keeps (it is emptied when full)
+RUN_JOBS_MAX: Final = 256
+
+
+def _run_job(given: object) -> tuple[object, Work, SubmitJob]:
+    """:data:`_run_jobs`' entry for ``given``, made and kept: ``check_work`` (and its
+    errors), and the job's own fields."""
+    work = check_work(given)  # type: ignore[arg-type]
+    fields = {name: getattr(work, name) for name in JOB_FIELDS}  # a job's own
+    shape = SubmitJob(id=b"", created_ns=0, created_by_type="schedule", **fields)
+    if len(_run_jobs) >= RUN_JOBS_MAX:
+        _run_jobs.clear()
+    known = _run_jobs[id(given)] = given, work, shape
+    return known
 
 
 # ---------------------------------------------------------------------- runs that end

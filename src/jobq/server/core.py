@@ -38,6 +38,7 @@ from jobq.engine.commands import encode_command
 from jobq.engine.machine import Command, Engine
 from jobq.engine.waiters import Wakeup
 from jobq.server import protocol as p
+from jobq.server.collector import FullCollectionHold
 from jobq.server.commit import GroupCommit
 from jobq.server.dispatch import Dispatcher
 from jobq.server.extensions import Deferred
@@ -60,6 +61,8 @@ _NS_PER_S = 1_000_000_000
 COMPACT_INTERVAL_S = 5.0
 #: jobs removed (from the highest count seen) before freed memory goes back to the OS
 TRIM_AFTER_REMOVED_JOBS = 10_000
+#: the most commands a scheduler burst adds to a batch before it is written (:meth:`Core.tick`)
+BURST_BATCH_COMMANDS = 1000
 #: at most this many jobs left for :meth:`Core.housekeeping` to run a full collection, which
 #: walks every object the collector tracks (a job is one: tens of ms for 50,000)
 COLLECT_MAX_JOBS = 50_000
@@ -167,6 +170,8 @@ class Core:
             )
         self._timer: asyncio.TimerHandle | None = None
         self._timer_ns: int | None = None
+        #: holds the collector's full collections back during a scheduler burst
+        self.collector = FullCollectionHold()
         self._loop: asyncio.AbstractEventLoop | None = None
         #: set when the log could not be written; cleared by the next good write
         self.log_error: str | None = None
@@ -310,12 +315,31 @@ class Core:
         self.tick()
 
     def tick(self) -> None:
-        """Handle every deadline that came due."""
-        self.engine.tick(self.clock())
-        commands, wakeups = self.engine.drain()
-        self._batch.commands.extend(commands)
-        self._batch.wakeups.extend(wakeups)
-        if commands or wakeups:
+        """Handle the deadlines that came due: one pass of the engine's scheduler.
+
+        In a burst (more schedules came due than a pass fires) the next pass runs in the
+        next loop iteration, after the requests that came meanwhile, and adds to the same
+        batch, which is written once it acknowledges something (a request ran: its flush
+        is scheduled), holds ``BURST_BATCH_COMMANDS`` commands, or the burst ended; the
+        collector's full collections wait meanwhile (``collector.py``)."""
+        now_ns = self.clock()
+        engine = self.engine
+        engine.tick(now_ns)
+        next_ns = engine.next_deadline_ns()
+        bursting = next_ns is not None and next_ns <= now_ns
+        batch = self._batch
+        added = engine.drain_into(batch.commands, batch.wakeups)
+        if bursting:
+            self.collector.hold()
+        else:
+            self.collector.release()
+        if (batch.commands or batch.wakeups) and not (
+            bursting
+            and added
+            and not batch.wakeups
+            and not batch.replies
+            and len(batch.commands) < BURST_BATCH_COMMANDS
+        ):
             self._schedule_flush()
         self._arm_timer()
 
@@ -495,6 +519,7 @@ class Core:
 
     def close(self) -> None:
         self._closed = True
+        self.collector.release()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
