@@ -9,7 +9,8 @@
    commands are encoded as the log writer would. A job's lag is the time from its scheduled
    time to the end of the pass that created it (when a lease can take it). Two loads:
    ``every 1m`` schedules created across a minute (their runs spread over the minute), and
-   the worst case, ``* * * * *`` crons all due at the same second.
+   the worst case, ``* * * * *`` crons all due at the same second. As in the server, the
+   collector's full collections wait while a burst goes on (``server/collector.py``).
 2. Idle CPU: a real ``jobq server`` process holding ``--schedules`` schedules none of which is
    due; its CPU time over ``--idle-seconds`` (the timer sleeps until the next due time).
 3. Burst (issue 24): a real ``jobq server`` process (default settings: ``sync=interval``, 10
@@ -43,6 +44,7 @@ from bench.beanstalkd import free_port
 from jobq.engine.commands import decode_command, encode_command
 from jobq.engine.extensions import CreateSchedule, FireSchedule
 from jobq.engine.machine import Engine, SchedulerOptions
+from jobq.server.collector import FullCollectionHold
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
@@ -73,6 +75,7 @@ def drive(n: int, minutes: int, spread: bool, max_per_pass: int) -> dict[str, fl
     gc.collect()
     gc.freeze()
     end = T0 + (minutes + 1) * 60 * S
+    collector = FullCollectionHold()
     lags: list[float] = []
     now = T0
     busy = 0.0
@@ -86,6 +89,12 @@ def drive(n: int, minutes: int, spread: bool, max_per_pass: int) -> dict[str, fl
         engine.tick(now)
         commands, _ = engine.drain()
         payloads = [encode_command(c) for c in commands]
+        # as the server's core does: full collections wait while a burst goes on
+        following = engine.next_deadline_ns()
+        if following is not None and following <= now:
+            collector.hold()
+        else:
+            collector.release()
         elapsed = time.perf_counter() - started
         busy += elapsed
         passes += 1
@@ -96,6 +105,7 @@ def drive(n: int, minutes: int, spread: bool, max_per_pass: int) -> dict[str, fl
                 lags.append((leasable - scheduled) / 1e6)
         now = leasable
         del payloads
+    collector.release()
     gc.unfreeze()
     return {
         "fired": len(lags),

@@ -119,14 +119,15 @@ def schedule_due(engine: Engine, schedule: Schedule, deadline_ns: int, now_ns: i
     spec = schedule.spec
     count, latest = runs_between(spec, due_ns, now_ns)
     following = next_after(spec, now_ns) if spec.kind != "at" else None
-    due = DueRuns(count, latest, following, now_ns)
     window_ns = max(schedule.catchup_ms, engine.scheduler.pace_ms) * _NS_PER_MS
     if now_ns - latest > window_ns:
         # every run since due_ns was missed, the latest too long ago to make up
-        _emit_skip(engine, schedule, due, missed=count)
+        _emit_skip(engine, schedule, DueRuns(count, latest, following, now_ns), missed=count)
         return 0
     was_waiting = schedule.recheck_ns is not None
-    if schedule.running and not WAIT_POLICIES[schedule.wait](engine, schedule, due):
+    if schedule.running and not WAIT_POLICIES[schedule.wait](
+        engine, schedule, DueRuns(count, latest, following, now_ns)
+    ):
         return 0
     extra = count - 1  # runs before the latest: not made up
     try:

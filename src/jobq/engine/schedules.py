@@ -350,16 +350,27 @@ class ScheduleRow(msgspec.Struct, array_like=True):
         return schedule
 
 
+#: the last answer of :func:`run_job_id`, ``(schedule id, created_ns, seq, run id)``: a
+#: firing asks for its run's id, then its schedule's kept runs (``Schedule.kept_run_jobs``)
+_last_run_id: tuple[int, int, int, bytes] = (0, 0, 0, b"")
+
+
 def run_job_id(schedule_id: int, created_ns: int, seq: int) -> bytes:
     """The id of a schedule's run ``seq``: derived, so the firing is deterministic (a UUID of
     version 8, distinct from client-chosen version-4 ids)."""
+    global _last_run_id
+    last = _last_run_id
+    if last[2] == seq and last[0] == schedule_id and last[1] == created_ns:
+        return last[3]
     digest = bytearray(
         hashlib.blake2b(b"jobq-schedule:%d:%d:%d" % (schedule_id, created_ns, seq),
                         digest_size=16).digest()
     )
     digest[6] = (digest[6] & 0x0F) | 0x80
     digest[8] = (digest[8] & 0x3F) | 0x80
-    return bytes(digest)
+    run_id = bytes(digest)
+    _last_run_id = (schedule_id, created_ns, seq, run_id)
+    return run_id
 
 
 def chain_job_id(schedule_id: int, created_ns: int, seq: int, step: int) -> bytes:
