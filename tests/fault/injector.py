@@ -20,6 +20,10 @@ unless its variable is set:
 ``JOBQ_FAULT_WRITE_ERRORS=PATH``
     while PATH exists, every write of the log raises ``OSError(ENOSPC)``: the fallback
     for the disk-full test where a tmpfs cannot be mounted.
+``JOBQ_FAULT_BURST_BATCH=N``
+    a scheduler burst's batch is written once it holds ``N`` commands (the core's
+    ``BURST_BATCH_COMMANDS``), so that a burst of a few dozen schedules spans several
+    writes and a kill at the first one lands in the middle of the burst.
 """
 
 from __future__ import annotations
@@ -158,6 +162,10 @@ def install(environ: dict[str, str]) -> None:
         _install_sync_trace(environ["JOBQ_FAULT_SYNC_TRACE"])
     if environ.get("JOBQ_FAULT_WRITE_ERRORS"):
         _install_write_errors(environ["JOBQ_FAULT_WRITE_ERRORS"])
+    if environ.get("JOBQ_FAULT_BURST_BATCH"):
+        from jobq.server import core as core_module
+
+        core_module.BURST_BATCH_COMMANDS = int(environ["JOBQ_FAULT_BURST_BATCH"])
 
 
 if __name__ == "__main__":

@@ -6,12 +6,17 @@ fsynced), or after the fsync (not yet released). After a restart, that run has f
 exactly once: one FireSchedule for its time in the log, one job, and the schedule waits for
 the next hour. Before the write, the restarted server fires it (catch-up); after, replay
 has it and the scheduler does not fire it again.
+
+A burst too: many schedules due at once, whose firings the core writes a batch at a time
+(``Core.tick``), killed at the first batch: the firings it held are in the log, the others
+not, and after a restart each schedule has fired exactly once.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+from collections import Counter
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -20,6 +25,9 @@ from pathlib import Path
 import pytest
 
 from jobq.client import Client
+from jobq.cmdlog.cursor import Cursor
+from jobq.engine.commands import decode_command
+from jobq.engine.extensions import FireSchedule
 from tests.server.procs import ServerProcess
 
 from .injector import FIRE_POINTS
@@ -73,3 +81,72 @@ def test_a_firing_killed_at_any_step_fires_exactly_once(point: str, tmp_path: Pa
         assert restarted.terminate() == 0
     firings = fire_seqs(log_dir(data_dir))
     assert firings == [(1, firing["scheduled_ns"])], firings
+
+
+#: a burst's schedules, the firings a pass starts, the firings a batch holds at least (the
+#: injector's ``JOBQ_FAULT_BURST_BATCH``; the group commit may gather a few passes more):
+#: the first write holds some of the burst, not all of it
+BURST_SCHEDULES = 100
+BURST_PER_PASS = 10
+BURST_BATCH = 20
+
+
+def _firings_by_schedule(directory: Path) -> Counter[tuple[int, int]]:
+    """How many FireSchedule records with a job each (schedule, seq) has in the log."""
+    found: Counter[tuple[int, int]] = Counter()
+    for record in Cursor(str(directory)):
+        command = decode_command(record.payload)
+        if isinstance(command, FireSchedule) and command.job is not None:
+            found[command.schedule, command.seq] += 1
+    return found
+
+
+@pytest.mark.parametrize("point", FIRE_POINTS)
+def test_a_burst_killed_at_its_first_batch_fires_each_schedule_once(
+    point: str, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    note = tmp_path / "note"
+    options = ("--cmdlog-sync", "always", "--scheduler-max-per-pass", str(BURST_PER_PASS))
+    server = ServerProcess(
+        data_dir,
+        *options,
+        launcher=INJECTOR,
+        env={
+            "JOBQ_FAULT_KILL": f"fire:{point}",
+            "JOBQ_FAULT_NOTE": str(note),
+            "JOBQ_FAULT_BURST_BATCH": str(BURST_BATCH),
+        },
+    )
+    first = datetime.now(UTC) + timedelta(seconds=3)
+    with Client.from_address(f"127.0.0.1:{server.port}") as client:
+        for i in range(BURST_SCHEDULES):
+            client.create_schedule(
+                f"s{i}", every_ms=HOUR_MS, at=first, args={"name": "run"}, wait="no_wait"
+            )
+    created_in_time = datetime.now(UTC) < first
+    assert server.wait_exit(30) == -signal.SIGKILL, server.log()
+    killed = json.loads(note.read_text())
+    if created_in_time:  # (else a slow machine let some fire while others were created)
+        assert BURST_BATCH <= len(killed["firings"]) < BURST_SCHEDULES, killed
+    verify_log(log_dir(data_dir), after_crash=True)
+
+    restarted = ServerProcess(data_dir, *options)
+    try:
+        with Client.from_address(f"127.0.0.1:{restarted.port}") as client:
+            deadline = time.monotonic() + 30
+            while True:  # until every schedule's run has fired (after the kill or before)
+                schedules = client.schedules()
+                if all(s["jobs_started"] for s in schedules):
+                    break
+                assert time.monotonic() < deadline, schedules
+                time.sleep(0.05)
+            assert len(schedules) == BURST_SCHEDULES
+            assert all(s["jobs_started"] == 1 for s in schedules), schedules
+            jobs = client.jobs(name="run", limit=1000).jobs
+            assert len(jobs) == BURST_SCHEDULES
+    finally:
+        assert restarted.terminate() == 0
+    firings = _firings_by_schedule(log_dir(data_dir))
+    assert sorted(firings) == [(i, 1) for i in range(1, BURST_SCHEDULES + 1)], firings
+    assert set(firings.values()) == {1}, firings
