@@ -356,7 +356,7 @@ def main() -> None:
         "client's latency: its requests sent meanwhile (an `add`, an `inspect queue`, in turn).",
         "",
         "| server | schedules | last fired s | log writes | server CPU s | requests | "
-        "p50 ms | p99 ms | max ms |",
+        "other client p50 ms | other client p99 ms | other client max ms |",
         "|---|---|---|---|---|---|---|---|---|",
         *burst,
         "",

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import signal
-from collections import Counter
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 

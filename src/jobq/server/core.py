@@ -15,7 +15,9 @@ back and every reply that depended on it becomes ``-SERVER-ERROR``; the next bat
 again, so service resumes by itself once the disk accepts writes.
 
 Deadlines live in the engine; the core keeps one loop timer, armed for the engine's
-earliest deadline.
+earliest deadline. A scheduler burst (more schedules due than a pass fires) runs a pass per
+loop iteration into one batch, written when a request waits on it, when it is full, or when
+the burst ended (:meth:`Core.tick`).
 
 Memory: every ``COMPACT_INTERVAL_S`` :meth:`Core.housekeeping` asks the engine to drop what
 removed jobs and finished waits still hold (``Engine.compact``, amortised O(1) a removal) and,
