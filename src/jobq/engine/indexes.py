@@ -8,7 +8,7 @@ table (``engine._replaying``): ``replay.rebuild_indexes`` builds the rest once, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from jobq.engine import dependencies
 from jobq.engine.compaction import CompactStats, right_size
@@ -27,6 +27,8 @@ _NS_PER_MS = 1_000_000
 
 #: most values :func:`share_values` keeps one object of (clients choose them: bounded)
 MAX_SHARED_VALUES = 1024
+#: the int fields :func:`share_values` shares
+_SHARED_FIELDS: Final = ("ttr_ms", "ttl_ms")
 
 
 def register(engine: Engine, job: Job) -> None:
@@ -58,23 +60,17 @@ def share_values(engine: Engine, job: Job) -> None:
     queue = engine.queues.get(job.name)
     if queue is not None:
         job.name = queue.name
-    # values typed ``object`` and set with setattr: compiled (mypyc), an ``int`` local is
-    # unboxed, and storing it makes a new int object again
+    # values typed ``object``, set with setattr: compiled (mypyc), an ``int`` local is
+    # unboxed, and storing it would make a new int object again
     shared = engine._shared_values
-    ttr_ms: object = job.ttr_ms
-    value = shared.get(ttr_ms)
-    if value is not None:
-        setattr(job, "ttr_ms", value)  # noqa: B010
-    elif len(shared) < MAX_SHARED_VALUES:
-        shared[ttr_ms] = ttr_ms
-        setattr(job, "ttr_ms", ttr_ms)  # noqa: B010  (compiled, the local is a new object)
-    ttl_ms: object = job.ttl_ms
-    value = shared.get(ttl_ms)
-    if value is not None:
-        setattr(job, "ttl_ms", value)  # noqa: B010
-    elif len(shared) < MAX_SHARED_VALUES:
-        shared[ttl_ms] = ttl_ms
-        setattr(job, "ttl_ms", ttl_ms)  # noqa: B010  (compiled, the local is a new object)
+    for field in _SHARED_FIELDS:
+        current: object = getattr(job, field)
+        value = shared.get(current)
+        if value is None:
+            if len(shared) >= MAX_SHARED_VALUES:
+                continue
+            shared[current] = value = current
+        setattr(job, field, value)
 
 
 def deregister(engine: Engine, job: Job) -> None:
