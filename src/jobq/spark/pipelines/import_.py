@@ -70,18 +70,30 @@ def _schema_from(spark: Any, args: ImportArgs, files: list[str]) -> Any:
     return schema
 
 
-def _aligned(df: Any, table_schema: Any, table: str) -> Any:
-    """``df`` with the table's columns, in its order and types (matched by name)."""
-    from pyspark.sql import functions as F
-
-    by_name = {c.lower(): c for c in df.columns}
-    cols = []
+def _check_columns(columns: list[str], table_schema: Any, table: str) -> dict[str, str]:
+    """Each column of the table -> the files' column of that name (any case); SparkJobError
+    for one the files lack."""
+    by_name = {c.lower(): c for c in columns}
+    sources = {}
     for field in table_schema.fields:
         source = by_name.get(field.name.lower())
         if source is None:
             raise SparkJobError(f"column {field.name} of table {table} is not in the files")
-        cols.append(F.col(f"`{source}`").cast(field.dataType).alias(field.name))
-    return df.select(*cols)
+        sources[field.name] = source
+    return sources
+
+
+def _aligned(df: Any, table_schema: Any, table: str) -> Any:
+    """``df`` with the table's columns, in its order and types (matched by name)."""
+    from pyspark.sql import functions as F
+
+    sources = _check_columns(df.columns, table_schema, table)
+    return df.select(
+        *[
+            F.col(f"`{sources[field.name]}`").cast(field.dataType).alias(field.name)
+            for field in table_schema.fields
+        ]
+    )
 
 
 def _layout(schema: Any, partition_by: list[str]) -> list[tuple[str, str]]:
@@ -134,7 +146,8 @@ def _plan(spark: Any, args: ImportArgs, job: PipelineJob, run: _Run) -> dict[str
             # commit drops the table and creates it again; chunks are staged outside it
             state["replace"] = {"partition_by": partition_by}
             return state
-    _aligned(spark.createDataFrame([], schema), info.schema, args.table)  # columns check
+    _check_columns([f.name for f in schema.fields], info.schema, args.table)
+    run.info = info
     return state
 
 
@@ -148,6 +161,8 @@ class _Run:
     def __init__(self, job: PipelineJob) -> None:
         self.job = job
         self.created = False
+        #: the table as the plan found it (None: the plan made it, or did not run)
+        self.info: TableInfo | None = None
         self.staging = ""
         self.committing = False
 
@@ -203,7 +218,8 @@ def _import(spark: Any, args: ImportArgs, job: PipelineJob, run: _Run) -> dict[s
     files: list[str] = state["files"]
     schema = StructType.fromJson(json.loads(state["schema"]))
     replace = state.get("replace")
-    info: TableInfo = table_info(spark, args.table)
+    # the plan's look at an existing table still holds (a resumed attempt looks again)
+    info: TableInfo = run.info if run.info is not None else table_info(spark, args.table)
     table_schema = schema if replace else info.schema
     location = local_path(info.location) if info.location else None
     staged = replace is not None or (info.provider == "parquet" and location is not None)
