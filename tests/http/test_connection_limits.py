@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -130,6 +131,30 @@ def test_requests_on_a_connection_are_not_cut_off(server: RunningServer) -> None
         assert _response(sock)[0] == 200
         # and after the last response the timer runs again
         assert _closed_within(sock, 5)
+
+
+def test_a_head_that_came_while_the_loop_stalled_is_served(server: RunningServer) -> None:
+    """A loop stalled past the head timeout in an I/O callback (a slow handler, a busy
+    machine) runs its timers before it reads what came meanwhile: the head waiting in the
+    socket is still served."""
+    loop = server._loop
+    assert loop is not None
+    wake, waker = socket.socketpair()
+    stalled = threading.Event()
+
+    def stall() -> None:  # an I/O callback, run where the loop reads its sockets
+        loop.remove_reader(wake.fileno())
+        stalled.set()
+        time.sleep(HEAD_TIMEOUT_S * 2)
+
+    with wake, waker, _connect(server) as sock:
+        server.in_loop(lambda: loop.add_reader(wake.fileno(), stall))
+        sock.sendall(GET)
+        assert _response(sock)[0] == 200  # the head timer runs again from here
+        waker.send(b"x")
+        assert stalled.wait(5)
+        sock.sendall(GET)  # arrives while the loop sleeps
+        assert _response(sock)[0] == 200
 
 
 def test_one_address_cannot_hold_every_connection(server: RunningServer) -> None:

@@ -27,6 +27,9 @@ DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 100
 #: seconds a connection has to send a whole request head, from when it opens or from the end
 #: of its previous response; then it is closed
 HEAD_TIMEOUT_S = 5.0
+#: how much longer a connection whose head timer ran out is given, for the loop to read what
+#: may have come while it stalled
+_READ_GRACE_S = 0.05
 #: seconds an idle keep-alive connection stays open after a response
 KEEP_ALIVE_S = 5
 #: longest request line plus headers, in bytes
@@ -85,6 +88,8 @@ class _Protocol(H11Protocol):
         #: the request cycle that was current when the head timer started: another one
         #: means a request head arrived
         self._timed_cycle: object = None
+        #: the timer ran out once and was given :data:`_READ_GRACE_S` more
+        self._looked_again = False
 
     # -- connection limits
 
@@ -137,6 +142,7 @@ class _Protocol(H11Protocol):
     def _start_head_timer(self) -> None:
         self._stop_head_timer()
         self._timed_cycle = self.cycle
+        self._looked_again = False
         self._head_timer = self.loop.call_later(self.limits.head_timeout_s, self._head_timeout)
 
     def _stop_head_timer(self) -> None:
@@ -146,8 +152,16 @@ class _Protocol(H11Protocol):
 
     def _head_timeout(self) -> None:
         self._head_timer = None
-        if self.cycle is self._timed_cycle and not self.transport.is_closing():
-            self.transport.close()  # connection_lost tells h11
+        if self.cycle is not self._timed_cycle or self.transport.is_closing():
+            return
+        if not self._looked_again:
+            # a loop that stalled past the timeout runs its timers before it reads what came
+            # meanwhile (libuv's order): look again once it has read, so that a request head
+            # waiting in the socket (a pipelined one, after a response) is served
+            self._looked_again = True
+            self._head_timer = self.loop.call_later(_READ_GRACE_S, self._head_timeout)
+            return
+        self.transport.close()  # connection_lost tells h11
 
 
 def _protocol_class(limits: _Limits) -> type[_Protocol]:
