@@ -18,31 +18,9 @@ from jobq.server import commit as commit_module
 from jobq.server import protocol as p
 from jobq.server.commit import QUICK_FSYNCS_TO_RETURN, GroupCommit
 from jobq.server.core import Batch, Core, Slot
+from tests.server.core_clients import CoreClient as Client
 
 NOW_NS = 1_800_000_000 * 10**9
-
-
-class Client:
-    """A connection as the core sees it: collects the replies it is given."""
-
-    def __init__(self) -> None:
-        self.replies: list[bytes] = []
-        self.slots: list[Slot] = []
-
-    def slot_ready(self) -> None:
-        while self.slots and self.slots[0].data is not None:
-            data = self.slots.pop(0).data
-            assert data is not None
-            self.replies.append(data)
-
-    def unblock(self) -> None:
-        pass
-
-    def add(self, core: Core) -> None:
-        slot = Slot(self)
-        self.slots.append(slot)
-        request = p.Add(uuid.uuid4().bytes, "q", 60_000, 3_600_000, b"payload")
-        core.execute(self, request, slot)
 
 
 class CountingSync:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,35 +17,13 @@ from jobq.engine.extensions import FireSchedule
 from jobq.engine.machine import Command, Engine, SchedulerOptions
 from jobq.server import collector as collector_module
 from jobq.server import core as core_module
-from jobq.server import protocol as p
 from jobq.server.collector import HELD_THRESHOLD, FullCollectionHold
-from jobq.server.core import Core, Slot
+from jobq.server.core import Core
+from tests.server.core_clients import CoreClient as Client
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
 PER_PASS = 10
-
-
-class Client:
-    """A connection as the core sees it: collects its replies."""
-
-    def __init__(self) -> None:
-        self.replies: list[bytes] = []
-        self.slots: list[Slot] = []
-
-    def slot_ready(self) -> None:
-        while self.slots and self.slots[0].data is not None:
-            data = self.slots.pop(0).data
-            assert data is not None
-            self.replies.append(data)
-
-    def unblock(self) -> None:
-        pass
-
-    def add(self, core: Core) -> None:
-        slot = Slot(self)
-        self.slots.append(slot)
-        core.execute(self, p.Add(uuid.uuid4().bytes, "other", 60_000, 3_600_000, b"x"), slot)
 
 
 class Burst:
@@ -135,7 +112,7 @@ def test_a_burst_batch_is_written_once_it_holds_the_most_commands(
 def test_a_request_during_a_burst_is_answered_with_the_firings_so_far(
     log: CommandLog,
 ) -> None:
-    client = Client()
+    client = Client(queue="other", payload=b"x")
     answered_at: list[int] = []
 
     def request(burst: Burst) -> None:
