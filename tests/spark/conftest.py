@@ -3,6 +3,7 @@ by an in-process worker runtime, helpers to run jobs and to start worker process
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -54,21 +55,28 @@ def address(server: RunningServer) -> str:
     return server.tcp_address
 
 
-@pytest.fixture(scope="module")
-def sessions(spark_dir: Path) -> Iterator[Any]:
-    """The process's session holder: local[2], data dir and root under ``spark_dir``."""
+@contextlib.contextmanager
+def local_holder(spark_dir: Path, root: Path, conf: dict[str, str]) -> Iterator[Any]:
+    """The process's session holder, local[2], its data under ``spark_dir``, paths under
+    ``root``; stopped at the end."""
     from jobq.spark.session import SparkOptions, configure
 
     holder = configure(
         SparkOptions(
-            master="local[2]",
-            data_dir=spark_dir / "data",
-            roots=[str(spark_dir)],
-            conf=dict(QUICK_CONF),
+            master="local[2]", data_dir=spark_dir / "data", roots=[str(root)], conf=dict(conf)
         )
     )
-    yield holder
-    holder.stop()
+    try:
+        yield holder
+    finally:
+        holder.stop()
+
+
+@pytest.fixture(scope="module")
+def sessions(spark_dir: Path) -> Iterator[Any]:
+    """The process's session holder: local[2], data dir and root under ``spark_dir``."""
+    with local_holder(spark_dir, spark_dir, QUICK_CONF) as holder:
+        yield holder
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from jobq.client import Client
-from tests.spark.conftest import QUICK_CONF, run_job, wait_finished
+from tests.spark.conftest import QUICK_CONF, local_holder, run_job, wait_finished
 
 #: a setting of the worker that the flows' output shows
 WORKER_CONF = {**QUICK_CONF, "spark.sql.session.timeZone": "America/New_York"}
@@ -53,18 +53,8 @@ def project(root: Path, name: str, flows: str) -> Path:
 
 @pytest.fixture(scope="module")
 def sessions(spark_dir: Path) -> Iterator[Any]:
-    from jobq.spark.session import SparkOptions, configure
-
-    holder = configure(
-        SparkOptions(
-            master="local[2]",
-            data_dir=spark_dir / "data",
-            roots=[str(spark_dir / "root")],
-            conf=dict(WORKER_CONF),
-        )
-    )
-    yield holder
-    holder.stop()
+    with local_holder(spark_dir, spark_dir / "root", WORKER_CONF) as holder:
+        yield holder
 
 
 @pytest.fixture(scope="module")

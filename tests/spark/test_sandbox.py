@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from jobq.client import Client
-from tests.spark.conftest import QUICK_CONF, SPARK_NAMES, run_job, wait_finished
+from tests.spark.conftest import QUICK_CONF, SPARK_NAMES, local_holder, run_job, wait_finished
 
 #: the UI on (a free port): jobs show its URL
 UI_CONF = {**QUICK_CONF, "spark.ui.enabled": "true", "spark.ui.port": "0"}
@@ -23,18 +23,8 @@ UI_CONF = {**QUICK_CONF, "spark.ui.enabled": "true", "spark.ui.port": "0"}
 
 @pytest.fixture(scope="module")
 def sessions(spark_dir: Path) -> Iterator[Any]:
-    from jobq.spark.session import SparkOptions, configure
-
-    holder = configure(
-        SparkOptions(
-            master="local[2]",
-            data_dir=spark_dir / "data",
-            roots=[str(spark_dir / "root")],
-            conf=dict(UI_CONF),
-        )
-    )
-    yield holder
-    holder.stop()
+    with local_holder(spark_dir, spark_dir / "root", UI_CONF) as holder:
+        yield holder
 
 
 @pytest.fixture(scope="module")
