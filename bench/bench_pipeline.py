@@ -25,10 +25,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from tests.harness import start_server
 
+from bench.spark_common import publish, wait_finished
 from jobq.client import Client
 from jobq.spark.session import SparkOptions, configure
 from jobq.worker import Runtime
@@ -63,16 +63,6 @@ def project(base: Path, side: str, rows: int) -> Path:
     (directory / "spark-pipeline.yml").write_text(SPEC.format(side=side, storage=storage))
     (directory / "transformations" / "flows.sql").write_text(FLOWS.format(p=side, rows=rows))
     return directory
-
-
-def wait(client: Client, job_id: str, timeout_s: float = 1800) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job = client.job(job_id)
-        if job["status"] in ("succeeded", "failed", "canceled"):
-            return job
-        time.sleep(0.02)
-    raise TimeoutError(job_id)
 
 
 def run_cli(spec_dir: Path, cwd: Path) -> float:
@@ -127,7 +117,7 @@ def main() -> None:
 
         def as_job() -> float:
             t0 = time.monotonic()
-            job = wait(client, client.submit("spark.pipeline", payload, ttr_ms=600_000))
+            job = wait_finished(client, client.submit("spark.pipeline", payload, ttr_ms=600_000))
             assert job["status"] == "succeeded", job
             return time.monotonic() - t0
 
@@ -167,9 +157,7 @@ raw (s): {raw}
 
 Reproduce: `{command}`
 """
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(report)
-    print(report)
+    publish(OUT, report)
     shutil.rmtree(base, ignore_errors=True)
 
 

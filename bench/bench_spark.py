@@ -26,6 +26,7 @@ from typing import Any
 
 from tests.harness import start_server
 
+from bench.spark_common import publish, wait_finished
 from jobq.client import Client
 from jobq.spark.registry import UNIT_LOG_ENV, pipeline
 from jobq.spark.session import SparkOptions, configure
@@ -59,17 +60,6 @@ def calibrate(spark: Any, seconds: float) -> tuple[int, int, float]:
     workload(spark, 10, rows)
     one = (time.monotonic() - t0) / 10
     return max(1, round(seconds / one)), rows, one
-
-
-def wait(client: Client, job_id: str, timeout_s: float = 1800) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        job = client.job(job_id)
-        if job["status"] in ("succeeded", "failed", "canceled"):
-            return job
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"job {job_id} did not finish")
-        time.sleep(0.02)
 
 
 def main() -> None:
@@ -117,7 +107,7 @@ def main() -> None:
                     else:
                         payload = json.dumps({"steps": steps, "rows": rows})
                         job_id = client.submit("bench.workload", payload)
-                        assert wait(client, job_id)["status"] == "succeeded"
+                        assert wait_finished(client, job_id)["status"] == "succeeded"
                         jobbed.append(time.monotonic() - t0)
                 print(
                     f"round {r + 1}: direct {direct[-1]:.2f} s, job {jobbed[-1]:.2f} s", flush=True
@@ -137,7 +127,7 @@ def main() -> None:
                 json.dumps({"tables": ["bench_backup"], "location": str(base / "warm-up")}),
                 ttr_ms=600_000,
             )
-            assert wait(client, job_id)["status"] == "succeeded"
+            assert wait_finished(client, job_id)["status"] == "succeeded"
         for r in range(opts.rounds):
             with Runtime(address, registry, lease_wait_ms=50, names=["spark.backup"]):
                 t0 = time.monotonic()
@@ -146,7 +136,7 @@ def main() -> None:
                     json.dumps({"tables": ["bench_backup"], "location": str(base / f"full-{r}")}),
                     ttr_ms=600_000,
                 )
-                assert wait(client, job_id)["status"] == "succeeded"
+                assert wait_finished(client, job_id)["status"] == "succeeded"
                 full.append(time.monotonic() - t0)
             cut = int(opts.files * 0.8)
             runtime = Runtime(address, registry, lease_wait_ms=50, names=["spark.backup"])
@@ -164,7 +154,7 @@ def main() -> None:
             time.sleep(2)  # the abandoned handler stops at its next progress()
             with Runtime(address, registry, lease_wait_ms=50, names=["spark.backup"]):
                 t0 = time.monotonic()
-                assert wait(client, job_id)["status"] == "succeeded"
+                assert wait_finished(client, job_id)["status"] == "succeeded"
                 rest.append(time.monotonic() - t0)
             print(f"round {r + 1}: full {full[-1]:.2f} s, adopted {rest[-1]:.2f} s", flush=True)
     server.stop()
@@ -211,9 +201,7 @@ raw (s): {raw}
 
 Reproduce: `{command}`
 """
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(report)
-    print(report)
+    publish(OUT, report)
     shutil.rmtree(base, ignore_errors=True)
 
 

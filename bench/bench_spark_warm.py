@@ -34,6 +34,7 @@ from typing import Any
 
 from tests.harness import start_server
 
+from bench.spark_common import publish, wait_finished
 from jobq.client import Client
 from jobq.spark.session import SparkOptions, configure
 from jobq.worker import Runtime
@@ -59,19 +60,9 @@ def write_csv(directory: Path, rows: int, files: int) -> None:
                 w.writerow([i, f"name-{i}", ("eu", "us", "apac")[i % 3], round(i * 1.25, 2)])
 
 
-def wait(client: Client, job_id: str, timeout_s: float = 1800) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        job = client.job(job_id)
-        if job["status"] in ("succeeded", "failed", "canceled"):
-            return job
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"job {job_id} did not finish")
-        time.sleep(0.005)
-
-
 def run(client: Client, name: str, payload: dict[str, Any]) -> None:
-    job = wait(client, client.submit(name, json.dumps(payload), ttr_ms=600_000))
+    job_id = client.submit(name, json.dumps(payload), ttr_ms=600_000)
+    job = wait_finished(client, job_id, poll_s=0.005)  # a fine poll: the jobs are timed
     assert job["status"] == "succeeded", job
 
 
@@ -254,9 +245,7 @@ raw (s): {raw}
 
 Reproduce: `{command}`
 """
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(report)
-    print(report)
+    publish(OUT, report)
     shutil.rmtree(base, ignore_errors=True)
 
 
