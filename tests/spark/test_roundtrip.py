@@ -130,3 +130,46 @@ def test_import_sql_export_backup_restore_round_trip(
     )
     assert job["status"] == "succeeded", job
     assert rows_checksum(spark.table("sales_full")) == full == expected
+
+
+def test_the_catalog_lookup_agrees_with_describe(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``table_info`` and ``table_exists`` read a classic session's catalog directly (a few
+    JVM calls, not DESCRIBE): for every kind of name, the same answer as the public API."""
+    from jobq.spark.errors import SparkJobError
+    from jobq.spark.pipelines import _tables
+
+    spark.range(6).selectExpr("id", "id % 3 AS r").write.partitionBy("r").format(
+        "parquet"
+    ).saveAsTable("ti_parted")
+    spark.sql(
+        "CREATE TABLE ti_hive (a INT, c CHAR(5), v VARCHAR(7)) STORED AS PARQUET "
+        "PARTITIONED BY (k STRING)"
+    )
+    spark.sql("CREATE DATABASE IF NOT EXISTS ti_db")
+    spark.sql("CREATE TABLE ti_db.x (a INT) USING json")
+    spark.sql("CREATE VIEW ti_view AS SELECT * FROM ti_parted")
+    spark.range(3).createOrReplaceTempView("ti_temp")
+    names = [
+        "ti_parted", "ti_hive", "ti_db.x", "ti_view", "ti_temp", "TI_PARTED",
+        "spark_catalog.default.ti_parted", "ti_missing", "no_db.t",
+    ]  # fmt: skip
+
+    def answers() -> list[object]:
+        found: list[object] = []
+        for name in names:
+            try:
+                found.append((_tables.table_exists(spark, name), _tables.table_info(spark, name)))
+            except SparkJobError as e:
+                found.append((_tables.table_exists(spark, name), str(e)))
+        return found
+
+    fast = answers()
+    assert _tables._catalog_table(spark, "ti_parted") is not _tables._UNKNOWN  # the fast path
+    monkeypatch.setattr(_tables, "_catalog_table", lambda spark, name: _tables._UNKNOWN)
+    assert fast == answers()
+    assert [exists for exists, _ in fast] == [True] * 7 + [False] * 2
+    parted = fast[0][1]
+    assert isinstance(parted, _tables.TableInfo)
+    assert (parted.provider, parted.partition_by) == ("parquet", ["r"])
