@@ -101,15 +101,37 @@ def jobq_tiny(client: Client) -> None:
     run(client, "spark.sql", {"statements": "SELECT 1 AS one", "output": {"table": "jobq_tiny"}})
 
 
-def alternate(rounds: int, a: Any, b: Any) -> tuple[list[float], list[float]]:
-    """Run ``a`` and ``b`` ``rounds`` times each, alternating which goes first."""
+def cpu_s() -> float:
+    """CPU time so far of this process (every thread: the jobq server and worker run here)
+    and of its JVMs (Spark's driver and executors): steadier than wall time on a shared
+    machine."""
+    total = time.process_time()
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():  # a child: the JVM
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def alternate(
+    rounds: int, a: Any, b: Any, cpu: tuple[list[float], list[float]] | None = None
+) -> tuple[list[float], list[float]]:
+    """Run ``a`` and ``b`` ``rounds`` times each, alternating which goes first; wall times,
+    and the CPU time of each run into ``cpu`` when given."""
     times: tuple[list[float], list[float]] = ([], [])
     for r in range(rounds):
         order = (0, 1) if r % 2 == 0 else (1, 0)
         for side in order:
+            c0 = cpu_s() if cpu is not None else 0.0
             t0 = time.monotonic()
             (a, b)[side]()
             times[side].append(time.monotonic() - t0)
+            if cpu is not None:
+                cpu[side].append(cpu_s() - c0)
     return times
 
 
@@ -180,8 +202,9 @@ def main() -> None:
                 jobq_pair(client, src)
                 plain_tiny(spark)
                 jobq_tiny(client)
+            cpu: tuple[list[float], list[float]] = ([], [])
             plain, jobbed = alternate(
-                opts.rounds, lambda: plain_pair(spark, src), lambda: jobq_pair(client, src)
+                opts.rounds, lambda: plain_pair(spark, src), lambda: jobq_pair(client, src), cpu
             )
             tiny_plain, tiny_jobq = alternate(
                 opts.tiny, lambda: plain_tiny(spark), lambda: jobq_tiny(client)
@@ -196,6 +219,8 @@ def main() -> None:
                 print(f"first job lazy={lazy} later={later}: {firsts[(lazy, later)]}", flush=True)
     server.stop()
     p, j = statistics.median(plain), statistics.median(jobbed)
+    pc, jc = statistics.median(cpu[0]), statistics.median(cpu[1])
+    load = os.getloadavg()[0]
     overhead_ms = statistics.median(
         (b - a) * 1000 for a, b in zip(tiny_plain, tiny_jobq, strict=True)
     )
@@ -229,6 +254,9 @@ each, not counted) and alternated.
 | | plain PySpark | through jobq | ratio | target |
 |---|---|---|---|---|
 | import + report | {p:.2f} s | {j:.2f} s | {j / p:.3f} | ≤ 1.05 |
+| the same: CPU time (this process and its JVM) | {pc:.2f} s | {jc:.2f} s | {jc / pc:.3f} | |
+
+(load average at the end: {load:.1f})
 
 | | jobq's overhead a job | plain PySpark | through jobq | target |
 |---|---|---|---|---|
