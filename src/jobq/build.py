@@ -25,9 +25,12 @@ HOT_MODULES = (
     "jobq.engine.journal",
     "jobq.engine.machine",
     "jobq.engine.sortedjobs",
+    "jobq.server.commit",
+    "jobq.server.core",
     "jobq.server.dispatch",
     "jobq.server.protocol.parser",
     "jobq.server.protocol.values",
+    "jobq.server.tcp",
 )
 #: set to 1 to run the pure-Python modules although compiled ones are installed
 PURE_ENV = "JOBQ_PURE_PYTHON"
