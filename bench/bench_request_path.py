@@ -1,13 +1,15 @@
 """The request path's own CPU per job, in process: no sockets, no kernel, no event-loop I/O.
 
     python -m bench.bench_request_path [--scenario adds|A] [--jobs 50000] [--rounds 3]
+                                       [--backlog 0]
 
 Connections (``jobq.server.tcp.Connection``) on memory transports feed the real core,
 engine and command log (``interval``, in a temporary directory on the real disk) as qbench's
 clients would: one request in flight per connection; adds only from 8 producers
 (``--connections``), or scenario A's 4 producers adding and 4 consumers leasing (with a
 wait) and completing. Each loop iteration hands every connection whose reply came its next
-request, as the server's loop turn would. It prints the process CPU time per job (the
+request, as the server's loop turn would. ``--backlog N`` first queues N jobs (not measured), as
+qbench's producers do in A by outrunning its consumers. It prints the process CPU time per job (the
 median of ``--rounds``): what parsing, dispatch, the engine, the record encoding, the log
 write and the core's batching cost without the sockets. Run it from two trees (PYTHONPATH)
 to compare a change; bench/RESULTS.md ("Issue 24: the request path, again") has figures.
@@ -74,7 +76,7 @@ def _add(job_id: uuid.UUID) -> bytes:
     )
 
 
-async def one_round(scenario: str, jobs: int, connections: int) -> float:
+async def one_round(scenario: str, jobs: int, connections: int, backlog: int = 0) -> float:
     """CPU seconds per job of one round."""
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="jobq-request-path-") as tmp:
         clock = WallClock()
@@ -91,6 +93,11 @@ async def one_round(scenario: str, jobs: int, connections: int) -> float:
         producers = [connect() for _ in range(connections if scenario == "adds" else 4)]
         consumers = [connect() for _ in range(4 if scenario == "A" else 0)]
         requests = [_add(uuid.uuid4()) for _ in range(jobs)]
+        filler, filled = connect()
+        for _ in range(backlog):
+            filler.data_received(_add(uuid.uuid4()))
+            await asyncio.sleep(0)
+            filled.take()
         added = done = 0
         leasing = [True] * len(consumers)
         started = time.process_time()
@@ -124,6 +131,7 @@ async def one_round(scenario: str, jobs: int, connections: int) -> float:
                     conn.data_received(_LEASE)
         cpu_s = time.process_time() - started
         core.close()
+        await asyncio.sleep(0)  # a flush still scheduled runs before the log closes
         log.close()
     return cpu_s / jobs
 
@@ -135,18 +143,19 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=8, help="producers of adds")
+    parser.add_argument("--backlog", type=int, default=0, help="jobs queued before the round")
     return parser
 
 
 def main() -> None:
     args = parser().parse_args()
     per_job_s = [
-        uvloop.run(one_round(args.scenario, args.jobs, args.connections))
+        uvloop.run(one_round(args.scenario, args.jobs, args.connections, args.backlog))
         for _ in range(args.rounds)
     ]
     print(
         f"{args.scenario}: {statistics.median(per_job_s) * 1e6:.1f} us CPU per job in process "
-        f"(median of {args.rounds}; {args.jobs:,} jobs a round)"
+        f"(median of {args.rounds}; {args.jobs:,} jobs a round, {args.backlog:,} queued before)"
     )
 
 
