@@ -106,13 +106,18 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """user+system CPU time of the server process so far (0.0 if unavailable)."""
+        return sum(self.cpu_split())
+
+    def cpu_split(self) -> tuple[float, float]:
+        """User and system CPU time of the server process so far ((0.0, 0.0) if
+        unavailable)."""
         try:
             fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError, AssertionError):
-            return 0.0
+            return 0.0, 0.0
         ticks = os.sysconf("SC_CLK_TCK")
         # after the ")" : state(0) ppid(1) ... utime(11) stime(12)
-        return (int(fields[11]) + int(fields[12])) / ticks
+        return int(fields[11]) / ticks, int(fields[12]) / ticks
 
     def log_tail(self, n: int = 20) -> str:
         try:

@@ -19,6 +19,11 @@ Scenarios (as the end-to-end benchmark's):
   B     16 + 16; jobq ``--cmdlog-sync always``, beanstalkd ``-f 0``
   adds  8 producers, no consumers; as A
 
+With ``--noop`` each round also runs bench/noop_server.py (a Python server that answers
+from canned replies: no engine, no log) on uvloop and on a plain epoll loop, after the
+others: the floor of a Python server's cost per request. The report gives every server's
+CPU per job split into user and system time.
+
 With ``--restart-pending N`` (default 500,000; 0: none) each round also starts each jobq on
 one log of N pending jobs (as ``bench_server`` writes it): with no snapshot (the whole log
 replayed), then, after a clean stop, from its engine snapshot; it reports the time from
@@ -107,15 +112,26 @@ def drive(qbench: str, proto: str, port: int, scenario: Scenario, jobs: int) -> 
     return float(found.group(1))
 
 
+def noop_server(data_dir: Path, *, epoll: bool) -> ServerProcess:
+    """An (unstarted) bench/noop_server.py, on uvloop or on a plain epoll loop."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.noop_server", "--port", str(port)]
+    return ServerProcess(
+        "noop", argv + (["--epoll"] if epoll else []), port, data_dir / "noop.log"
+    )
+
+
 def one_run(
     server: ServerProcess, qbench: str, proto: str, scenario: Scenario, jobs: int
-) -> tuple[float, float]:
-    """Jobs per second, and the server's CPU time per job in microseconds."""
+) -> tuple[float, float, float]:
+    """Jobs per second, and the server's user and system CPU time per job in microseconds."""
     with server:
-        cpu_before = server.cpu_seconds()
+        user_before, system_before = server.cpu_split()
         rate = drive(qbench, proto, server.port, scenario, jobs)
-        cpu_us = (server.cpu_seconds() - cpu_before) / jobs * 1e6
-    return rate, cpu_us
+        user_after, system_after = server.cpu_split()
+    return (
+        rate, (user_after - user_before) / jobs * 1e6, (system_after - system_before) / jobs * 1e6
+    )
 
 
 def restart(src: Path, data_dir: Path, *, pure: bool = False) -> dict[str, float]:
@@ -147,6 +163,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=30_000)
     parser.add_argument("--scenarios", default="A,B,adds")
     parser.add_argument("--restart-pending", type=int, default=500_000)
+    parser.add_argument(
+        "--noop", action="store_true", help="also run bench/noop_server.py (uvloop, epoll)"
+    )
     return parser
 
 
@@ -159,8 +178,11 @@ def main() -> None:
     qbench = qbench_binary()
     scenarios = [SCENARIOS[name] for name in args.scenarios.split(",")]
     names = ("beanstalkd", "before", "after")
+    servers = names + (("noop", "noop-epoll") if args.noop else ())
     rates: dict[tuple[str, str], list[float]] = {}
     cpus: dict[tuple[str, str], list[float]] = {}
+    users: dict[tuple[str, str], list[float]] = {}
+    systems: dict[tuple[str, str], list[float]] = {}
     base = Path(os.environ.get("JOBQ_BENCH_DIR", "/var/tmp"))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     restarts: dict[tuple[str, str], list[float]] = {}
@@ -178,10 +200,13 @@ def main() -> None:
                       f"{restarts[('snapshot_s', name)][-1]:.2f} s snapshot", flush=True)
     for round_number in range(args.rounds):
         for scenario in scenarios:
-            for name in names:
+            for name in servers:
                 with tempfile.TemporaryDirectory(dir=base, prefix="jobq-ab-") as tmp:
                     data = Path(tmp)
-                    if name == "beanstalkd":
+                    if name.startswith("noop"):
+                        server = noop_server(data, epoll=name == "noop-epoll")
+                        proto = "workq"
+                    elif name == "beanstalkd":
                         server = beanstalkd_server(data, scenario.beanstalkd_fsync_ms)
                         proto = "beanstalk"
                     else:
@@ -191,24 +216,31 @@ def main() -> None:
                             pure=args.pure and name == "before",
                         )
                         proto = "workq"
-                    rate, cpu_us = one_run(server, qbench, proto, scenario, args.jobs)
+                    rate, user_us, system_us = one_run(
+                        server, qbench, proto, scenario, args.jobs
+                    )
                 rates.setdefault((scenario.name, name), []).append(rate)
-                cpus.setdefault((scenario.name, name), []).append(cpu_us)
+                cpus.setdefault((scenario.name, name), []).append(user_us + system_us)
+                users.setdefault((scenario.name, name), []).append(user_us)
+                systems.setdefault((scenario.name, name), []).append(system_us)
                 print(f"round {round_number + 1} {scenario.name} {name}: {rate:,.0f} jobs/s, "
-                      f"{cpu_us:.0f} us CPU a job", flush=True)
+                      f"{user_us + system_us:.0f} us CPU a job ({user_us:.1f} user + "
+                      f"{system_us:.1f} system)", flush=True)
     lines = [
         "jobq before and after a change, end to end (qbench; beanstalkd in the same run)"
         + (": before is the pure-Python hot path, after the compiled one." if args.pure else "."),
         "",
         f"Reproduce: `python -m bench.bench_ab "
         f"{'--pure' if args.pure else f'--before {args.before}'} --rounds {args.rounds} "
-        f"--jobs {args.jobs} --restart-pending {args.restart_pending}`; measured {started}, "
+        f"--jobs {args.jobs} --restart-pending {args.restart_pending}"
+        f"{' --noop' if args.noop else ''}`; measured {started}, "
         f"{os.cpu_count()} cores, "
         f"{platform.python_version()}. Medians of {args.rounds} alternated rounds.",
         "",
         "| scenario | beanstalkd jobs/s | before jobs/s | after jobs/s | after/before "
-        "| before CPU us/job | after CPU us/job | after/before |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| after/beanstalkd | beanstalkd CPU us/job | before CPU us/job | after CPU us/job "
+        "| after/before |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for scenario in scenarios:
         rate = {n: statistics.median(rates[(scenario.name, n)]) for n in names}
@@ -216,8 +248,23 @@ def main() -> None:
         lines.append(
             f"| {scenario.name} | {rate['beanstalkd']:,.0f} | {rate['before']:,.0f} "
             f"| {rate['after']:,.0f} | {rate['after'] / rate['before']:.2f}x "
+            f"| {rate['after'] / rate['beanstalkd']:.2f}x | {cpu['beanstalkd']:.0f} "
             f"| {cpu['before']:.0f} | {cpu['after']:.0f} | {cpu['after'] / cpu['before']:.2f}x |"
         )
+    lines += [
+        "",
+        "Server CPU per job, user + system (us; medians; the no-op servers with `--noop`):",
+        "",
+        "| scenario | " + " | ".join(servers) + " |",
+        "|---|" + "---:|" * len(servers),
+    ]
+    for scenario in scenarios:
+        split = [
+            f"{statistics.median(users[(scenario.name, n)]):.1f} + "
+            f"{statistics.median(systems[(scenario.name, n)]):.1f}"
+            for n in servers
+        ]
+        lines.append(f"| {scenario.name} | " + " | ".join(split) + " |")
     if restarts:
         lines += [
             "",

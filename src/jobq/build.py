@@ -1,11 +1,12 @@
 """Which build of the hot path runs: the modules mypyc compiled at install, or pure Python.
 
-``setup.py`` compiles :data:`HOT_MODULES` (the request path: parser, dispatcher, engine,
-record codec) into C extensions placed next to their sources, where they win on import; a
-missing or broken compiler leaves the pure-Python modules (docs/server.md, "The compiled hot
-path"). ``JOBQ_PURE_PYTHON=1`` makes ``import jobq`` skip the compiled modules (a finder put
-ahead of the others by :func:`prefer_sources`), so that both builds can be tested; so does a
-compiled build older than its sources (an edit since the last install), with a warning.
+``setup.py`` compiles :data:`HOT_MODULES` (the request path: connection, core, parser,
+dispatcher, engine, record codec) into C extensions placed next to their sources, where they
+win on import; a missing or broken compiler leaves the pure-Python modules (docs/server.md,
+"The compiled hot path"). ``JOBQ_PURE_PYTHON=1`` makes ``import jobq`` skip the compiled
+modules (a finder put ahead of the others by :func:`prefer_sources`), so that both builds can
+be tested; so does a compiled build older than its sources (an edit since the last install),
+with a warning.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ HOT_MODULES = (
     "jobq.engine.journal",
     "jobq.engine.machine",
     "jobq.engine.sortedjobs",
+    "jobq.server.commit",
+    "jobq.server.core",
     "jobq.server.dispatch",
     "jobq.server.protocol.parser",
     "jobq.server.protocol.values",
+    "jobq.server.tcp",
 )
 #: set to 1 to run the pure-Python modules although compiled ones are installed
 PURE_ENV = "JOBQ_PURE_PYTHON"

@@ -19,7 +19,6 @@ from typing import cast
 from jobq.cmdlog.log import CommandLog
 from jobq.engine.machine import Engine
 from jobq.server import protocol as p
-from jobq.server.access import Principal
 from jobq.server.core import Core, Slot
 from jobq.server.protocol.values import MAX_DATA_BYTES
 from jobq.server.tcp import (
@@ -74,6 +73,10 @@ class Transport:
         return default
 
 
+#: a dispatcher's handler of one kind of request
+Handler = Callable[[p.Request, object, int], bytes | None]
+
+
 class Server:
     """A core on an engine (and a log, if given), with connections on memory transports;
     records, in order, which connection each request the core runs came from."""
@@ -86,16 +89,21 @@ class Server:
         self.executed: list[tuple[str, p.Request]] = []
         #: every write of every connection, in order
         self.writes: list[tuple[str, bytes]] = []
-        execute = self.core.execute
+        # the core may be compiled (a native class, whose methods an instance cannot
+        # replace): record each request as its dispatcher runs it, by wrapping the handlers
+        handlers = self.core.dispatcher._handlers
+        for kind, handler in handlers.items():
+            handlers[kind] = self._recorded(handler)
 
-        def recorded(
-            conn: object, request: p.Request, slot: Slot, principal: Principal | None = None
-        ) -> int:
+    def _recorded(self, handler: Handler) -> Handler:
+        def recorded(request: p.Request, slot: object, now_ns: int) -> bytes | None:
+            assert isinstance(slot, Slot)
+            conn = slot.conn
             assert isinstance(conn, Connection) and conn.transport is not None
             self.executed.append((cast(Transport, conn.transport).name, request))
-            return execute(conn, request, slot, principal)
+            return handler(request, slot, now_ns)
 
-        self.core.execute = recorded  # type: ignore[method-assign]
+        return recorded
 
     def connect(self, name: str) -> tuple[Connection, Transport]:
         conn = Connection(self.core, max_connections=100)

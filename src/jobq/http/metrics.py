@@ -75,12 +75,12 @@ class CommandCounts:
 
 def install_command_counts(core: Core) -> CommandCounts:
     """Count the commands ``core`` logs (idempotent per core)."""
-    existing = getattr(core, "_jobq_command_counts", None)
+    existing = core.command_counts
     if isinstance(existing, CommandCounts):
         return existing
     counts = CommandCounts()
     core.command_observers.append(counts.observe)
-    core._jobq_command_counts = counts  # type: ignore[attr-defined]
+    core.command_counts = counts
     return counts
 
 

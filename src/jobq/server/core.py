@@ -200,6 +200,10 @@ class Core:
         self._jobs_high = len(engine.jobs)
         #: how many times freed memory was handed back to the OS (for tests and /metrics)
         self.trims = 0
+        #: the counts of logged commands /metrics reports, once it installed them
+        #: (``jobq.http.metrics.install_command_counts``; a declared attribute: the class
+        #: may be compiled, and then takes no others)
+        self.command_counts: object | None = None
         engine.begin()
 
     def set_access(self, access: Access | None) -> None:

@@ -234,7 +234,7 @@ class Connection(asyncio.Protocol):
         ``TURN_MAX_BYTES``); with more left, schedule the next turn and read nothing more
         until it ran them."""
         parser = self.parser
-        execute = self.core.execute
+        core = self.core  # (compiled, core.execute is a direct call; a bound one is not)
         slots = self.slots
         left = TURN_MAX_REQUESTS
         # the turn ends once the parser holds no more than this (below 0: the parser holds
@@ -268,7 +268,7 @@ class Connection(asyncio.Protocol):
             if self.gatekeeping or isinstance(event, Auth):
                 self._screen(event, slot)
                 continue
-            size = execute(self, event, slot, self.principal)
+            size = core.execute(self, event, slot, self.principal)
             self.unsent += size
             if slot.waiting:
                 self.blocked = True
