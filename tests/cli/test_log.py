@@ -108,7 +108,7 @@ def test_repair_drops_only_the_damaged_record_and_keeps_it_aside(vectors: Path) 
     code, out, _ = run("repair", str(vectors))
     assert code == 0
     assert f"{segment}: 1 damaged range; 81 bytes dropped, 7 records kept" in out
-    assert "offsets 217-298 (81 bytes): CRC mismatch; one record by its SIZE" in out
+    assert "offsets 217-298 (81 bytes): CRC mismatch; 1 record by the SIZE field" in out
     assert "dropped: add of 6ba7b810-9dad-41d1-80b4-00c04fd430c6 (unverified" in out
     assert "between delete of 6ba7b810-9dad-41d1-80b4-00c04fd430c5 at 180 and start-attempt" in out
     # the job's later records are kept, but replay ignores them without its add
@@ -122,12 +122,26 @@ def test_repair_drops_only_the_damaged_record_and_keeps_it_aside(vectors: Path) 
     (damaged,) = entry["damaged"]
     assert (damaged["start"], damaged["end"]) == (217, 298)
     assert damaged["file"] == "000000002.log.217-298"
-    assert damaged["claimed"]["cmd"] == "add" and damaged["before"]["offset"] == 180
+    assert damaged["claimed"][0]["cmd"] == "add" and damaged["before"]["offset"] == 180
     assert run("verify", str(vectors))[0] == 0
     expected = json.loads((vectors / "expected-records.json").read_text())
     assert len(list(Cursor(str(vectors)))) == len(expected) - 1
     code, out, _ = run("repair", str(vectors))
     assert code == 0 and "nothing to repair" in out
+
+
+@pytest.mark.parametrize(
+    "source", [VECTORS, Path("/work/shared/vectors/jobq-v1/data/cmdlog")], ids=["workq", "jobq"]
+)
+def test_repair_leaves_an_undamaged_log_exactly_as_it_was(tmp_path: Path, source: Path) -> None:
+    if not source.is_dir():
+        pytest.skip(f"vectors not found at {source}")
+    copy = tmp_path / "log"
+    shutil.copytree(source, copy)
+    before = _snapshot(copy)
+    code, out, _ = run("repair", str(copy))
+    assert code == 0 and "nothing to repair" in out
+    assert _snapshot(copy) == before  # not a byte, not a new file (not even the lock file)
 
 
 def test_repair_dry_run_reports_and_changes_nothing(vectors: Path) -> None:

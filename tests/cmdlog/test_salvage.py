@@ -71,7 +71,8 @@ def test_a_flipped_byte_drops_that_record_alone() -> None:
     found = salvage_segment(damaged, PATH, newest=False)
     (bad,) = found.damaged
     assert (bad.start, bad.end, bad.reason) == (offsets[10], offsets[11], "CRC mismatch")
-    assert bad.one_record and bad.claimed is not None and bad.claimed[0] == 5
+    (claimed,) = bad.claimed  # as damaged: one of its bytes is flipped
+    assert bad.counted == 1 and claimed[:4] == _payload(10)[:4] and len(claimed) == 21
     assert bad.before is not None and bad.before.offset == offsets[9]
     assert bad.after is not None and bad.after.offset == offsets[11]
     assert found.records == 29
@@ -85,7 +86,9 @@ def test_a_flipped_size_field_drops_that_record_alone(mask: int) -> None:
     found = salvage_segment(damaged, PATH, newest=False)
     (bad,) = found.damaged
     assert (bad.start, bad.end) == (offsets[10], offsets[11])
-    assert not bad.one_record  # its SIZE no longer says where it ended
+    assert bad.counted is None  # its SIZE no longer says where it ended
+    (claimed,) = bad.claimed  # but the bytes after it still start with the payload
+    assert _payload(10)[1:9] in claimed[:10]  # (a flipped continuation bit shifts it)
     assert _kept(damaged, found) == offsets[:10] + offsets[11:-1]
 
 
@@ -93,6 +96,8 @@ def test_several_damaged_ranges_in_one_segment() -> None:
     data, offsets = _segment()
     damaged = _flip(data, offsets[3] + 20, offsets[4] + 20, offsets[12] + 2, offsets[20] + 30)
     found = salvage_segment(damaged, PATH, newest=False)
+    assert found.damaged[0].counted == 2  # two records in a row, as their SIZEs say
+    assert [c[:4] for c in found.damaged[0].claimed] == [_payload(3)[:4], _payload(4)[:4]]
     assert [(r.start, r.end) for r in found.damaged] == [
         (offsets[3], offsets[5]),
         (offsets[12], offsets[13]),
@@ -171,7 +176,7 @@ def test_a_record_whose_command_is_refused_is_dropped_alone() -> None:
 
     found = salvage_segment(data, PATH, newest=False, check=check)
     (bad,) = found.damaged
-    assert (bad.start, bad.end, bad.one_record) == (offsets[7], offsets[8], True)
+    assert (bad.start, bad.end, bad.counted) == (offsets[7], offsets[8], 1)
     assert bad.reason == "bad command: not this one"
 
 

@@ -33,7 +33,7 @@ from jobq.cmdlog.salvage import (
     write_aside,
 )
 from jobq.cmdlog.segment import fsync_directory, list_segments, parse_segment_name, read_segment
-from jobq.engine.commands import CommandDecodeError, decode_command
+from jobq.engine.commands import WORKQ_COMMAND_NAMES, CommandDecodeError, decode_command
 from jobq.engine.liveness import command_keys
 from jobq.server.snapshot import SNAPSHOT_NAME, vouched_place
 
@@ -98,7 +98,7 @@ def _command(payload: bytes | None, describe: Describer) -> str:
     try:
         cmd = str(describe(payload, 2).get("cmd"))
     except CommandDecodeError:
-        cmd = f"type {payload[0]}" if payload else "empty payload"
+        cmd = WORKQ_COMMAND_NAMES.get(payload[0], f"type {payload[0]}") if payload else "nothing"
     keys = _keys(payload)
     return f"{cmd} of {', '.join(keys)}" if keys else cmd
 
@@ -115,7 +115,7 @@ def _touched(found: list[SegmentSalvage], describe: Describer) -> dict[str, _Tou
     touched: dict[str, _Touched] = {}
     for segment in found:
         for damaged in segment.damaged:
-            dropped = [damaged.claimed] if damaged.claimed is not None else []
+            dropped = list(damaged.claimed)
             dropped += [r.payload for r in damaged.stray]
             for payload in dropped:
                 cmd = _command(payload, describe).split(" of ")[0]
@@ -159,18 +159,18 @@ def _report_segment(segment: SegmentSalvage, describe: Describer) -> None:
         f"{segment.dropped_bytes} bytes dropped, {segment.records} records kept"
     )
     for damaged in segment.damaged:
-        how_many = (
-            "one record by its SIZE"
-            if damaged.one_record
-            else "how many records it held cannot be known (the SIZE of its first is damaged)"
-        )
+        if damaged.counted is None:
+            how_many = "how many records it held cannot be known (a SIZE in it is damaged)"
+        else:
+            plural = "s" if damaged.counted != 1 else ""
+            how_many = f"{damaged.counted} record{plural} by the SIZE field{plural}"
         click.echo(
             f"  {name} offsets {damaged.start}-{damaged.end} ({damaged.size} bytes): "
             f"{damaged.reason}; {how_many}"
         )
-        if damaged.claimed is not None:
+        for payload in damaged.claimed:
             click.echo(
-                f"    dropped: {_command(damaged.claimed, describe)} "
+                f"    dropped: {_command(payload, describe)} "
                 "(unverified: read from the damaged bytes)"
             )
         for stray in damaged.stray:

@@ -60,20 +60,23 @@ class WholeRecord:
 class DamagedRange:
     """Bytes ``start`` to ``end`` of a segment that hold no record that can be kept.
 
-    ``reason`` is why the record at ``start`` failed. ``claimed`` is that record's payload
-    as its own SIZE announces it, if those bytes are in the range: unverified (its CRC
-    fails, or its command does not decode), but often still readable. ``one_record`` is
-    True when that SIZE ends the record exactly where the range ends, so the range most
-    likely held that one record and no other. ``stray`` are whole records inside the range
-    that were not kept because damage follows them (they may be part of a payload).
+    ``reason`` is why the record at ``start`` failed. ``claimed`` are the payloads of the
+    records in the range as their SIZE fields cut it, unverified (a CRC fails, or a command
+    does not decode) but often still readable: if the SIZE fields lead from ``start``
+    exactly to ``end``, ``counted`` is how many records that makes and ``claimed`` holds
+    each one's payload; else ``counted`` is None (a SIZE is damaged, so how many records
+    the range held cannot be known) and ``claimed`` holds the range's bytes after the
+    first record's SIZE, whose start (the command and its job's id) is often intact.
+    ``stray`` are whole records inside the range that were not kept because damage follows
+    them (they may be part of a payload).
     ``before`` and ``after`` are the intact records on either side in this segment.
     """
 
     start: int
     end: int
     reason: str
-    claimed: bytes | None = None
-    one_record: bool = False
+    claimed: list[bytes] = field(default_factory=list)
+    counted: int | None = None
     stray: list[WholeRecord] = field(default_factory=list)
     before: WholeRecord | None = None
     after: WholeRecord | None = None
@@ -173,17 +176,34 @@ def resync(
         stray.append(record)
 
 
-def _claimed_payload(data: bytes, start: int, end: int) -> tuple[bytes | None, bool]:
-    """The payload the record at ``start`` announces, if within ``end``; and whether that
-    record would end exactly at ``end``."""
+#: the most records :func:`_claimed_payloads` follows by their SIZE fields
+_MAX_CLAIMED: Final = 1000
+
+
+def _claimed_payloads(data: bytes, start: int, end: int) -> tuple[list[bytes], int | None]:
+    """The payloads of the records from ``start`` as their SIZE fields cut the range to
+    ``end``, and their count if those fields lead exactly to ``end`` (see
+    :class:`DamagedRange`)."""
+    payloads: list[bytes] = []
+    pos = start
+    while pos < end and len(payloads) < _MAX_CLAIMED:
+        try:
+            size, payload_at = decode_uvarint(data, pos + TIME_LEN)
+        except (VarintError, IndexError):
+            break
+        following = payload_at + size + CRC_LEN
+        if following > end:
+            break
+        payloads.append(data[payload_at : payload_at + size])
+        pos = following
+    if pos == end and payloads:
+        return payloads, len(payloads)
     try:
-        size, payload_at = decode_uvarint(data, start + TIME_LEN)
+        _, payload_at = decode_uvarint(data, start + TIME_LEN)
     except (VarintError, IndexError):
-        return None, False
-    crc_at = payload_at + size
-    if crc_at > end:
-        return None, False
-    return data[payload_at:crc_at], crc_at + CRC_LEN == end
+        payload_at = start + TIME_LEN + 1
+    rest = data[payload_at : end - CRC_LEN]
+    return ([rest] if rest else []), None
 
 
 def salvage_segment(
@@ -211,8 +231,8 @@ def salvage_segment(
                     bad.offset,
                     bad.whole.end,
                     bad.reason,
-                    bad.whole.payload,
-                    True,
+                    [bad.whole.payload],
+                    1,
                     [],
                     bad.before,
                     after,
@@ -225,9 +245,9 @@ def salvage_segment(
             found.torn_tail = bad.offset
             break
         end = len(data) if after is None else after.offset
-        claimed, one_record = _claimed_payload(data, bad.offset, end)
+        claimed, counted = _claimed_payloads(data, bad.offset, end)
         found.damaged.append(
-            DamagedRange(bad.offset, end, bad.reason, claimed, one_record, stray, bad.before, after)
+            DamagedRange(bad.offset, end, bad.reason, claimed, counted, stray, bad.before, after)
         )
         if after is None:
             break
@@ -332,7 +352,6 @@ def index_entry(
     version = found.version
     ranges = []
     for damaged in found.damaged:
-        claimed = None if damaged.claimed is None else describe(damaged.claimed, version)
         ranges.append(
             {
                 "start": damaged.start,
@@ -340,8 +359,8 @@ def index_entry(
                 "bytes": damaged.size,
                 "reason": damaged.reason,
                 "file": aside.get(damaged.start),
-                "one_record": damaged.one_record,
-                "claimed": claimed,
+                "records_by_size": damaged.counted,
+                "claimed": [describe(payload, version) for payload in damaged.claimed],
                 "before": _whole(damaged.before, describe, version),
                 "after": _whole(damaged.after, describe, version),
                 "stray": [_whole(r, describe, version) for r in damaged.stray],
