@@ -10,8 +10,8 @@ range; reading goes on from the resync offset, so a segment can have several ran
 
 A candidate must also look like a record a clock wrote: TIME layout 1, nanoseconds below
 one second, seconds in ``[0, 2**40)`` (years 1 to about 34,800) and a zone of UTC or within
-18 hours. That filter (about 2**-32 of random offsets pass it) keeps the scan cheap: the
-CRC is computed only for such candidates.
+18 hours. The scan finds candidates with ``bytes.find`` of their first four bytes (layout
+1, the high bytes of such seconds), so Python code runs for about 2**-32 of random offsets.
 
 An incomplete record at the end of the newest segment with nothing sound after it is a torn
 write (:attr:`SegmentSalvage.torn_tail`), cut as recovery cuts it. This module only reads;
@@ -42,6 +42,8 @@ _MAX_SECONDS: Final = 1 << 40
 #: a candidate's zone offset, in minutes, other than -1 (UTC), must be within this
 _MAX_ZONE_MIN: Final = 18 * 60
 _NS_PER_S: Final = 1_000_000_000
+#: how a candidate starts: TIME layout 1 and the three high bytes of seconds below 2**40
+_CANDIDATE: Final = b"\x01\x00\x00\x00"
 _UTC: Final = 0xFFFF
 #: the suffix of the copy ``repair`` keeps of a segment it changes
 DAMAGED_SUFFIX: Final = ".damaged"
@@ -165,7 +167,7 @@ def resync(
     stray: list[WholeRecord] = []
     pos = start
     while True:
-        pos = data.find(b"\x01", pos + 1)
+        pos = data.find(_CANDIDATE, pos + 1)
         if pos < 0:
             return None, stray
         record = _sound_at(data, pos, version, check)
