@@ -144,6 +144,35 @@ def test_repair_leaves_an_undamaged_log_exactly_as_it_was(tmp_path: Path, source
     assert _snapshot(copy) == before  # not a byte, not a new file (not even the lock file)
 
 
+def test_repair_names_what_replay_makes_of_each_job_and_cuts_a_torn_tail(
+    vectors: Path,
+) -> None:
+    for name, index in (("000000001.log", 340), ("000000002.log", 90)):  # complete, fail
+        segment = vectors / name
+        data = bytearray(segment.read_bytes())
+        data[index] ^= 0x04
+        segment.write_bytes(bytes(data))
+    newest = vectors / "000000003.log"
+    newest.write_bytes(newest.read_bytes()[:20])  # the expire record, torn
+    code, out, _ = run("repair", str(vectors))
+    assert code == 0
+    assert "000000001.log offsets 328-370 (42 bytes): CRC mismatch; 1 record" in out
+    assert "000000002.log offsets 45-99 (54 bytes): CRC mismatch; 1 record" in out
+    assert "000000003.log offset 8: torn tail of 12 bytes cut" in out
+    c1, c4 = (f"6ba7b810-9dad-41d1-80b4-00c04fd430c{n}" for n in (1, 4))
+    assert f"{c1}: dropped complete; kept: add, start-attempt; replay makes it" in out
+    assert f"{c4}: dropped fail; kept: add, start-attempt; replay makes it" in out
+    assert "repaired 3 of 3 segments: 108 bytes dropped, 12 records kept" in out
+    assert run("verify", str(vectors)) == (0, "ok: 12 records in 3 segments\n", "")
+    (repair_dir,) = vectors.glob("repair-*")
+    assert sorted(p.name for p in repair_dir.iterdir()) == [
+        "000000001.log.328-370",
+        "000000002.log.45-99",
+        "000000003.log.8-20",
+        "index.json",
+    ]
+
+
 def test_repair_dry_run_reports_and_changes_nothing(vectors: Path) -> None:
     segment = vectors / "000000002.log"
     data = bytearray(segment.read_bytes())

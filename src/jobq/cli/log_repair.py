@@ -282,20 +282,22 @@ def _move_covering_snapshot(directory: str, damaged: list[SegmentSalvage], repai
     )
 
 
+def _read_as_scanned(segment: SegmentSalvage) -> bytes:
+    data = read_segment(segment.path)
+    if len(data) != segment.size:  # the lock keeps servers out; this is a last check
+        raise RepairUsageError(f"{segment.path}: changed while being repaired")
+    return data
+
+
 def _apply(directory: str, damaged: list[SegmentSalvage], describe: Describer) -> str:
     """Write the ranges and the index aside, keep each original, rewrite the segments;
-    return the repair directory."""
+    return the repair directory. One segment's bytes are in memory at a time."""
     repair_dir = _new_repair_dir(directory)
     for_index = _describe_for_index(describe)
     entries = []
-    contents = []
     for segment in damaged:
-        data = read_segment(segment.path)
-        if len(data) != segment.size:  # the lock keeps servers out; this is a last check
-            raise RepairUsageError(f"{segment.path}: changed while being repaired")
-        aside = write_aside(repair_dir, segment, data)
+        aside = write_aside(repair_dir, segment, _read_as_scanned(segment))
         entries.append(index_entry(segment, for_index, aside))
-        contents.append(data)
     index = {
         "directory": os.path.abspath(directory),
         "repaired_at": datetime.datetime.now(datetime.UTC).isoformat(),
@@ -310,7 +312,8 @@ def _apply(directory: str, damaged: list[SegmentSalvage], describe: Describer) -
     fsync_directory(directory)
     # first, so that no crash leaves it vouching for a place in a repaired log
     _move_covering_snapshot(directory, damaged, repair_dir)
-    for segment, data in zip(damaged, contents, strict=True):
+    for segment in damaged:
+        data = _read_as_scanned(segment)
         keep_original(segment.path, data)
         rewrite_segment(segment.path, data, segment.kept_spans())
     return repair_dir

@@ -47,6 +47,13 @@ _CANDIDATE: Final = b"\x01\x00\x00\x00"
 _UTC: Final = 0xFFFF
 #: the suffix of the copy ``repair`` keeps of a segment it changes
 DAMAGED_SUFFIX: Final = ".damaged"
+#: the most records :func:`_claimed_payloads` follows by their SIZE fields
+_MAX_CLAIMED: Final = 1000
+#: the most bytes of a damaged range kept as its first record's payload when a SIZE is
+#: damaged (its start is what can be read: the command and its job's id)
+_MAX_REST_BYTES: Final = 4096
+#: the most stray records a damaged range reports (its bytes are all kept aside anyway)
+MAX_STRAY: Final = 100
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ class DamagedRange:
     the range held cannot be known) and ``claimed`` holds the range's bytes after the
     first record's SIZE, whose start (the command and its job's id) is often intact.
     ``stray`` are whole records inside the range that were not kept because damage follows
-    them (they may be part of a payload).
+    them (they may be part of a payload), the first :data:`MAX_STRAY` of them.
     ``before`` and ``after`` are the intact records on either side in this segment.
     """
 
@@ -175,11 +182,8 @@ def resync(
             continue
         if record.end == len(data) or _sound_at(data, record.end, version, check) is not None:
             return record, stray
-        stray.append(record)
-
-
-#: the most records :func:`_claimed_payloads` follows by their SIZE fields
-_MAX_CLAIMED: Final = 1000
+        if len(stray) < MAX_STRAY:
+            stray.append(record)
 
 
 def _claimed_payloads(data: bytes, start: int, end: int) -> tuple[list[bytes], int | None]:
@@ -204,7 +208,7 @@ def _claimed_payloads(data: bytes, start: int, end: int) -> tuple[list[bytes], i
         _, payload_at = decode_uvarint(data, start + TIME_LEN)
     except (VarintError, IndexError):
         payload_at = start + TIME_LEN + 1
-    rest = data[payload_at : end - CRC_LEN]
+    rest = data[payload_at : min(end - CRC_LEN, payload_at + _MAX_REST_BYTES)]
     return ([rest] if rest else []), None
 
 
