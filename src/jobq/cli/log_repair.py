@@ -22,6 +22,7 @@ import click
 
 from jobq.cmdlog.errors import LogLockedError
 from jobq.cmdlog.lock import DirectoryLock
+from jobq.cmdlog.record import VERSION_1
 from jobq.cmdlog.salvage import (
     SegmentSalvage,
     WholeRecord,
@@ -33,7 +34,13 @@ from jobq.cmdlog.salvage import (
     write_aside,
 )
 from jobq.cmdlog.segment import fsync_directory, list_segments, parse_segment_name, read_segment
-from jobq.engine.commands import WORKQ_COMMAND_NAMES, CommandDecodeError, decode_command
+from jobq.engine.commands import (
+    EXTENSION_BASE,
+    WORKQ_COMMAND_NAMES,
+    CommandDecodeError,
+    decode_command,
+    decode_workq_command,
+)
 from jobq.engine.liveness import command_keys
 from jobq.server.snapshot import SNAPSHOT_NAME, vouched_place
 
@@ -50,15 +57,20 @@ class RepairUsageError(Exception):
     """Bad input for ``repair``: one line, exit 2, nothing changed."""
 
 
-def _check(describe: Describer) -> Callable[[bytes, int], str | None]:
-    def check(payload: bytes, version: int) -> str | None:
-        try:
-            describe(payload, version)
-        except CommandDecodeError as exc:
-            return str(exc)
+def _command_problem(payload: bytes, version: int) -> str | None:
+    """Why a payload is not a command, as ``jobq log verify`` judges it (``describe_command``
+    in ``log.py``), without building the description: the scan's check of every record."""
+    if not payload:
+        return "empty payload"
+    if payload[0] >= EXTENSION_BASE:
+        if version == VERSION_1:
+            return f"extension command type {payload[0]} in a version-1 segment"
         return None
-
-    return check
+    try:
+        decode_workq_command(payload)
+    except CommandDecodeError as exc:
+        return str(exc)
+    return None
 
 
 def _keys(payload: bytes) -> list[str]:
@@ -230,16 +242,13 @@ def _segments_or_refuse(directory: str) -> list[tuple[int, str]]:
     return segments
 
 
-def _scan(
-    directory: str, segments: list[tuple[int, str]], describe: Describer
-) -> list[SegmentSalvage]:
-    check = _check(describe)
+def _scan(directory: str, segments: list[tuple[int, str]]) -> list[SegmentSalvage]:
     found = []
     for index, (_, name) in enumerate(segments):
         path = os.path.join(directory, name)
         found.append(
             salvage_segment(
-                read_segment(path), path, newest=index == len(segments) - 1, check=check
+                read_segment(path), path, newest=index == len(segments) - 1, check=_command_problem
             )
         )
     return found
@@ -325,10 +334,12 @@ def run_repair(directory: str, describe: Describer, *, dry_run: bool) -> bool:
 
     A first read takes no lock, so that a sound log, a dry run and bad input leave the
     directory as it was (the lock file included); a repair then takes the lock and reads
-    again, so that what it drops is what the files hold while no server can append.
+    again if a segment changed meanwhile (its inode, size or modification time), so that
+    what it drops is what the files hold while no server can append.
     """
     segments = _segments_or_refuse(directory)
-    found = _scan(directory, segments, describe)
+    seen = _file_states(directory, segments)
+    found = _scan(directory, segments)
     if all(s.sound for s in found):
         click.echo(f"{directory}: nothing to repair ({len(segments)} segments sound)")
         return False
@@ -340,12 +351,21 @@ def run_repair(directory: str, describe: Describer, *, dry_run: bool) -> bool:
     except LogLockedError as exc:
         raise RepairUsageError(f"{exc}; stop it before repairing") from exc
     try:
-        segments = _segments_or_refuse(directory)
-        return _report(
-            directory, segments, _scan(directory, segments, describe), describe, dry_run=False
-        )
+        now = _segments_or_refuse(directory)
+        if now != segments or _file_states(directory, now) != seen:
+            segments, found = now, _scan(directory, now)  # changed before the lock: again
+        return _report(directory, segments, found, describe, dry_run=False)
     finally:
         lock.release()
+
+
+def _file_states(directory: str, segments: list[tuple[int, str]]) -> list[tuple[int, int, int]]:
+    """Each segment's inode, size and modification time: what a writer would change."""
+    states = []
+    for _, name in segments:
+        st = os.stat(os.path.join(directory, name))
+        states.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return states
 
 
 def _report(
