@@ -79,7 +79,7 @@ def _keys(payload: bytes) -> list[str]:
     try:
         keys = command_keys(decode_command(payload))
     except (CommandDecodeError, ValueError, TypeError, KeyError):
-        if payload and payload[0] < 16 and len(payload) >= 17:
+        if payload and payload[0] < EXTENSION_BASE and len(payload) >= 17:
             return [str(uuid.UUID(bytes=payload[1:17]))]
         return []
     return [_key_name(key) for key in keys]
@@ -103,16 +103,21 @@ def _describe_for_index(describe: Describer) -> Callable[[bytes, int], dict[str,
     return for_index
 
 
-def _command(payload: bytes | None, describe: Describer) -> str:
-    """``add of job <id>``: a short name for a payload's command, as far as it decodes."""
-    if payload is None:
-        return "unreadable"
+def _command_name(payload: bytes, describe: Describer) -> str:
+    """``add``: the name of a payload's command, as far as it decodes."""
     try:
-        cmd = str(describe(payload, 2).get("cmd"))
+        return str(describe(payload, 2).get("cmd"))
     except CommandDecodeError:
-        cmd = WORKQ_COMMAND_NAMES.get(payload[0], f"type {payload[0]}") if payload else "nothing"
+        if not payload:
+            return "nothing"
+        return WORKQ_COMMAND_NAMES.get(payload[0], f"type {payload[0]}")
+
+
+def _command(payload: bytes, describe: Describer) -> str:
+    """``add of <job id>``: a payload's command and what it is about, as far as it decodes."""
     keys = _keys(payload)
-    return f"{cmd} of {', '.join(keys)}" if keys else cmd
+    name = _command_name(payload, describe)
+    return f"{name} of {', '.join(keys)}" if keys else name
 
 
 @dataclass
@@ -130,7 +135,7 @@ def _touched(found: list[SegmentSalvage], describe: Describer) -> dict[str, _Tou
             dropped = list(damaged.claimed)
             dropped += [r.payload for r in damaged.stray]
             for payload in dropped:
-                cmd = _command(payload, describe).split(" of ")[0]
+                cmd = _command_name(payload, describe)
                 for key in _keys(payload):
                     touched.setdefault(key, _Touched()).dropped.append(cmd)
     return touched
@@ -142,18 +147,26 @@ def _after_replay(
     """Fill in the records kept of each touched key (one more read of the log)."""
     if not touched:
         return
-    by_raw = {uuid.UUID(key).bytes: key for key in touched if not key.startswith("schedule")}
+    by_id = {raw: key for key in touched if (raw := _job_id(key)) is not None}
     for segment in found:
         data = read_segment(segment.path)
         for record in kept_records(data, segment):
             payload = record.payload
-            if payload and payload[0] < 16:
-                key = by_raw.get(payload[1:17])
+            if payload and payload[0] < EXTENSION_BASE:  # a workq command: one job id
+                key = by_id.get(payload[1:17])
                 keys = [] if key is None else [key]
             else:
                 keys = [k for k in _keys(payload) if k in touched]
             for key in keys:
-                touched[key].kept.append(_command(payload, describe).split(" of ")[0])
+                touched[key].kept.append(_command_name(payload, describe))
+
+
+def _job_id(key: str) -> bytes | None:
+    """The raw id of a key of :func:`_keys` that is a job's, else None."""
+    try:
+        return uuid.UUID(key).bytes
+    except ValueError:
+        return None
 
 
 def _place(record: WholeRecord | None, describe: Describer, edge: str) -> str:

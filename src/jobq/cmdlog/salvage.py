@@ -14,9 +14,10 @@ one second, seconds in ``[0, 2**40)`` (years 1 to about 34,800) and a zone of UT
 1, the high bytes of such seconds), so Python code runs for about 2**-32 of random offsets.
 
 An incomplete record at the end of the newest segment with nothing sound after it is a torn
-write (:attr:`SegmentSalvage.torn_tail`), cut as recovery cuts it. This module only reads;
-:func:`rewrite_segment` writes a salvaged segment. It knows nothing of commands: the caller
-passes ``check`` and decodes payloads itself.
+write (:attr:`SegmentSalvage.torn_tail`), cut as recovery cuts it. Finding reads only
+(:func:`salvage_segment`); :func:`write_aside`, :func:`keep_original` and
+:func:`rewrite_segment` write, each fsynced. The module knows nothing of commands: the
+caller passes ``check`` and decodes payloads itself.
 """
 
 from __future__ import annotations
