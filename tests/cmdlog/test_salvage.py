@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobq.cmdlog import CommandLog
 from jobq.cmdlog.errors import BadMagicError, EmptySegmentError
 from jobq.cmdlog.gotime import TIME_LEN
 from jobq.cmdlog.record import HEADER_LEN, decode_records, encode_header, encode_record
@@ -27,6 +28,8 @@ from jobq.cmdlog.salvage import (
     salvage_segment,
     whole_record_at,
 )
+
+from .conftest import read_all
 
 BASE_NS = 1_795_000_000_000_000_000
 PATH = "log/000000001.log"
@@ -242,3 +245,24 @@ def test_salvage_keeps_exactly_the_intact_records(
     assert _kept(damaged, found) == _reference(offsets, flipped)
     assert found.records == len(_kept(damaged, found))
     assert found.dropped_bytes + sum(e - s for s, e in found.kept_spans()) == len(data)
+
+
+def test_a_crash_before_the_rename_leaves_the_old_segment(tmp_path: Path) -> None:
+    """What a crash inside :func:`rewrite_segment` before its rename leaves: the segment as
+    it was and a ``.rw`` file, which the next open removes; a repair can then run again."""
+    data, offsets = _segment()
+    damaged = _flip(data, offsets[4] + 20)
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    path = log_dir / "000000001.log"
+    path.write_bytes(damaged)
+    (log_dir / "000000002.log").write_bytes(encode_header())  # the newest, empty
+    found = salvage_segment(damaged, str(path), newest=False)
+    stale = log_dir / "000000001.log.rw"
+    stale.write_bytes(damaged[: offsets[4]])  # the rewrite, cut short by the crash
+    with CommandLog.open(log_dir, sync="os", create=False) as log:
+        assert not stale.exists()
+        assert path.read_bytes() == damaged
+        del log
+    rewrite_segment(str(path), damaged, found.kept_spans())
+    assert read_all(log_dir) == [_payload(n) for n in range(30) if n != 4]
