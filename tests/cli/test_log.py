@@ -173,6 +173,20 @@ def test_repair_names_what_replay_makes_of_each_job_and_cuts_a_torn_tail(
     ]
 
 
+def test_repair_writes_a_damaged_header_again(vectors: Path) -> None:
+    segment = vectors / "000000002.log"
+    original = segment.read_bytes()
+    segment.write_bytes(b"wqwQ" + original[4:])  # one flipped bit in the magic
+    assert run("verify", str(vectors))[0] == 1
+    code, out, _ = run("repair", str(vectors))
+    assert code == 0
+    assert "000000002.log header: not a command log segment: bad magic 77717751" in out
+    assert "written again as version 1" in out
+    assert "0 bytes dropped, 8 records kept" in out
+    assert segment.read_bytes() == original
+    assert run("verify", str(vectors)) == (0, "ok: 15 records in 3 segments\n", "")
+
+
 def test_repair_dry_run_reports_and_changes_nothing(vectors: Path) -> None:
     segment = vectors / "000000002.log"
     data = bytearray(segment.read_bytes())

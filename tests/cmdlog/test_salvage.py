@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobq.cmdlog import CommandLog
-from jobq.cmdlog.errors import BadMagicError, EmptySegmentError
+from jobq.cmdlog.errors import BadMagicError, EmptySegmentError, UnknownVersionError
 from jobq.cmdlog.gotime import TIME_LEN
 from jobq.cmdlog.record import HEADER_LEN, decode_records, encode_header, encode_record
 from jobq.cmdlog.salvage import (
@@ -198,6 +198,22 @@ def test_a_header_that_is_not_a_segment_is_refused() -> None:
     with pytest.raises(EmptySegmentError):
         salvage_segment(b"wqw", PATH, newest=False)
     assert salvage_segment(b"wqw", PATH, newest=True).partial_header
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3, 4, 5, 6])
+def test_a_header_one_byte_from_a_segments_is_damage(index: int) -> None:
+    data, _ = _segment()
+    damaged = _flip(data, index, mask=0x20)  # the magic, or the version's high bytes
+    found = salvage_segment(damaged, PATH, newest=False)
+    assert found.damaged_header is not None and found.version == 2
+    assert found.records == 30 and not found.damaged and not found.sound
+
+
+def test_a_header_version_this_reader_does_not_know_is_refused() -> None:
+    data, _ = _segment()
+    for version in (3, 6):  # a newer writer's, or 2 with a flipped bit: cannot be told apart
+        with pytest.raises(UnknownVersionError):
+            salvage_segment(encode_header(version) + data[8:], PATH, newest=False)
 
 
 def test_rewrite_keeps_the_spans_and_leaves_no_temporary(tmp_path: Path) -> None:

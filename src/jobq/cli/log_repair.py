@@ -22,7 +22,7 @@ import click
 
 from jobq.cmdlog.errors import LogLockedError
 from jobq.cmdlog.lock import DirectoryLock
-from jobq.cmdlog.record import VERSION_1
+from jobq.cmdlog.record import VERSION_1, encode_header
 from jobq.cmdlog.salvage import (
     SegmentSalvage,
     WholeRecord,
@@ -180,9 +180,15 @@ def _report_segment(segment: SegmentSalvage, describe: Describer) -> None:
     ranges = len(segment.damaged)
     click.echo(
         f"{segment.path}: {ranges} damaged range{'s' if ranges != 1 else ''}"
-        f"{', a torn tail' if segment.torn_tail is not None else ''}; "
+        f"{', a torn tail' if segment.torn_tail is not None else ''}"
+        f"{', a damaged header' if segment.damaged_header is not None else ''}; "
         f"{segment.dropped_bytes} bytes dropped, {segment.records} records kept"
     )
+    if segment.damaged_header is not None:
+        click.echo(
+            f"  {name} header: {segment.damaged_header}, one byte from a segment's: "
+            f"written again as version {segment.version}"
+        )
     for damaged in segment.damaged:
         if damaged.counted is None:
             how_many = "how many records it held cannot be known (a SIZE in it is damaged)"
@@ -337,7 +343,8 @@ def _apply(directory: str, damaged: list[SegmentSalvage], describe: Describer) -
     for segment in damaged:
         data = _read_as_scanned(segment)
         keep_original(segment.path, data)
-        rewrite_segment(segment.path, data, segment.kept_spans())
+        header = None if segment.damaged_header is None else encode_header(segment.version)
+        rewrite_segment(segment.path, data, segment.kept_spans(), header=header)
     return repair_dir
 
 

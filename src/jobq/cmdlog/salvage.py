@@ -29,9 +29,22 @@ from typing import Final
 
 from google_crc32c import value as crc32c_value
 
-from jobq.cmdlog.errors import IncompleteRecordError, RecordError
+from jobq.cmdlog.errors import (
+    BadMagicError,
+    IncompleteRecordError,
+    RecordError,
+    UnknownVersionError,
+)
 from jobq.cmdlog.gotime import TIME_LEN
-from jobq.cmdlog.record import CRC_LEN, HEADER_LEN, Record, decode_records
+from jobq.cmdlog.record import (
+    CRC_LEN,
+    HEADER_LEN,
+    VERSION_1,
+    VERSION_2,
+    Record,
+    decode_records,
+    encode_header,
+)
 from jobq.cmdlog.segment import REWRITE_SUFFIX, check_header, fsync_directory
 from jobq.cmdlog.varint import VarintError, decode_uvarint
 
@@ -109,10 +122,13 @@ class SegmentSalvage:
     torn_tail: int | None = None
     #: the newest segment's header is missing or partial (recovery rewrites it at open)
     partial_header: bool = False
+    #: why the header was refused, when it is one damaged byte away from a segment's:
+    #: repair writes ``encode_header(version)`` in its place
+    damaged_header: str | None = None
 
     @property
     def sound(self) -> bool:
-        return not self.damaged and self.torn_tail is None
+        return not self.damaged and self.torn_tail is None and self.damaged_header is None
 
     @property
     def dropped_bytes(self) -> int:
@@ -213,19 +229,44 @@ def _claimed_payloads(data: bytes, start: int, end: int) -> tuple[list[bytes], i
     return ([rest] if rest else []), None
 
 
+def _near_version(data: bytes) -> int | None:
+    """The version of the segment header that ``data``'s first 8 bytes are one byte away
+    from, if any, the version's last byte excepted: a version there that this reader does
+    not know may be a newer writer's, not damage, and is refused as it is elsewhere."""
+    if len(data) < HEADER_LEN:
+        return None
+    for version in (VERSION_1, VERSION_2):
+        header = encode_header(version)
+        differ = [i for i in range(HEADER_LEN) if data[i] != header[i]]
+        if len(differ) == 1 and differ[0] != HEADER_LEN - 1:
+            return version
+    return None
+
+
 def salvage_segment(
     data: bytes, path: str, *, newest: bool, check: PayloadCheck | None = None
 ) -> SegmentSalvage:
     """Find the damaged ranges of a segment's bytes (see the module docstring).
 
-    Raises :class:`SegmentHeaderError` for a header that is not a segment's (an older
-    segment with no complete header included): salvage does not guess at those.
+    A header one byte away from a segment's (a flipped bit in the magic or the version's
+    high bytes) is damage: the segment is read with that header's version
+    (:func:`_near_version`) and :attr:`SegmentSalvage.damaged_header` says why. Raises
+    :class:`SegmentHeaderError` for any other header that is not a segment's (a foreign
+    file, a version this reader does not know, an older segment with no complete header):
+    salvage does not guess at those.
     """
     name = os.path.basename(path)
-    version = check_header(data, path, newest=newest)
+    damaged_header = None
+    try:
+        version = check_header(data, path, newest=newest)
+    except (BadMagicError, UnknownVersionError) as exc:
+        near = _near_version(data)
+        if near is None:
+            raise
+        version, damaged_header = near, exc.reason
     if version is None:
         return SegmentSalvage(path, 0, len(data), partial_header=True)
-    found = SegmentSalvage(path, version, len(data))
+    found = SegmentSalvage(path, version, len(data), damaged_header=damaged_header)
     pos = HEADER_LEN
     while pos < len(data):
         bad = _first_bad(data, path, name, version, pos, check, found)
@@ -316,14 +357,20 @@ def _before(offset: int, payload: bytes, end: int) -> WholeRecord | None:
     return None if offset < 0 else WholeRecord(offset, end, payload)
 
 
-def rewrite_segment(path: str, data: bytes, spans: list[tuple[int, int]]) -> None:
-    """Replace the segment at ``path`` with the bytes of ``spans`` of ``data``, crash-safe:
-    written to ``<segment>.rw`` (which the next open deletes if a crash leaves it), fsynced,
-    renamed over the segment, the directory fsynced."""
+def rewrite_segment(
+    path: str, data: bytes, spans: list[tuple[int, int]], *, header: bytes | None = None
+) -> None:
+    """Replace the segment at ``path`` with the bytes of ``spans`` of ``data`` (the first
+    8 bytes by ``header`` if given), crash-safe: written to ``<segment>.rw`` (which the
+    next open deletes if a crash leaves it), fsynced, renamed over the segment, the
+    directory fsynced."""
     temporary = path + REWRITE_SUFFIX
     with open(temporary, "wb", buffering=0) as f:
         view = memoryview(data)
         for start, end in spans:
+            if header is not None and start == 0:
+                f.write(header)
+                start = HEADER_LEN
             f.write(view[start:end])
         os.fsync(f.fileno())
     os.replace(temporary, path)
@@ -388,6 +435,7 @@ def index_entry(
         "records_kept": found.records,
         "damaged": ranges,
         "torn_tail": torn,
+        "damaged_header": found.damaged_header,
     }
 
 
