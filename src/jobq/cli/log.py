@@ -220,22 +220,15 @@ def verify(directory: str) -> None:
 
 @log_group.command("repair")
 @click.argument("directory", type=PathType())
-# the golden session keeps `jobq log repair --help` as it was (tests/golden): --dry-run is
-# hidden and the first line is the kept one until the kept texts are renewed; what repair
-# does (drops only damaged ranges, keeps them aside) is in docs/cmdlog.md, "Salvage"
 @click.option(
-    "--dry-run",
-    is_flag=True,
-    hidden=True,
-    help="Report what repair would drop and keep; change nothing.",
+    "--dry-run", is_flag=True, help="Report what repair would drop and keep; change nothing."
 )
 def repair(directory: str, dry_run: bool) -> None:
-    """Cut each damaged segment of DIRECTORY at its first bad record (keeping a copy).
-    \f
-    (Click shows the kept text above alone.) Only the damaged records go: reading
-    resumes at the next sound record, the dropped bytes go to repair-<time>/, each
+    """Drop only the damaged records of DIRECTORY's segments, keeping every intact one.
+
+    Reading resumes at the next sound record; the dropped bytes go to repair-<time>/, each
     original to <segment>.damaged, and the report names the jobs the dropped records
-    touched (docs/cmdlog.md, "Salvage").
+    touched (docs/cmdlog.md, "Salvage"). A torn tail is cut as at start.
     """
     with _reading(directory):
         try:
