@@ -36,7 +36,12 @@ def run(*args: str) -> tuple[int, str, str]:
 
 
 def _snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
-    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(directory.iterdir())}
+    """Every file under ``directory``: its bytes and modification time."""
+    return {
+        str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_dump_json_gives_exactly_the_expected_records(vectors: Path) -> None:
@@ -94,29 +99,143 @@ def test_verify_reports_a_torn_tail_without_cutting_it(vectors: Path) -> None:
     assert _snapshot(vectors) == before
 
 
-def test_repair_keeps_a_copy_and_cuts_the_segment_at_the_first_bad_record(vectors: Path) -> None:
+def test_repair_drops_only_the_damaged_record_and_keeps_it_aside(vectors: Path) -> None:
     segment = vectors / "000000002.log"
     original = segment.read_bytes()
     data = bytearray(original)
-    data[220] ^= 0xFF  # inside the record at offset 217
+    data[220] ^= 0xFF  # inside the record at offset 217, which ends at 298
     segment.write_bytes(bytes(data))
     code, out, _ = run("repair", str(vectors))
     assert code == 0
-    assert f"{segment}: dropped {len(original) - 217} bytes from offset 217" in out
+    assert f"{segment}: 1 damaged range; 81 bytes dropped, 7 records kept" in out
+    assert "offsets 217-298 (81 bytes): CRC mismatch; 1 record by the SIZE field" in out
+    assert "dropped: add of 6ba7b810-9dad-41d1-80b4-00c04fd430c6 (unverified" in out
+    assert "between delete of 6ba7b810-9dad-41d1-80b4-00c04fd430c5 at 180 and start-attempt" in out
+    # the job's later records are kept, but replay ignores them without its add
+    assert "kept: start-attempt, timeout-attempt; its add dropped" in out
     assert (vectors / "000000002.log.damaged").read_bytes() == bytes(data)
-    assert segment.read_bytes() == original[:217]
+    assert segment.read_bytes() == original[:217] + original[298:]
+    (repair_dir,) = vectors.glob("repair-*")
+    assert (repair_dir / "000000002.log.217-298").read_bytes() == bytes(data[217:298])
+    index = json.loads((repair_dir / "index.json").read_text())
+    (entry,) = index["segments"]
+    (damaged,) = entry["damaged"]
+    assert (damaged["start"], damaged["end"]) == (217, 298)
+    assert damaged["file"] == "000000002.log.217-298"
+    assert damaged["claimed"][0]["cmd"] == "add" and damaged["before"]["offset"] == 180
     assert run("verify", str(vectors))[0] == 0
-    offsets = [(r.segment, r.offset) for r in Cursor(str(vectors))]
-    assert ("000000002.log", 180) in offsets and ("000000002.log", 217) not in offsets
+    expected = json.loads((vectors / "expected-records.json").read_text())
+    assert len(list(Cursor(str(vectors)))) == len(expected) - 1
     code, out, _ = run("repair", str(vectors))
     assert code == 0 and "nothing to repair" in out
 
 
+@pytest.mark.parametrize(
+    "source", [VECTORS, Path("/work/shared/vectors/jobq-v1/data/cmdlog")], ids=["workq", "jobq"]
+)
+def test_repair_leaves_an_undamaged_log_exactly_as_it_was(tmp_path: Path, source: Path) -> None:
+    if not source.is_dir():
+        pytest.skip(f"vectors not found at {source}")
+    copy = tmp_path / "log"
+    shutil.copytree(source, copy)
+    before = _snapshot(copy)
+    code, out, _ = run("repair", str(copy))
+    assert code == 0 and "nothing to repair" in out
+    assert _snapshot(copy) == before  # not a byte, not a new file (not even the lock file)
+
+
+def test_repair_names_what_replay_makes_of_each_job_and_cuts_a_torn_tail(
+    vectors: Path,
+) -> None:
+    for name, index in (("000000001.log", 340), ("000000002.log", 90)):  # complete, fail
+        segment = vectors / name
+        data = bytearray(segment.read_bytes())
+        data[index] ^= 0x04
+        segment.write_bytes(bytes(data))
+    newest = vectors / "000000003.log"
+    newest.write_bytes(newest.read_bytes()[:20])  # the expire record, torn
+    code, out, _ = run("repair", str(vectors))
+    assert code == 0
+    assert "000000001.log offsets 328-370 (42 bytes): CRC mismatch; 1 record" in out
+    assert "000000002.log offsets 45-99 (54 bytes): CRC mismatch; 1 record" in out
+    assert "000000003.log offset 8: torn tail of 12 bytes cut" in out
+    c1, c4 = (f"6ba7b810-9dad-41d1-80b4-00c04fd430c{n}" for n in (1, 4))
+    assert f"{c1}: dropped complete; kept: add, start-attempt; replay makes it" in out
+    assert f"{c4}: dropped fail; kept: add, start-attempt; replay makes it" in out
+    assert "repaired 3 of 3 segments: 108 bytes dropped, 12 records kept" in out
+    assert run("verify", str(vectors)) == (0, "ok: 12 records in 3 segments\n", "")
+    (repair_dir,) = vectors.glob("repair-*")
+    assert sorted(p.name for p in repair_dir.iterdir()) == [
+        "000000001.log.328-370",
+        "000000002.log.45-99",
+        "000000003.log.8-20",
+        "index.json",
+    ]
+
+
+def test_repair_writes_a_damaged_header_again(vectors: Path) -> None:
+    segment = vectors / "000000002.log"
+    original = segment.read_bytes()
+    segment.write_bytes(b"wqwQ" + original[4:])  # one flipped bit in the magic
+    assert run("verify", str(vectors))[0] == 1
+    code, out, _ = run("repair", str(vectors))
+    assert code == 0
+    assert "000000002.log header: not a command log segment: bad magic 77717751" in out
+    assert "written again as version 1" in out
+    assert "0 bytes dropped, 8 records kept" in out
+    assert segment.read_bytes() == original
+    assert run("verify", str(vectors)) == (0, "ok: 15 records in 3 segments\n", "")
+
+
+def test_repair_dry_run_reports_and_changes_nothing(vectors: Path) -> None:
+    segment = vectors / "000000002.log"
+    data = bytearray(segment.read_bytes())
+    data[220] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    before = _snapshot(vectors)
+    code, out, _ = run("repair", "--dry-run", str(vectors))
+    assert code == 0
+    assert "offsets 217-298" in out and "nothing changed" in out
+    assert _snapshot(vectors) == before
+
+
 def test_repair_refuses_a_locked_directory(vectors: Path) -> None:
-    with CommandLog.open(vectors, sync="os"):
+    segment = vectors / "000000002.log"
+    data = bytearray(segment.read_bytes())
+    data[220] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    with CommandLog.open(vectors, sync="os", create=False) as log:
+        log.flush()
+        before = _snapshot(vectors)
         code, _, err = run("repair", str(vectors))
-    assert code == 1
-    assert "locked" in err
+        assert _snapshot(vectors) == before
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "locked by another process" in err and "stop it before repairing" in err
+
+
+def test_repair_refuses_a_directory_with_no_segments(tmp_path: Path, vectors: Path) -> None:
+    data_dir = tmp_path / "data"
+    shutil.copytree(vectors, data_dir / "cmdlog")
+    before = _snapshot(data_dir)
+    code, _, err = run("repair", str(data_dir))
+    assert code == 2
+    assert err.strip() == (
+        f"jobq log: {data_dir}: not a command log directory: no NNNNNNNNN.log segments "
+        f"(a server's data directory? its log is {data_dir / 'cmdlog'})"
+    )
+    assert _snapshot(data_dir) == before
+
+
+def test_repair_refuses_a_file_that_is_not_a_segment(vectors: Path) -> None:
+    segment = vectors / "000000002.log"
+    segment.write_bytes(b"GIF89a\x00\x00" + segment.read_bytes()[8:])
+    before = _snapshot(vectors)
+    code, _, err = run("repair", str(vectors))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "000000002.log: not a command log segment: bad magic 47494638" in err
+    assert _snapshot(vectors) == before
 
 
 def test_stats_counts_segments_records_bytes_and_commands(vectors: Path) -> None:

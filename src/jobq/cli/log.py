@@ -1,7 +1,8 @@
 """``jobq log``: dump, verify, repair and count a command log directory.
 
 Exit codes: 0 ok; 1 a bad record or segment (verify failure, corrupt data); 2 bad input
-(no such directory, a file that is not a segment). Errors are one line on stderr.
+(no such directory, a file that is not a segment; for ``repair`` also a directory with no
+segments and one a server holds). Errors are one line on stderr.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 import uuid
 from collections import Counter
@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import click
 
 from jobq.cli.common import EXIT_FAILURE, EXIT_USAGE, PathType, fail
+from jobq.cli.log_repair import RepairUsageError, run_repair
 from jobq.cmdlog.cursor import Cursor
 from jobq.cmdlog.errors import (
     CmdlogError,
@@ -28,8 +29,7 @@ from jobq.cmdlog.errors import (
     SegmentHeaderError,
 )
 from jobq.cmdlog.gotime import ZERO_TIME_NS, format_rfc3339_ns
-from jobq.cmdlog.lock import DirectoryLock
-from jobq.cmdlog.record import HEADER_LEN, VERSION_1, VERSION_2, decode_records, encode_header
+from jobq.cmdlog.record import VERSION_1, decode_records
 from jobq.cmdlog.segment import check_header, list_segments, read_segment
 from jobq.engine.commands import (
     WORKQ_COMMAND_NAMES,
@@ -43,9 +43,6 @@ from jobq.engine.commands import (
 
 #: the first command type of jobq's extensions
 FIRST_EXTENSION_TYPE = 16
-#: the suffix of the copy ``repair`` keeps of a segment before truncating it
-DAMAGED_SUFFIX = ".damaged"
-
 #: a bad record or segment
 EXIT_BAD_DATA = EXIT_FAILURE
 
@@ -221,52 +218,23 @@ def verify(directory: str) -> None:
     click.echo(f"ok: {records} records in {len(segments)} segments")
 
 
-def _aside(path: str) -> str:
-    target = path + DAMAGED_SUFFIX
-    n = 1
-    while os.path.exists(target):
-        target = f"{path}{DAMAGED_SUFFIX}.{n}"
-        n += 1
-    shutil.copy2(path, target)
-    return target
-
-
-def _cut(path: str, offset: int) -> None:
-    """Truncate a segment at ``offset``; one without a sound header gets a fresh one."""
-    with open(path, "r+b", buffering=0) as f:
-        if offset < HEADER_LEN:
-            f.truncate(0)
-            f.write(encode_header(VERSION_2))
-        else:
-            f.truncate(offset)
-        os.fsync(f.fileno())
-
-
 @log_group.command("repair")
 @click.argument("directory", type=PathType())
-def repair(directory: str) -> None:
-    """Cut each damaged segment of DIRECTORY at its first bad record (keeping a copy)."""
+@click.option(
+    "--dry-run", is_flag=True, help="Report what repair would drop and keep; change nothing."
+)
+def repair(directory: str, dry_run: bool) -> None:
+    """Drop only the damaged records of DIRECTORY's segments, keeping every intact one.
+
+    Reading resumes at the next sound record; the dropped bytes go to repair-<time>/, each
+    original to <segment>.damaged, and the report names the jobs the dropped records
+    touched (docs/cmdlog.md, "Salvage"). A torn tail is cut as at start.
+    """
     with _reading(directory):
-        lock = DirectoryLock(directory)
-        lock.acquire()
         try:
-            segments = list_segments(directory)
-            repaired = 0
-            for path, _count, problem in _scan(directory, segments):
-                if problem is None:
-                    continue
-                offset, reason, size = problem
-                copy = _aside(path)
-                _cut(path, offset)
-                repaired += 1
-                click.echo(
-                    f"{path}: dropped {size - offset} bytes from offset {offset} ({reason}); "
-                    f"original kept as {os.path.basename(copy)}"
-                )
-            if not repaired:
-                click.echo(f"{directory}: nothing to repair ({len(segments)} segments sound)")
-        finally:
-            lock.release()
+            run_repair(directory, describe_command, dry_run=dry_run)
+        except RepairUsageError as exc:
+            _fail(str(exc), EXIT_USAGE)
 
 
 @log_group.command("stats")
