@@ -186,6 +186,7 @@ async def serve(
             # the records before an engine snapshot's place need no torn-tail check
             whole_until=vouched_place,
             lock_wait_s=LOCK_WAIT_S,
+            accept_gap=config.accept_log_gap,
         )
         stats = restore(log, engine, clock())
         logger.info(
