@@ -142,8 +142,8 @@ class Scrubber:
             return Damage(name, 0, exc.reason), len(data)
         pacer = self.pacer
         chunk = self.chunk_bytes
-        accounted = HEADER_LEN
-        pending = 0
+        accounted = 0
+        pending = HEADER_LEN
         try:
             for _, payload in decode_payloads(data, path):
                 pending += len(payload) + _RECORD_OVERHEAD_BYTES
