@@ -207,11 +207,11 @@ def _scan(directory: str, segments: list[tuple[int, str]]) -> Iterator[_Scanned]
 @log_group.command("verify")
 @click.argument("directory", type=PathType())
 def verify(directory: str) -> None:
-    """Check every record of DIRECTORY, and that every segment its manifest records is
-    there; exit 1 naming the first problem. Changes nothing."""
+    """Check every record of DIRECTORY; exit 1 naming the first bad one. Changes nothing."""
     with _reading(directory, bad_header=EXIT_BAD_DATA):
         segments = list_segments(directory)
-        # a missing segment, a corrupt manifest, a file it cannot explain (read-only)
+        # and that every segment the manifest records is there: a missing segment, a
+        # corrupt manifest, a file it cannot explain exit 1 too (read-only)
         check_directory(directory, segments)
         records = 0
         for path, count, problem in _scan(directory, segments):
