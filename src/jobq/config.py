@@ -31,8 +31,9 @@ DEFAULT_SNAPSHOT_MIN_RECORDS = 100_000
 DEFAULT_WORKER_MISSED_HEARTBEATS = 3
 #: the most bytes an attempt log keeps (server/attempt_logs): later lines are dropped, counted
 DEFAULT_ATTEMPT_LOG_MAX_BYTES = 1024 * 1024
-#: the scrub's read budget, bytes a second (server/scrub.py: a few percent of a core)
-DEFAULT_SCRUB_RATE_BYTES = 4 * 1024 * 1024
+#: the scrub's budget, bytes checked a second (server/scrubbing.py: about 2% of a core at
+#: most, docs/server.md "Scrub")
+DEFAULT_SCRUB_RATE_BYTES = 2 * 1024 * 1024
 #: the time from the start of one scrub pass to the start of the next, ms (6 hours)
 DEFAULT_SCRUB_INTERVAL_MS = 6 * 3600 * 1000
 

@@ -15,10 +15,10 @@ from tests.cli.test_server import click_config
 JOBQ = str(Path(sys.executable).parent / "jobq")
 
 
-def test_the_defaults_scrub_at_4_mib_a_second_every_6_hours() -> None:
+def test_the_defaults_scrub_at_2_mib_a_second_every_6_hours() -> None:
     config = click_config([])
     assert config.accept_log_gap is False
-    assert config.scrub_rate_bytes == DEFAULT_SCRUB_RATE_BYTES == 4 * 1024 * 1024
+    assert config.scrub_rate_bytes == DEFAULT_SCRUB_RATE_BYTES == 2 * 1024 * 1024
     assert config.scrub_interval_ms == DEFAULT_SCRUB_INTERVAL_MS == 6 * 3600 * 1000
 
 

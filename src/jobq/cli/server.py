@@ -294,10 +294,10 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
 @_option(
     "--scrub-rate",
     hidden=True,
-    default="4MiB",
+    default="2MiB",
     metavar="SIZE",
     help="Bytes a second the scrub re-reads and CRC-checks the log's segments at "
-    "(e.g. 4MiB, 512k; 0: no scrub).",
+    "(e.g. 2MiB, 512k; 0: no scrub).",
 )
 @_option(
     "--scrub-interval",
