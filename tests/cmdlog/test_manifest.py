@@ -255,3 +255,16 @@ def test_opening_twice_keeps_the_manifest_in_step(tmp_path: Path) -> None:
     assert loaded is not None
     assert loaded.state.live == [n for n, _ in list_segments(str(tmp_path))]
     assert os.path.getsize(tmp_path / MANIFEST_NAME) < 200
+
+
+def test_several_missing_segments_are_named_together(tmp_path: Path) -> None:
+    _fill(tmp_path, 8)
+    (tmp_path / "000000002.log").unlink()
+    (tmp_path / "000000004.log").unlink()
+    with pytest.raises(MissingSegmentError) as caught:
+        CommandLog.open(tmp_path, sync="os")
+    assert caught.value.names == ["000000002.log", "000000004.log"]
+    assert str(caught.value).startswith(
+        f"{tmp_path}/000000002.log, {tmp_path}/000000004.log: missing: the manifest records "
+        "them and the files are gone (restore them from a backup"
+    )

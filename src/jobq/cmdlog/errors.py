@@ -137,8 +137,9 @@ class MissingSegmentError(CmdlogError):
         self.directory = directory
         self.names = names
         listed = ", ".join(os.path.join(directory, name) for name in names)
+        one = len(names) == 1
+        it, files, its = ("it", "the file is", "its") if one else ("them", "the files are", "their")
         super().__init__(
-            f"{listed}: missing: the manifest records {'it' if len(names) == 1 else 'them'} "
-            "and the file is gone (restore it from a backup, or start with --accept-log-gap "
-            "to go on without its records)"
+            f"{listed}: missing: the manifest records {it} and {files} gone (restore {it} "
+            f"from a backup, or start with --accept-log-gap to go on without {its} records)"
         )
