@@ -21,6 +21,7 @@ from jobq.cmdlog.errors import (
 from jobq.cmdlog.manifest import (
     MANIFEST_NAME,
     TEMPORARY_NAME,
+    Manifest,
     read_manifest,
 )
 from jobq.cmdlog.record import HEADER_LEN, encode_header, encode_record
@@ -268,3 +269,39 @@ def test_several_missing_segments_are_named_together(tmp_path: Path) -> None:
         f"{tmp_path}/000000002.log, {tmp_path}/000000004.log: missing: the manifest records "
         "them and the files are gone (restore them from a backup"
     )
+
+
+def test_a_rotation_recorded_before_its_header_was_written_opens(tmp_path: Path) -> None:
+    _fill(tmp_path, 4)  # segments 1-3, 3 empty and the newest
+    loaded = read_manifest(str(tmp_path))
+    assert loaded is not None
+    Manifest(str(tmp_path), loaded.state).record_created(4)
+    (tmp_path / "000000004.log").write_bytes(b"")  # the crash came before its header
+    with CommandLog.open(tmp_path, sync="os") as log:
+        assert log.position() == (4, HEADER_LEN)
+        log.append(b"after")
+    assert read_all(tmp_path)[-1] == b"after"
+
+
+def test_a_rotation_whose_edit_fails_is_tried_again_at_the_next_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    size = HEADER_LEN + 2 * RECORD_LEN
+    with CommandLog.open(tmp_path, sync="os", segment_size_bytes=size, buffer_bytes=0) as log:
+        record_created = log.manifest.record_created
+        failures = [OSError(28, "No space left on device")]
+
+        def failing_once(number: int) -> None:
+            if failures:
+                raise failures.pop()
+            record_created(number)
+
+        log.appender._on_created = failing_once
+        with caplog.at_level(logging.WARNING, logger="jobq.cmdlog"):
+            for i in range(3):
+                log.append(f"job-{i:02d}:keep".encode(), time_ns=i)
+        assert "cannot start the next segment: [Errno 28] No space left" in caplog.text
+        # the third record went into segment 1, whose next write then rotated
+        assert log.manifest.live == [n for n, _ in list_segments(str(tmp_path))] == [1, 2]
+        assert (tmp_path / "000000001.log").stat().st_size == HEADER_LEN + 3 * RECORD_LEN
+    assert len(read_all(tmp_path)) == 3
