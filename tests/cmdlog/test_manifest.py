@@ -128,15 +128,36 @@ def test_accepting_a_gap_at_the_newest_segment_numbers_on(tmp_path: Path) -> Non
     assert loaded is not None and loaded.state.live == [1, 2, 3, 5]
 
 
-def test_a_directory_without_a_manifest_gets_one(vectors: Path, tmp_path: Path) -> None:
-    directory = tmp_path / "workq"
-    shutil.copytree(vectors, directory)
+JOBQ_V1 = Path("/work/shared/vectors/jobq-v1/data/cmdlog")
+
+
+def _writable_copy(source: Path, target: Path) -> Path:
+    """A copy of a read-only vectors directory that a log can be opened in."""
+    shutil.copytree(source, target)
+    target.chmod(0o755)
+    for path in target.iterdir():
+        path.chmod(0o644)
+    return target
+
+
+def test_a_workq_directory_without_a_manifest_gets_one(vectors: Path, tmp_path: Path) -> None:
+    directory = _writable_copy(vectors, tmp_path / "workq")
     assert not (directory / MANIFEST_NAME).exists()
     expected = len(read_all(directory))
     loaded = read_manifest(str(directory))
     assert loaded is not None
-    assert loaded.state.live == [n for n, _ in list_segments(str(directory))]
+    assert loaded.state.live == [n for n, _ in list_segments(str(directory))] == [1, 2, 3]
     assert len(read_all(directory)) == expected
+
+
+def test_an_earlier_jobqs_directory_gets_one_too(tmp_path: Path) -> None:
+    if not JOBQ_V1.is_dir():
+        pytest.skip(f"jobq-v1 vectors not found at {JOBQ_V1}")
+    directory = _writable_copy(JOBQ_V1, tmp_path / "jobq")
+    expected = read_all(directory)
+    loaded = read_manifest(str(directory))
+    assert loaded is not None and loaded.state.live == [1]
+    assert read_all(directory) == expected
 
 
 @pytest.mark.parametrize(
