@@ -7,7 +7,10 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
+
 from jobq.client import Client
+from jobq.cmdlog.manifest import MANIFEST_NAME
 from jobq.cmdlog.segment import list_segments
 from jobq.server import protocol as p
 from jobq.server.snapshot import SNAPSHOT_NAME
@@ -64,3 +67,27 @@ def test_a_missing_segment_refuses_the_start_and_accept_log_gap_goes_on(
     # the gap was accepted once: the next start goes on without the flag
     again = ServerProcess(data_dir)
     assert again.terminate() == 0
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "stranger"])
+def test_a_manifest_that_cannot_be_trusted_refuses_the_start(tmp_path: Path, damage: str) -> None:
+    log_dir = _log_of_many_segments(tmp_path)
+    manifest = log_dir / MANIFEST_NAME
+    if damage == "corrupt":
+        data = bytearray(manifest.read_bytes())
+        data[-2] ^= 0x40
+        manifest.write_bytes(bytes(data))
+        reason = "edit CRC32C mismatch"
+    else:  # a segment from elsewhere, beyond the newest the manifest knows
+        newest = list_segments(str(log_dir))[-1][1]
+        (log_dir / "000000099.log").write_bytes((log_dir / newest).read_bytes())
+        reason = "000000099.log is not in the manifest"
+    before = sorted((p.name, p.read_bytes()) for p in log_dir.iterdir())
+    refused = subprocess.run(
+        [JOBQ, "server", "--listen", "127.0.0.1:0", "--data-dir", str(log_dir.parent)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+    assert refused.returncode == 1
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"jobq server: {manifest}: ") and reason in last
+    assert sorted((p.name, p.read_bytes()) for p in log_dir.iterdir()) == before
