@@ -207,7 +207,8 @@ def _scan(directory: str, segments: list[tuple[int, str]]) -> Iterator[_Scanned]
 @log_group.command("verify")
 @click.argument("directory", type=PathType())
 def verify(directory: str) -> None:
-    """Check every record of DIRECTORY; exit 1 naming the first bad one. Changes nothing."""
+    """Check every record of DIRECTORY, and its segments against the manifest; exit 1
+    naming the first problem. Changes nothing."""
     with _reading(directory, bad_header=EXIT_BAD_DATA):
         segments = list_segments(directory)
         # and that every segment the manifest records is there: a missing segment, a

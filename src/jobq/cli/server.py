@@ -282,18 +282,14 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
     default=DEFAULT_CLEAN_INTERVAL_MS,
     help="Cleaning interval in ms (0: never clean).",
 )
-# the log's options are hidden from --help for now: the golden session keeps the help
-# text as it was (tests/golden); docs/server.md describes them
 @click.option(
     "--accept-log-gap",
     is_flag=True,
-    hidden=True,
     help="Start even if segments the log's manifest records are missing, logging which and "
     "the time range of the records lost with them (else such a start is refused).",
 )
 @_option(
     "--scrub-rate",
-    hidden=True,
     default="2MiB",
     metavar="SIZE",
     help="Bytes a second the scrub re-reads and CRC-checks the log's segments at "
@@ -301,7 +297,6 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
 )
 @_option(
     "--scrub-interval",
-    hidden=True,
     default=f"{DEFAULT_SCRUB_INTERVAL_MS // 3_600_000}h",
     metavar="DURATION",
     help="From the start of one scrub pass to the next (the first runs at start).",
