@@ -31,6 +31,11 @@ DEFAULT_SNAPSHOT_MIN_RECORDS = 100_000
 DEFAULT_WORKER_MISSED_HEARTBEATS = 3
 #: the most bytes an attempt log keeps (server/attempt_logs): later lines are dropped, counted
 DEFAULT_ATTEMPT_LOG_MAX_BYTES = 1024 * 1024
+#: the scrub's budget, bytes checked a second (server/scrubbing.py: about 2% of a core at
+#: most, docs/server.md "Scrub")
+DEFAULT_SCRUB_RATE_BYTES = 2 * 1024 * 1024
+#: the time from the start of one scrub pass to the start of the next, ms (6 hours)
+DEFAULT_SCRUB_INTERVAL_MS = 6 * 3600 * 1000
 
 
 #: the refusal of a token given twice over
@@ -55,6 +60,13 @@ class ServerConfig(msgspec.Struct, frozen=True):
     sync_interval_ms: int = DEFAULT_SYNC_INTERVAL_MS
     segment_size_bytes: int = DEFAULT_SEGMENT_SIZE_BYTES
     clean_interval_ms: int = DEFAULT_CLEAN_INTERVAL_MS
+    #: start even if segments the log's manifest records are missing (logging what may be
+    #: lost); without it such a start is refused
+    accept_log_gap: bool = False
+    #: bytes a second the scrub reads and checks (0: no scrub); see server/scrub.py
+    scrub_rate_bytes: int = DEFAULT_SCRUB_RATE_BYTES
+    #: from the start of one scrub pass to the start of the next, ms
+    scrub_interval_ms: int = DEFAULT_SCRUB_INTERVAL_MS
     #: records logged between engine snapshots while running, at least (0: only at a clean
     #: stop); see server/snapshotter.py
     snapshot_min_records: int = DEFAULT_SNAPSHOT_MIN_RECORDS

@@ -66,6 +66,7 @@ VALID: dict[str, dict[str, Any]] = {
     "sruns": {"name": SCHEDULE, "limit": 5},
     "sdrop": {"name": SCHEDULE, "reason": "r"},
     "audit": {"limit": 10},
+    "logstate": {},
     "whello": {"worker_id": "w9", "names": ["fuzz.q"], "host": "h", "pid": 1,
                "concurrency": 2, "version": "v", "started": "2026-01-01T00:00:00Z",
                "heartbeat_ms": 3_600_000},

@@ -20,6 +20,7 @@ import click
 
 from jobq.cli.common import EXIT_FAILURE, EXIT_USAGE, PathType, fail
 from jobq.cli.log_repair import RepairUsageError, run_repair
+from jobq.cmdlog.accounting import check_directory
 from jobq.cmdlog.cursor import Cursor
 from jobq.cmdlog.errors import (
     CmdlogError,
@@ -206,9 +207,13 @@ def _scan(directory: str, segments: list[tuple[int, str]]) -> Iterator[_Scanned]
 @log_group.command("verify")
 @click.argument("directory", type=PathType())
 def verify(directory: str) -> None:
-    """Check every record of DIRECTORY; exit 1 naming the first bad one. Changes nothing."""
+    """Check every record of DIRECTORY, and its segments against the manifest; exit 1
+    naming the first problem. Changes nothing."""
     with _reading(directory, bad_header=EXIT_BAD_DATA):
         segments = list_segments(directory)
+        # and that every segment the manifest records is there: a missing segment, a
+        # corrupt manifest, a file it cannot explain exit 1 too (read-only)
+        check_directory(directory, segments)
         records = 0
         for path, count, problem in _scan(directory, segments):
             records += count

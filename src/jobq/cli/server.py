@@ -24,6 +24,8 @@ from jobq.config import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    DEFAULT_SCRUB_INTERVAL_MS,
+    DEFAULT_SCRUB_RATE_BYTES,
     DEFAULT_SEGMENT_SIZE_BYTES,
     DEFAULT_SNAPSHOT_MIN_RECORDS,
     DEFAULT_SYNC,
@@ -55,6 +57,9 @@ def build_config(
     cmdlog_sync_int: int = DEFAULT_SYNC_INTERVAL_MS,
     cmdlog_seg_size: str = str(DEFAULT_SEGMENT_SIZE_BYTES),
     cmdlog_clean_int: int = DEFAULT_CLEAN_INTERVAL_MS,
+    accept_log_gap: bool = False,
+    scrub_rate: str = str(DEFAULT_SCRUB_RATE_BYTES),
+    scrub_interval: str = f"{DEFAULT_SCRUB_INTERVAL_MS // 3_600_000}h",
     snapshot_min_records: int = DEFAULT_SNAPSHOT_MIN_RECORDS,
     in_memory: bool = False,
     retention: str = DEFAULT_RETENTION,
@@ -81,6 +86,10 @@ def build_config(
     checked against their ranges by click); :class:`ConfigError` says what is wrong."""
     host, port = parse_listen(listen)
     segment_size_bytes = parse_size_bytes(cmdlog_seg_size)
+    scrub_rate_bytes = parse_size_bytes(scrub_rate)
+    scrub_interval_ms = parse_duration_ms(scrub_interval)
+    if scrub_interval_ms < 1:
+        raise ConfigError("the scrub interval must be positive")
     attempt_log_bytes = parse_size_bytes(attempt_log_max_bytes)
     if attempt_log_bytes < 1:
         raise ConfigError("--attempt-log-max-bytes must be at least 1 byte")
@@ -115,6 +124,9 @@ def build_config(
         sync_interval_ms=cmdlog_sync_int,
         segment_size_bytes=segment_size_bytes,
         clean_interval_ms=cmdlog_clean_int,
+        accept_log_gap=accept_log_gap,
+        scrub_rate_bytes=scrub_rate_bytes,
+        scrub_interval_ms=scrub_interval_ms,
         snapshot_min_records=snapshot_min_records,
         in_memory=in_memory,
         max_connections=max_connections,
@@ -269,6 +281,25 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
     minimum=0,
     default=DEFAULT_CLEAN_INTERVAL_MS,
     help="Cleaning interval in ms (0: never clean).",
+)
+@click.option(
+    "--accept-log-gap",
+    is_flag=True,
+    help="Start even if segments the log's manifest records are missing, logging which and "
+    "the time range of the records lost with them (else such a start is refused).",
+)
+@_option(
+    "--scrub-rate",
+    default="2MiB",
+    metavar="SIZE",
+    help="Bytes a second the scrub re-reads and CRC-checks the log's segments at "
+    "(e.g. 2MiB, 512k; 0: no scrub).",
+)
+@_option(
+    "--scrub-interval",
+    default=f"{DEFAULT_SCRUB_INTERVAL_MS // 3_600_000}h",
+    metavar="DURATION",
+    help="From the start of one scrub pass to the next (the first runs at start).",
 )
 @_count(
     "--snapshot-min-records",

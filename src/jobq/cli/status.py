@@ -57,6 +57,12 @@ def gather(client: Any) -> dict[str, Any]:
             schedules = client.schedules()
         except Exception:
             schedules = None
+    log: dict[str, Any] | None = None
+    if hasattr(client, "log_state"):
+        try:
+            log = client.log_state()
+        except Exception:  # a server without ``logstate`` (workq, an older jobq)
+            log = None
     started = info.started
     now = datetime.now(UTC)
     return {
@@ -68,7 +74,26 @@ def gather(client: Any) -> dict[str, Any]:
         "running": pages.get("running", []),
         "recent_failures": pages.get("failed", []),
         "schedules": schedules,
+        "log": log,
     }
+
+
+def _damage(data: dict[str, Any]) -> list[str]:
+    """The log's damaged segments the scrub found, one text each."""
+    scrub = (data.get("log") or {}).get("scrub") or {}
+    return [
+        f"{d['segment']}: offset {d['offset']}: {d['reason']}" for d in scrub.get("damaged", [])
+    ]
+
+
+def _log_line(data: dict[str, Any]) -> str | None:
+    scrub = (data.get("log") or {}).get("scrub")
+    if scrub is None:
+        return None
+    damaged = _damage(data)
+    if damaged:
+        return f"DAMAGED: {len(damaged)} segments (jobq log verify)"
+    return f"ok ({scrub['passes']} scrub passes, {scrub['bytes_checked']} bytes checked)"
 
 
 def _age(seconds: float) -> str:
@@ -94,6 +119,11 @@ def _plain(data: dict[str, Any]) -> None:
     echo(f"server      {data['server']}  up {_age(data['uptime_s'])}, "
          f"{data['connections']} connections")
     echo("jobs        " + ", ".join(f"{v} {k}" for k, v in data["jobs"].items()))
+    log_line = _log_line(data)
+    if log_line is not None:
+        echo(f"log         {log_line}")
+        for damage in _damage(data):
+            echo(f"  {damage}")
     if data["running"]:
         echo("running")
         for job in data["running"]:
@@ -129,6 +159,11 @@ def _rich(data: dict[str, Any]) -> None:
         Text(f"{v} {k}", style=colors.get(k, "")) for k, v in data["jobs"].items()
     )
     parts: list[Any] = [head, counts]
+    log_line = _log_line(data)
+    if log_line is not None:
+        damaged = _damage(data)
+        parts.append(Text(f"log {log_line}", style="bold red" if damaged else "dim"))
+        parts.extend(Text(f"  {damage}", style="red") for damage in damaged)
     if data["running"]:
         table = Table(title="running", title_justify="left", expand=True, box=None)
         table.add_column("id", style="dim", no_wrap=True)

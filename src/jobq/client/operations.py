@@ -690,6 +690,12 @@ class Operations(WorkerOperations):
         failures by address."""
         return ext("audit", {"limit": check_int(limit, "limit")}, 0.0, same)
 
+    @operation
+    def log_state() -> Call[dict[str, Any]]:
+        """The command log's health (``logstate``): ``scrub``, the segments the scrub
+        found damaged, its passes and bytes checked (null: the server has no scrub)."""
+        return ext("logstate", {}, 0.0, same)
+
 
 def heartbeat_calls(beats: Sequence[Heartbeat]) -> list[Call[HeartbeatReply]]:
     """The calls of ``heartbeats``: one ``heartbeat`` per job, for one round trip."""

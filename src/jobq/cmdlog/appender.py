@@ -67,6 +67,9 @@ class Appender:
         buffer_bytes (int, default 64 KiB): under ``os`` and ``interval``, the payload
             bytes :attr:`append` keeps in user space before writing them; 0 writes each
             record at once.
+        on_created (Callable[[int], None] | None): called with a new segment's number once
+            its file and header are durable and before any record goes into it (the
+            manifest records it); if it raises, the segment is not started.
 
     :attr:`append` ``(payload, time_ns=None)`` appends one record. Under ``always`` it
     returns once the record is fsynced. Under ``os`` and ``interval`` it returns at once
@@ -92,6 +95,7 @@ class Appender:
         fsync: Callable[[int], None] = os.fsync,
         start_sync_thread: bool = True,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        on_created: Callable[[int], None] | None = None,
     ) -> None:
         if sync not in SYNC_POLICIES:
             raise ValueError(
@@ -110,6 +114,7 @@ class Appender:
         self.write_version = write_version
         self._clock_ns = clock_ns
         self._fsync = fsync
+        self._on_created = on_created
         #: how many times a segment file was fsynced
         self.fsync_count = 0
 
@@ -276,6 +281,8 @@ class Appender:
             header = encode_header(self.write_version)
             os.pwrite(fd, header, 0)
             fsync_directory(self.directory)
+            if self._on_created is not None:
+                self._on_created(next_sequence)
         except BaseException:
             os.close(fd)
             os.unlink(path)

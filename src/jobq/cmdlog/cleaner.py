@@ -96,6 +96,9 @@ class Cleaner:
         fsync (Callable[[int], None], default os.fsync): how the rewrite is made durable.
         step (Callable[[str], None]): called before each step (see :data:`CLEAN_STEPS`);
             tests make it raise to simulate a crash there.
+        on_removing (Callable[[int], None] | None): called with a segment's number before
+            it is deleted (the manifest records the removal first, so that the file being
+            gone is never taken for a lost segment); if it raises, the segment stays.
     """
 
     def __init__(
@@ -105,8 +108,10 @@ class Cleaner:
         *,
         fsync: Callable[[int], None] = os.fsync,
         step: Callable[[str], None] = _no_step,
+        on_removing: Callable[[int], None] | None = None,
     ) -> None:
         self.directory = directory
+        self._on_removing = on_removing
         self._active_sequence = active_sequence
         self._fsync = fsync
         self.step = step
@@ -140,7 +145,7 @@ class Cleaner:
                 records = list(decode_records(data, path, name, version))
                 if not records:
                     if sequence != newest_readonly:
-                        self._delete(path)
+                        self._delete(sequence, path)
                         stats.segments_deleted += 1
                         stats.bytes_reclaimed += len(data)
                     else:
@@ -172,7 +177,7 @@ class Cleaner:
                 stats.records_dropped += dead
                 stats.records_kept += len(records) - dead
                 if dead == len(records) and sequence != newest_readonly:
-                    self._delete(path)
+                    self._delete(sequence, path)
                     stats.segments_deleted += 1
                     stats.bytes_reclaimed += len(data)
                     continue
@@ -222,7 +227,9 @@ class Cleaner:
         fsync_directory(self.directory)
         self.step("done")
 
-    def _delete(self, path: str) -> None:
+    def _delete(self, sequence: int, path: str) -> None:
+        if self._on_removing is not None:
+            self._on_removing(sequence)
         self.step("unlink")
         os.unlink(path)
         self.step("fsync_dir")

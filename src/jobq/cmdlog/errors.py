@@ -6,6 +6,8 @@ names its byte offset, so that ``jobq log`` can print one clear line.
 
 from __future__ import annotations
 
+import os
+
 
 class CmdlogError(Exception):
     """Anything the command log refuses to do or cannot read."""
@@ -104,3 +106,40 @@ class RecordTooLargeError(CmdlogError):
         self.size = size
         self.limit = limit
         super().__init__(f"payload of {size} bytes exceeds the record limit of {limit} bytes")
+
+
+class ManifestError(CmdlogError):
+    """The manifest (the record of which segments exist) cannot be read or trusted."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"{path}: {reason} (move it aside to rebuild it from the segments present; a "
+            "segment lost meanwhile then goes unnoticed)"
+        )
+
+
+class ManifestMismatchError(CmdlogError):
+    """The segment files disagree with the manifest in a way no crash explains."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class MissingSegmentError(CmdlogError):
+    """Segments the manifest records are gone: their records (acknowledged jobs) are lost
+    unless the files are restored."""
+
+    def __init__(self, directory: str, names: list[str]) -> None:
+        self.directory = directory
+        self.names = names
+        listed = ", ".join(os.path.join(directory, name) for name in names)
+        one = len(names) == 1
+        it, files, its = ("it", "the file is", "its") if one else ("them", "the files are", "their")
+        super().__init__(
+            f"{listed}: missing: the manifest records {it} and {files} gone (restore {it} "
+            f"from a backup, or start with --accept-log-gap to go on without {its} records)"
+        )

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Self
 
+from jobq.cmdlog.accounting import check_directory
 from jobq.cmdlog.appender import DEFAULT_SEGMENT_SIZE_BYTES, Appender
 from jobq.cmdlog.cleaner import Cleaner, remove_stale_rewrites
 from jobq.cmdlog.cursor import Cursor, recover_newest_segment
 from jobq.cmdlog.errors import CmdlogError, LogDirectoryError
 from jobq.cmdlog.lock import DirectoryLock
+from jobq.cmdlog.manifest import Manifest, State, remove_stale_temporary
 from jobq.cmdlog.policies import (
     DEFAULT_BUFFER_BYTES,
     DEFAULT_SYNC_INTERVAL_MS,
@@ -34,6 +37,8 @@ from jobq.cmdlog.segment import (
     segment_name,
 )
 
+logger = logging.getLogger(__name__)
+
 
 class CommandLog:
     """A command log directory opened for appending (use :meth:`open`).
@@ -55,10 +60,13 @@ class CommandLog:
         path: str,
         lock: DirectoryLock,
         appender: Appender,
+        manifest: Manifest,
         fsync: Callable[[int], None] = os.fsync,
     ) -> None:
         self.path = path
         self._lock = lock
+        #: the record of which segments exist (``manifest.py``)
+        self.manifest = manifest
         #: the appender (tests drive ``appender.tick()`` for the interval policy)
         self.appender = appender
         self.append = appender.append
@@ -66,7 +74,9 @@ class CommandLog:
         #: snapshot's replay starts in it: :meth:`keep_from`)
         self._kept_from: int | None = None
         #: the cleaner (tests set ``cleaner.step`` to inject crashes)
-        self.cleaner = Cleaner(path, self._first_untouchable, fsync=fsync)
+        self.cleaner = Cleaner(
+            path, self._first_untouchable, fsync=fsync, on_removing=manifest.record_removing
+        )
         #: one cleaner pass (:meth:`Cleaner.clean <jobq.cmdlog.cleaner.Cleaner.clean>`);
         #: buffered records are written first, so segments they fill count as read-only
         self.clean = self.cleaner.clean
@@ -93,6 +103,7 @@ class CommandLog:
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         whole_until: Callable[[str], tuple[int, int] | None] | None = None,
         lock_wait_s: float = 0.0,
+        accept_gap: bool = False,
     ) -> CommandLog:
         """Open (and with ``create`` make) the log directory at ``path``.
 
@@ -107,6 +118,11 @@ class CommandLog:
 
         ``lock_wait_s``: how long to wait for a directory lock another process holds
         before :class:`~jobq.cmdlog.errors.LogLockedError` (0: not at all).
+
+        The directory is checked against its manifest (``manifest.py``; a directory without
+        one gets one built from the segments present): a segment it records that is gone
+        raises :class:`~jobq.cmdlog.errors.MissingSegmentError`, unless ``accept_gap``, which
+        logs what may be lost and goes on without it.
         """
         directory = os.fspath(path)
         if write_version not in READ_VERSIONS:
@@ -116,7 +132,9 @@ class CommandLog:
         lock.acquire(lock_wait_s)
         try:
             try:
-                sequence = _recover(directory, write_version, whole_until)
+                sequence, manifest = _recover(
+                    directory, write_version, whole_until, accept_gap=accept_gap
+                )
                 appender = Appender(
                     directory,
                     sequence,
@@ -128,13 +146,14 @@ class CommandLog:
                     fsync=fsync,
                     start_sync_thread=start_sync_thread,
                     buffer_bytes=buffer_bytes,
+                    on_created=manifest.record_created,
                 )
             except OSError as exc:
                 raise LogDirectoryError(directory, _describe(exc)) from exc
         except BaseException:
             lock.release()
             raise
-        return cls(directory, lock, appender, fsync)
+        return cls(directory, lock, appender, manifest, fsync)
 
     # ------------------------------------------------------------------ reading
 
@@ -280,14 +299,42 @@ def _recover(
     directory: str,
     write_version: int,
     whole_until: Callable[[str], tuple[int, int] | None] | None = None,
-) -> int:
-    """Bring the directory to a state to append to; return the newest segment's number."""
+    *,
+    accept_gap: bool = False,
+) -> tuple[int, Manifest]:
+    """Bring the directory to a state to append to, checked against its manifest (and
+    record that state as the manifest); return the newest segment's number and the
+    manifest."""
     remove_stale_rewrites(directory)
+    remove_stale_temporary(directory)
     segments = list_segments(directory)
+    loaded, plan = check_directory(directory, segments, accept_gap=accept_gap)
+    if plan is not None and plan.unfinished_removal is not None:
+        # the cleaner recorded its removal and a crash cut the unlink short: finish it
+        name = segment_name(plan.unfinished_removal)
+        os.unlink(os.path.join(directory, name))
+        fsync_directory(directory)
+        logger.info("%s: removed %s, whose removal a crash cut short", directory, name)
+        segments = [s for s in segments if s[0] != plan.unfinished_removal]
+    if plan is not None and plan.adopted is not None:
+        logger.info(
+            "%s: %s was being started when the server stopped; taking it in",
+            directory,
+            segment_name(plan.adopted),
+        )
     for _, name in segments[:-1]:
         read_header(os.path.join(directory, name), newest=False)
-    if not segments:
-        sequence = FIRST_SEQUENCE
+    newest_recorded = loaded.state.newest if loaded is not None else 0
+    if loaded is None:
+        logger.info(
+            "%s: no manifest; built one from the %d segments present", directory, len(segments)
+        )
+    if not segments or segments[-1][0] < newest_recorded:
+        # a new log, or the newest recorded segment is missing (a gap accepted): start the
+        # next one, so that numbering never goes back
+        if segments:
+            read_header(os.path.join(directory, segments[-1][1]), newest=False)
+        sequence = max(FIRST_SEQUENCE, newest_recorded + 1)
         path = os.path.join(directory, segment_name(sequence))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
@@ -296,12 +343,15 @@ def _recover(
         finally:
             os.close(fd)
         fsync_directory(directory)
-        return sequence
-    sequence, name = segments[-1]
-    place = whole_until(directory) if whole_until is not None else None
-    offset = place[1] if place is not None and place[0] == sequence else HEADER_LEN
-    recover_newest_segment(os.path.join(directory, name), write_version, offset)
-    return sequence
+    else:
+        sequence, name = segments[-1]
+        place = whole_until(directory) if whole_until is not None else None
+        offset = place[1] if place is not None and place[0] == sequence else HEADER_LEN
+        recover_newest_segment(os.path.join(directory, name), write_version, offset)
+    live = [number for number, _ in segments if number != sequence] + [sequence]
+    manifest = Manifest(directory, State(live, max(sequence, newest_recorded)))
+    manifest.write_state()
+    return sequence, manifest
 
 
 __all__ = ["CmdlogError", "CommandLog"]

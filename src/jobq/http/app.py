@@ -96,6 +96,8 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
         log_info: dict[str, Any] | None = None
         if log is not None:
             log_info = {"path": str(log.path), "error": core.log_error}
+            if core.scrub is not None:
+                log_info["scrub"] = core.scrub.summary()
             try:
                 log_info["bytes"] = log.size_bytes
                 log_info["segments"] = log.segment_count

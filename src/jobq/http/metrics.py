@@ -252,6 +252,21 @@ class JobqCollector(Collector):
             )
         if log is None:
             return
+        scrub = getattr(core, "scrub", None)
+        yield GaugeMetricFamily(
+            "jobq_cmdlog_damaged_segments",
+            "Segments of the command log the scrub found damaged (0: none, or no scrub)",
+            value=len(scrub.damaged) if scrub is not None else 0,
+        )
+        if scrub is not None:
+            yield CounterMetricFamily(
+                "jobq_cmdlog_scrub_passes", "Scrub passes run to their end",
+                value=scrub.passes,
+            )
+            yield CounterMetricFamily(
+                "jobq_cmdlog_scrub_bytes", "Bytes of the command log the scrub checked",
+                value=scrub.scrubber.bytes_checked,
+            )
         try:
             size = log.size_bytes
             segments = log.segment_count

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from jobq.cmdlog.log import CommandLog
 from jobq.cmdlog.record import Record
+from jobq.cmdlog.scrub import Damage
 from jobq.config import ConfigError, ServerConfig, exposure_error
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
@@ -24,7 +25,8 @@ from jobq.server.history import read_history
 from jobq.server.listeners import open_listeners
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
-from jobq.server.snapshot import position_at, vouched_place, write_snapshot
+from jobq.server.scrubbing import LogScrub, log_state_command
+from jobq.server.snapshot import position_at, remove_snapshot, vouched_place, write_snapshot
 from jobq.server.snapshotter import Snapshotter
 from jobq.server.tcp import Connection
 from jobq.server.tokens import Access
@@ -137,6 +139,56 @@ def _save_snapshot(log_dir: str, engine: Engine, end: tuple[int, int]) -> None:
     logger.info("wrote the engine snapshot: %d jobs", saved)
 
 
+def _start_scrub(
+    log: CommandLog,
+    config: ServerConfig,
+    snapshotter: Snapshotter | None,
+    loop: asyncio.AbstractEventLoop,
+) -> LogScrub:
+    """Start the scrub's thread (``scrubbing.py``); damage it finds is logged on the loop,
+    and engine snapshots stop, so that the next start replays the damaged records and
+    refuses them rather than start from a snapshot that hides them."""
+
+    def found(damage: Damage) -> None:
+        logger.error(
+            "the scrub found damage in the command log: %s/%s (jobq log verify %s; the "
+            "next start will refuse it until it is repaired)",
+            log.path,
+            damage,
+            log.path,
+        )
+        if snapshotter is not None:
+            snapshotter.hold(f"the log is damaged ({damage.segment})")
+
+    def on_damage(damage: Damage) -> None:  # in the scrub's thread
+        loop.call_soon_threadsafe(found, damage)
+
+    scrub = LogScrub(
+        log,
+        rate_bytes_per_s=config.scrub_rate_bytes,
+        interval_s=config.scrub_interval_ms / 1000,
+        on_damage=on_damage,
+    )
+    scrub.start()
+    return scrub
+
+
+def _keep_damage_visible(log_dir: str, scrub: LogScrub) -> None:
+    """At a stop after the scrub found damage: write no engine snapshot, and remove the one
+    on disk, so that the next start reads the damaged segment and refuses it."""
+    names = ", ".join(sorted(scrub.damaged))
+    try:
+        remove_snapshot(log_dir)
+    except OSError as exc:
+        logger.error("cannot remove the engine snapshot (the log is damaged: %s): %s", names, exc)
+        return
+    logger.error(
+        "no engine snapshot at this stop: the scrub found damage in %s (the next start "
+        "replays the whole log and refuses it; see jobq log verify and jobq log repair)",
+        names,
+    )
+
+
 async def serve(
     config: ServerConfig,
     *,
@@ -186,6 +238,7 @@ async def serve(
             # the records before an engine snapshot's place need no torn-tail check
             whole_until=vouched_place,
             lock_wait_s=LOCK_WAIT_S,
+            accept_gap=config.accept_log_gap,
         )
         stats = restore(log, engine, clock())
         logger.info(
@@ -237,6 +290,9 @@ async def serve(
         )
         core.snapshotter = snapshotter
         core.command_observers.append(lambda commands: snapshotter.written(len(commands)))
+    if log is not None and config.scrub_rate_bytes > 0:
+        core.scrub = _start_scrub(log, config, snapshotter, loop)
+    core.dispatcher.extensions.handlers["logstate"] = log_state_command(lambda: core.scrub)
     if on_core is not None:
         on_core(core)
     stop_event = stop or asyncio.Event()
@@ -330,6 +386,8 @@ async def serve(
         core.workers.close()
         if snapshotter is not None:
             snapshotter.close()
+        if core.scrub is not None:
+            core.scrub.close()
         core.close()
         for conn in list(core.connections):
             if isinstance(conn, Connection) and conn.transport is not None:
@@ -344,7 +402,9 @@ async def serve(
                 logger.critical("closing the command log failed: %s", exc)
                 if core.fatal_error is None:
                     core.fatal_error = exc
-            if core.fatal_error is None:
+            if core.scrub is not None and core.scrub.damaged:
+                _keep_damage_visible(str(config.log_dir), core.scrub)
+            elif core.fatal_error is None:
                 if drained and core.holds_only_logged():
                     _save_snapshot(str(config.log_dir), engine, end)
                 else:

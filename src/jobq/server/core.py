@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from jobq.server.attempt_logs import AttemptLogs
     from jobq.server.audit import AuditTrail
     from jobq.server.gate import Gate
+    from jobq.server.scrubbing import LogScrub
     from jobq.server.snapshotter import Snapshotter
     from jobq.server.tokens import Access
     from jobq.server.workers import WorkerRegistry
@@ -187,6 +188,8 @@ class Core:
         #: takes engine snapshots while the server runs (set by the app, for /metrics to
         #: read; None: in memory)
         self.snapshotter: Snapshotter | None = None
+        #: re-reads and checks the log in a thread (set by the app; None: no scrub)
+        self.scrub: LogScrub | None = None
         #: the TCP port's connection limits (set by the app; None: no TCP port)
         self.gate: Gate | None = None
         #: told of each batch's commands once the log holds them (in memory: once made),

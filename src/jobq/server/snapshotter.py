@@ -90,6 +90,8 @@ class Snapshotter:
         self._child: _Child | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
+        #: why no snapshot may be written any more (damage in the log: :meth:`hold`)
+        self.held: str | None = None
         #: snapshots written, and failed, since start (for tests and /metrics)
         self.written_count = 0
         self.failed_count = 0
@@ -169,7 +171,7 @@ class Snapshotter:
     def take(self) -> bool:
         """Fork a child that writes a snapshot at the log's current place (the engine must
         hold what the log holds); whether one was started."""
-        if self._child is not None or self._closed:
+        if self._child is not None or self._closed or self.held is not None:
             return False
         now_s = self._monotonic_s()
         if now_s < self._retry_after_s:
@@ -285,6 +287,17 @@ class Snapshotter:
         self.on_disk_sequence = None
         self.jobs_on_disk = 0
         self.log.keep_from(None)
+
+    def hold(self, reason: str) -> None:
+        """Write no snapshot from now on, and remove the one on disk (a child writing one
+        is stopped first): the log holds damage that a snapshot would hide from the next
+        start, which then replays the whole log and refuses it, naming the file."""
+        if self.held is not None:
+            return
+        self.held = reason
+        if self._child is not None:
+            self._stop_child(self._child)
+        self._drop(f"no engine snapshots any more: {reason}", logging.ERROR)
 
     def close(self) -> None:
         """Stop: no more snapshots; a child still writing one is killed (the snapshot on
