@@ -15,9 +15,9 @@ from jobq.engine.commands import decode_command, encode_command
 from jobq.engine.errors import InvalidArgument, InvalidStatus
 from jobq.engine.extensions import DependencyEnded, SubmitJob
 from jobq.engine.job import Job, Status
+from jobq.engine.jobcolumns import EngineRows
 from jobq.engine.limits import MAX_AFTER
 from jobq.engine.machine import Engine
-from jobq.engine.replay import EngineRows
 
 from .helpers import MS, T0, jid
 from .test_replay_property import snapshot

@@ -69,9 +69,10 @@ def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
             state, position = loaded
             state.adopt_schedules(engine)
             if (position.sequence, position.offset) == log.position():
-                engine.adopt_jobs(state.jobs(), now_ns)  # nothing after it (a clean stop's)
+                # nothing after it (a clean stop's)
+                engine.adopt_jobs(state.jobs(), now_ns, shared=state.shared)
             else:
-                engine.begin_replay_from(state.jobs(), now_ns)
+                engine.begin_replay_from(state.jobs(), now_ns, shared=state.shared)
                 count = _apply_all(log, engine, now_ns, position)
                 engine.end_replay()
     finally:
