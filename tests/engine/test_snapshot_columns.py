@@ -12,11 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobq.engine.job import JobMeta, Status
+from jobq.engine.job import Job, JobMeta, Status
 from jobq.engine.jobcolumns import EngineColumns, JobColumns
 from jobq.engine.machine import Engine
+from jobq.engine.rebuild import adopt_ready
 
 from .helpers import MS, T0, jid
+from .test_replay_indexes import _check_structures
 from .test_replay_property import OPTIONS, REPLAYED_OPTIONS, batch, perform, snapshot
 
 
@@ -53,6 +55,15 @@ def test_a_snapshot_of_columns_gives_the_state_it_was_made_of(batches, data) -> 
     expected = snapshot(engine)
     # a clean stop's snapshot: nothing after it
     adopted = _adopted(_columns(engine), now_ns)
+    adopted.tick(now_ns)
+    assert snapshot(adopted) == expected
+    adopted = Engine(scheduler=REPLAYED_OPTIONS, started_ns=T0)
+    at_stop = _columns(engine)
+    adopted.adopt_schedules(
+        at_stop.schedules, at_stop.next_schedule_id, at_stop.schedule_counters,
+        at_stop.last_fire_jobs,
+    )
+    adopted.adopt_columns(at_stop.jobs, now_ns)
     adopted.tick(now_ns)
     assert snapshot(adopted) == expected
     assert adopted.export().jobs == engine.export().jobs  # in the same order
@@ -110,3 +121,84 @@ def test_columns_that_make_no_whole_jobs_do_not_decode(damage) -> None:
     damage(columns)
     with pytest.raises(msgspec.ValidationError):
         msgspec.msgpack.decode(msgspec.msgpack.encode(columns), type=JobColumns)
+
+
+def _rows_adopted(live: Engine, now_ns: int) -> Engine:
+    """The jobs adopted as a snapshot of rows (format 2) gives them."""
+    rows = msgspec.msgpack.decode(msgspec.msgpack.encode(live.export().jobs), type=list[Job])
+    engine = Engine(started_ns=T0)
+    engine.adopt_jobs(rows, now_ns)
+    return engine
+
+
+def _columns_adopted(live: Engine, now_ns: int) -> tuple[Engine, bool]:
+    """The jobs adopted from columns (``adopt_columns``); whether in bulk (``adopt_ready``)."""
+    columns = _columns(live).jobs
+    probe = Engine(started_ns=T0)
+    probe.begin_replay()
+    bulk = adopt_ready(probe, _columns(live).jobs, now_ns)
+    engine = Engine(started_ns=T0)
+    engine.adopt_columns(columns, now_ns)
+    return engine, bulk
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from([0, 5, 3000, 60_000]),  # TTL, ms (0: none)
+            st.sampled_from([0] * 9 + [1]),  # priority
+            st.integers(0, 2),  # ms after the previous job (0: the same creation time)
+            st.sampled_from([None] * 9 + [50]),  # scheduled, ms after creation
+        ),
+        max_size=25,
+    ),
+    st.integers(0, 20),  # when adopted, ms after the last job
+    st.sampled_from([0, 0, 0, 1, 3]),  # leases made before
+)
+def test_adopting_columns_in_bulk_gives_what_one_by_one_does(jobs, later_ms, leases) -> None:
+    live = Engine(started_ns=T0)
+    now_ns = T0
+    for n, (name, ttl_ms, priority, after_ms, scheduled_ms) in enumerate(jobs):
+        now_ns += after_ms * MS
+        live.add(
+            id=jid(n), name=name, ttr_ms=60_000, ttl_ms=ttl_ms, payload=b"%d" % n,
+            priority=priority, now_ns=now_ns,
+            time_ns=None if scheduled_ms is None else now_ns + scheduled_ms * MS,
+        )
+    for _ in range(leases):
+        live.lease(("a",), wait_timeout_ms=0, token=None, now_ns=now_ns)
+    live.drain()
+    now_ns += later_ms * MS
+    expected = _rows_adopted(live, now_ns)
+    adopted, _ = _columns_adopted(live, now_ns)
+    _check_structures(adopted)
+    assert snapshot(adopted) == snapshot(expected)
+    assert adopted.export().jobs == expected.export().jobs
+    assert adopted.next_deadline_ns() == expected.next_deadline_ns()
+    # from now on both lease in the same order and see the same deadlines come due
+    for step_ms in (0, 10, 100, 5000, 70_000):
+        now_ns += step_ms * MS
+        for engine in (adopted, expected):
+            engine.tick(now_ns)
+            engine.lease(("a", "b", "c"), wait_timeout_ms=0, token=None, now_ns=now_ns)
+        assert adopted.drain()[0] == expected.drain()[0]
+        assert snapshot(adopted) == snapshot(expected)
+
+
+def test_a_backlog_of_pending_jobs_is_adopted_in_bulk() -> None:
+    live = Engine(started_ns=T0)
+    for n in range(50):
+        live.add(
+            id=jid(n), name=f"q{n % 3}", ttr_ms=60_000, ttl_ms=(0, 600_000)[n % 2],
+            payload=b"", now_ns=T0 + n * MS,
+        )
+    live.drain()
+    adopted, bulk = _columns_adopted(live, T0 + 100 * MS)
+    assert bulk
+    _check_structures(adopted)
+    assert snapshot(adopted) == snapshot(_rows_adopted(live, T0 + 100 * MS))
+    # a job whose TTL passed: one by one, which leaves it out
+    _, bulk = _columns_adopted(live, T0 + 700_000 * MS)
+    assert not bulk

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 import msgspec
@@ -105,10 +106,10 @@ class JobColumns(msgspec.Struct, array_like=True, gc=False):
             {position: job.meta for position, job in enumerate(jobs) if job.meta is not None},
         )
 
-    def jobs(self) -> Iterator[Job]:
+    def jobs(self, *, queued: tuple[object, ...] | None = None) -> Iterator[Job]:
         """The jobs, made as they are taken, each holding the one object of its name, TTR
         and TTL value, ``modified_ns`` its ``created_ns`` unless it changed since; once
-        (the columns are emptied)."""
+        (the columns are emptied). ``queued``: every job's (``rebuild.adopt_ready``)."""
         count = len(self.ids)
         names = list(map(self.names.__getitem__, self.name_index))
         durations = self.durations_ms.__getitem__
@@ -124,7 +125,8 @@ class JobColumns(msgspec.Struct, array_like=True, gc=False):
             Job, self.ids, names, self.payloads, self.priorities, ttrs, ttls,
             self.max_attempts, self.max_fails, self.time_ns, self.created_ns, self.statuses,
             self.attempts, self.fails, self.results, self.lease_expires_ns, self.started_ns,
-            self.finished_ns, modified, self.waiting_for_time, metas,
+            self.finished_ns, modified, self.waiting_for_time, metas, repeat(False),
+            repeat(queued),
         )
         # the columns now live in ``made``'s iterators: drop them here, so that each
         # list goes once the last job is made

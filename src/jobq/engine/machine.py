@@ -452,6 +452,7 @@ class Engine:
     export_columns: ClassVar = replaying.export_columns
     adopt_schedules: ClassVar = replaying.adopt_schedules
     adopt_jobs: ClassVar = replaying.adopt_jobs
+    adopt_columns: ClassVar = replaying.adopt_columns
     begin_replay_from: ClassVar = replaying.begin_replay_from
 
     # ------------------------------------------------------------------ the cleaner (liveness.py)

@@ -32,7 +32,7 @@ from jobq.engine.job import Job, Status, statuses_allowing
 from jobq.engine.jobcolumns import EngineColumns, EngineRows, JobColumns
 from jobq.engine.journal import touch
 from jobq.engine.liveness import SCHEDULE_COMMAND_TYPES
-from jobq.engine.rebuild import rebuild_indexes
+from jobq.engine.rebuild import adopt_ready, rebuild_indexes
 from jobq.engine.schedules import ScheduleRow, kept_run_jobs_of, run_job_id
 
 if TYPE_CHECKING:
@@ -250,6 +250,18 @@ def adopt_jobs(
         raise ValueError("adopt_jobs needs a new engine")
     begin_replay(engine)
     rebuild_indexes(engine, adopted=jobs, now_ns=now_ns, shared=shared)
+    end_replay(engine, indexed=True)
+
+
+def adopt_columns(engine: Engine, columns: JobColumns, now_ns: int) -> None:
+    """:func:`adopt_jobs` for the jobs of a snapshot of columns (``jobcolumns.py``): in
+    bulk C-level passes if they are the usual pending jobs (``rebuild.adopt_ready``), else
+    made from the columns and rebuilt one by one."""
+    if engine.jobs:
+        raise ValueError("adopt_columns needs a new engine")
+    begin_replay(engine)
+    if not adopt_ready(engine, columns, now_ns):
+        rebuild_indexes(engine, adopted=columns.jobs(), now_ns=now_ns, shared=True)
     end_replay(engine, indexed=True)
 
 

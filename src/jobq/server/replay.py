@@ -69,8 +69,7 @@ def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
             state, position = loaded
             state.adopt_schedules(engine)
             if (position.sequence, position.offset) == log.position():
-                # nothing after it (a clean stop's)
-                engine.adopt_jobs(state.jobs(), now_ns, shared=state.shared)
+                state.adopt_jobs(engine, now_ns)  # nothing after it (a clean stop's)
             else:
                 engine.begin_replay_from(state.jobs(), now_ns, shared=state.shared)
                 count = _apply_all(log, engine, now_ns, position)

@@ -121,6 +121,10 @@ class LoadedBody(msgspec.Struct, array_like=True):
             self.schedules, self.next_schedule_id, self.schedule_counters, self.last_fire_jobs
         )
 
+    def adopt_jobs(self, engine: Engine, now_ns: int) -> None:
+        """Enter the jobs into ``engine`` (nothing logged after the snapshot); once."""
+        engine.adopt_jobs(self.jobs(), now_ns)
+
 
 class LoadedColumns(msgspec.Struct, array_like=True):
     """A body of format 3 (``Engine.export_columns``) as read."""
@@ -142,6 +146,10 @@ class LoadedColumns(msgspec.Struct, array_like=True):
         engine.adopt_schedules(
             self.schedules, self.next_schedule_id, self.schedule_counters, self.last_fire_jobs
         )
+
+    def adopt_jobs(self, engine: Engine, now_ns: int) -> None:
+        """Enter the jobs into ``engine`` (nothing logged after the snapshot); once."""
+        engine.adopt_columns(self.job_columns, now_ns)
 
 
 _header_decoder = msgspec.msgpack.Decoder(SnapshotHeader)
