@@ -73,7 +73,7 @@ def test_a_snapshot_of_columns_gives_the_state_it_was_made_of(batches, data) -> 
         columns.schedules, columns.next_schedule_id, columns.schedule_counters,
         columns.last_fire_jobs,
     )
-    replayed.begin_replay_from(columns.jobs.jobs(), now_ns, shared=True)
+    replayed.begin_replay_from_columns(columns.jobs, now_ns)
     for command, logged_ns in log[cut_at:]:
         replayed.replay(command, logged_ns=logged_ns, now_ns=now_ns)
     replayed.end_replay()
@@ -202,3 +202,19 @@ def test_a_backlog_of_pending_jobs_is_adopted_in_bulk() -> None:
     # a job whose TTL passed: one by one, which leaves it out
     _, bulk = _columns_adopted(live, T0 + 700_000 * MS)
     assert not bulk
+
+
+def test_none_expired_is_a_sufficient_test() -> None:
+    live = Engine(started_ns=T0)
+    live.add(id=jid(0), name="q", ttr_ms=1, ttl_ms=0, payload=b"", now_ns=T0 + 3 * MS)
+    live.add(id=jid(1), name="q", ttr_ms=1, ttl_ms=1_000, payload=b"", now_ns=T0 + 5 * MS)
+    live.schedule(
+        id=jid(2), name="q", ttr_ms=1, ttl_ms=2_000, payload=b"", now_ns=T0 + 6 * MS,
+        time_ns=T0 + 4 * MS,
+    )
+    columns = live.export_columns().jobs
+    assert columns.none_expired(T0 + 1_002 * MS)
+    # the earliest time a TTL counts from (3 ms) plus the shortest TTL (1 s) has passed,
+    # though no job has expired yet
+    assert not columns.none_expired(T0 + 1_003 * MS)
+    assert Engine().export_columns().jobs.none_expired(T0)

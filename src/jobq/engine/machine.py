@@ -454,6 +454,7 @@ class Engine:
     adopt_jobs: ClassVar = replaying.adopt_jobs
     adopt_columns: ClassVar = replaying.adopt_columns
     begin_replay_from: ClassVar = replaying.begin_replay_from
+    begin_replay_from_columns: ClassVar = replaying.begin_replay_from_columns
 
     # ------------------------------------------------------------------ the cleaner (liveness.py)
 

@@ -265,6 +265,18 @@ def adopt_columns(engine: Engine, columns: JobColumns, now_ns: int) -> None:
     end_replay(engine, indexed=True)
 
 
+def begin_replay_from_columns(engine: Engine, columns: JobColumns, now_ns: int) -> None:
+    """:func:`begin_replay_from` for the jobs of a snapshot of columns: when none can have
+    expired (``JobColumns.none_expired``), the job table is made in C, else job by job."""
+    if not columns.none_expired(now_ns):
+        begin_replay_from(engine, columns.jobs(), now_ns, shared=True)
+        return
+    if engine.jobs:
+        raise ValueError("begin_replay_from needs an engine without jobs")
+    begin_replay(engine)
+    engine.jobs = dict(zip(columns.ids, columns.jobs(), strict=True))
+
+
 def begin_replay_from(
     engine: Engine, jobs: Iterable[Job], now_ns: int, *, shared: bool = False
 ) -> None:

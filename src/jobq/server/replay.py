@@ -71,7 +71,7 @@ def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
             if (position.sequence, position.offset) == log.position():
                 state.adopt_jobs(engine, now_ns)  # nothing after it (a clean stop's)
             else:
-                engine.begin_replay_from(state.jobs(), now_ns, shared=state.shared)
+                state.begin_replay_from(engine, now_ns)
                 count = _apply_all(log, engine, now_ns, position)
                 engine.end_replay()
     finally:

@@ -18,7 +18,6 @@ import logging
 import mmap
 import os
 from collections.abc import Iterable, Iterator
-from typing import ClassVar
 
 import google_crc32c
 import msgspec
@@ -84,8 +83,6 @@ class LoadedBody(msgspec.Struct, array_like=True):
     job_batches: list[msgspec.Raw]
     schedules: list[ScheduleRow]
     next_schedule_id: int
-    #: the jobs do not share the values many hold (``Engine.adopt_jobs``)
-    shared: ClassVar[bool] = False
     schedule_counters: tuple[int, int, int]
     last_fire_jobs: list[tuple[bytes, int]]
 
@@ -125,6 +122,10 @@ class LoadedBody(msgspec.Struct, array_like=True):
         """Enter the jobs into ``engine`` (nothing logged after the snapshot); once."""
         engine.adopt_jobs(self.jobs(), now_ns)
 
+    def begin_replay_from(self, engine: Engine, now_ns: int) -> None:
+        """Enter the jobs into ``engine``, the records after the snapshot replayed next."""
+        engine.begin_replay_from(self.jobs(), now_ns)
+
 
 class LoadedColumns(msgspec.Struct, array_like=True):
     """A body of format 3 (``Engine.export_columns``) as read."""
@@ -134,8 +135,6 @@ class LoadedColumns(msgspec.Struct, array_like=True):
     next_schedule_id: int
     schedule_counters: tuple[int, int, int]
     last_fire_jobs: list[tuple[bytes, int]]
-    #: the jobs share the values many hold (``jobcolumns.py``)
-    shared: ClassVar[bool] = True
 
     def jobs(self) -> Iterable[Job]:
         """The jobs, made as the caller takes them; once."""
@@ -150,6 +149,10 @@ class LoadedColumns(msgspec.Struct, array_like=True):
     def adopt_jobs(self, engine: Engine, now_ns: int) -> None:
         """Enter the jobs into ``engine`` (nothing logged after the snapshot); once."""
         engine.adopt_columns(self.job_columns, now_ns)
+
+    def begin_replay_from(self, engine: Engine, now_ns: int) -> None:
+        """Enter the jobs into ``engine``, the records after the snapshot replayed next."""
+        engine.begin_replay_from_columns(self.job_columns, now_ns)
 
 
 _header_decoder = msgspec.msgpack.Decoder(SnapshotHeader)
