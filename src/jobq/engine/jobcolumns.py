@@ -17,8 +17,8 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator, Sequence
 from functools import partial
-from itertools import repeat
-from typing import Any
+from itertools import chain, compress, count, repeat
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -26,6 +26,7 @@ from jobq.engine.job import Job, JobMeta, JobRow, Status
 from jobq.engine.schedules import ScheduleRow
 
 _NS_PER_MS = 1_000_000
+_Value = TypeVar("_Value")
 
 
 class JobColumns(msgspec.Struct, array_like=True, gc=False):
@@ -83,30 +84,30 @@ class JobColumns(msgspec.Struct, array_like=True, gc=False):
     @classmethod
     def of(cls, jobs: Sequence[Job]) -> JobColumns:
         """The columns of ``jobs`` (``queued`` and ``run`` are not in them: see
-        :meth:`Job.row`)."""
-        names: dict[str, int] = {}
-        durations: dict[int, int] = {}
-        name_of = names.setdefault
-        duration_of = durations.setdefault
-        name_index = [name_of(job.name, len(names)) for job in jobs]
-        ttr_index = [duration_of(job.ttr_ms, len(durations)) for job in jobs]
-        ttl_index = [duration_of(job.ttl_ms, len(durations)) for job in jobs]
+        :meth:`Job.row`); in C-level passes, one a field (a snapshot's writer pays them)."""
+        names, (name_index,) = _indexed(_column(jobs, "name"))
+        durations, (ttr_index, ttl_index) = _indexed(
+            _column(jobs, "ttr_ms"), _column(jobs, "ttl_ms")
+        )
         created = _column(jobs, "created_ns")
         modified = _column(jobs, "modified_ns")
+        metas = _column(jobs, "meta")
         return cls(
-            _column(jobs, "id"), list(names), name_index, _column(jobs, "payload"),
-            _column(jobs, "priority"), list(durations), ttr_index, ttl_index,
+            _column(jobs, "id"), names, name_index, _column(jobs, "payload"),
+            _column(jobs, "priority"), durations, ttr_index, ttl_index,
             _column(jobs, "max_attempts"), _column(jobs, "max_fails"), _column(jobs, "time_ns"),
             created, _column(jobs, "status"), _column(jobs, "attempts"),
             _column(jobs, "fails"), _column(jobs, "result"), _column(jobs, "lease_expires_ns"),
             _column(jobs, "started_ns"), _column(jobs, "finished_ns"),
             {
-                position: value
-                for position, value in enumerate(modified)
-                if value != created[position]
+                position: modified[position]
+                for position in compress(count(), map(operator.ne, modified, created))
             },
             _column(jobs, "waiting_for_time"),
-            {position: job.meta for position, job in enumerate(jobs) if job.meta is not None},
+            {
+                position: metas[position]
+                for position in compress(count(), map(operator.is_not, metas, repeat(None)))
+            },
         )
 
     def none_expired(self, now_ns: int) -> bool:
@@ -180,6 +181,14 @@ class EngineColumns(msgspec.Struct, array_like=True):
 
 
 _DICT_FIELDS = frozenset({"modified_ns", "metas"})
+
+
+def _indexed(*columns: list[_Value]) -> tuple[list[_Value], list[list[int]]]:
+    """Each value in ``columns`` once, in order of first appearance, and each column as
+    indexes into them (in C: the value of each position looked up in a dict)."""
+    values = list(dict.fromkeys(chain.from_iterable(columns)))
+    position = {value: index for index, value in enumerate(values)}.__getitem__
+    return values, [list(map(position, column)) for column in columns]
 
 
 def _column(jobs: Sequence[Job], field: str) -> list[Any]:
