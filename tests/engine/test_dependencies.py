@@ -323,7 +323,7 @@ def test_replay_and_a_snapshot_give_the_live_state(log: Log) -> None:
     adopted.adopt_schedules(
         rows.schedules, rows.next_schedule_id, rows.schedule_counters, rows.last_fire_jobs
     )
-    adopted.adopt_jobs([msgspec.convert(r, Job) for r in rows.jobs], log.now)
+    adopted.adopt_jobs([Job.from_row(r) for r in rows.jobs], log.now)
     assert snapshot(adopted) == expected
     assert adopted.dependents == log.engine.dependents
     # and they go on alike: B fails, C is canceled, D released

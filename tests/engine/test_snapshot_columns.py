@@ -125,7 +125,7 @@ def test_columns_that_make_no_whole_jobs_do_not_decode(damage) -> None:
 
 def _rows_adopted(live: Engine, now_ns: int) -> Engine:
     """The jobs adopted as a snapshot of rows (format 2) gives them."""
-    rows = msgspec.msgpack.decode(msgspec.msgpack.encode(live.export().jobs), type=list[Job])
+    rows = [Job.from_row(row) for row in live.export().jobs]
     engine = Engine(started_ns=T0)
     engine.adopt_jobs(rows, now_ns)
     return engine

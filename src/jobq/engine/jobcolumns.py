@@ -1,15 +1,16 @@
 """The engine's state as plain values, for an engine snapshot: its jobs as rows
 (:class:`EngineRows`, format 2), or by field rather than by job (:class:`EngineColumns`,
-format 3: one list per field of :meth:`Job.row`), and the jobs made back from columns in C.
+format 3: one list per field of :class:`Job`), and the jobs made back from columns in C.
 
 A snapshot of rows (format 2) is decoded one job at a time and its jobs then made to
 share the values many of them hold (the name's string, the TTR's and TTL's ints,
 ``modified_ns`` as ``created_ns`` itself): a Python loop over every job, about half of
 what a restart from a snapshot cost. Columns need none of it: a name, TTR or TTL is
-stored once and each job holds its index into those values; ``modified_ns`` and the
-metadata are stored only for the jobs that have their own. :meth:`JobColumns.jobs` then
-makes every job with C-level calls only (``map`` over the columns into ``Job``), each
-already sharing what it should (``replay.rebuild_indexes``, ``shared=True``).
+stored once and each job holds its index into those values; the metadata and the extra
+fields (``JobExtra``, with ``modified_ns``) are stored only for the jobs that have them.
+:meth:`JobColumns.jobs` then makes every job with C-level calls only (``map`` over the
+columns into ``Job``), each already sharing what it should (``rebuild.rebuild_indexes``,
+``shared=True``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from jobq.engine.job import Job, JobMeta, JobRow, Status
+from jobq.engine.job import Job, JobExtra, JobMeta, JobRow, Status
 from jobq.engine.schedules import ScheduleRow
 
 _NS_PER_MS = 1_000_000
@@ -30,7 +31,9 @@ _Value = TypeVar("_Value")
 
 
 class JobColumns(msgspec.Struct, array_like=True, gc=False):
-    """Every field of :meth:`Job.row`, one list each, in the same job order (``of``)."""
+    """Every field of a :class:`Job` but ``queued``, one list each, in the same job order
+    (``of``); the metadata and the extra fields (``JobExtra``) only for the jobs that
+    have them."""
 
     ids: list[bytes]
     #: each name once; ``name_index[i]`` is job ``i``'s
@@ -47,17 +50,11 @@ class JobColumns(msgspec.Struct, array_like=True, gc=False):
     time_ns: list[int | None]
     created_ns: list[int]
     statuses: list[Status]
-    attempts: list[int]
-    fails: list[int]
-    results: list[bytes | None]
-    lease_expires_ns: list[int | None]
-    started_ns: list[int | None]
-    finished_ns: list[int | None]
-    #: job position -> its ``modified_ns``, where it is not its ``created_ns``
-    modified_ns: dict[int, int]
     waiting_for_time: list[bool]
     #: job position -> its metadata, for the jobs that have some
     metas: dict[int, JobMeta]
+    #: job position -> its extra fields, for the jobs that have them
+    extras: dict[int, JobExtra]
 
     def __post_init__(self) -> None:
         """Refuse columns that would not make whole jobs (a damaged or forged file)."""
@@ -65,8 +62,7 @@ class JobColumns(msgspec.Struct, array_like=True, gc=False):
         columns: tuple[Sequence[object], ...] = (
             self.name_index, self.payloads, self.priorities, self.ttr_index, self.ttl_index,
             self.max_attempts, self.max_fails, self.time_ns, self.created_ns, self.statuses,
-            self.attempts, self.fails, self.results, self.lease_expires_ns, self.started_ns,
-            self.finished_ns, self.waiting_for_time,
+            self.waiting_for_time,
         )
         if any(len(column) != count for column in columns):
             raise ValueError("job columns of different lengths")
@@ -77,7 +73,7 @@ class JobColumns(msgspec.Struct, array_like=True, gc=False):
         ):
             if index and not (min(index) >= 0 and max(index) < len(values)):
                 raise ValueError("a job column's index out of range")
-        for positions in (self.modified_ns, self.metas):
+        for positions in (self.metas, self.extras):
             if positions and not (min(positions) >= 0 and max(positions) < count):
                 raise ValueError("a job position out of range")
 
@@ -89,25 +85,13 @@ class JobColumns(msgspec.Struct, array_like=True, gc=False):
         durations, (ttr_index, ttl_index) = _indexed(
             _column(jobs, "ttr_ms"), _column(jobs, "ttl_ms")
         )
-        created = _column(jobs, "created_ns")
-        modified = _column(jobs, "modified_ns")
-        metas = _column(jobs, "meta")
         return cls(
             _column(jobs, "id"), names, name_index, _column(jobs, "payload"),
             _column(jobs, "priority"), durations, ttr_index, ttl_index,
             _column(jobs, "max_attempts"), _column(jobs, "max_fails"), _column(jobs, "time_ns"),
-            created, _column(jobs, "status"), _column(jobs, "attempts"),
-            _column(jobs, "fails"), _column(jobs, "result"), _column(jobs, "lease_expires_ns"),
-            _column(jobs, "started_ns"), _column(jobs, "finished_ns"),
-            {
-                position: modified[position]
-                for position in compress(count(), map(operator.ne, modified, created))
-            },
-            _column(jobs, "waiting_for_time"),
-            {
-                position: metas[position]
-                for position in compress(count(), map(operator.is_not, metas, repeat(None)))
-            },
+            _column(jobs, "created_ns"), _column(jobs, "status"),
+            _column(jobs, "waiting_for_time"), _sparse(_column(jobs, "meta")),
+            _sparse(_column(jobs, "extra")),
         )
 
     def none_expired(self, now_ns: int) -> bool:
@@ -127,30 +111,28 @@ class JobColumns(msgspec.Struct, array_like=True, gc=False):
 
     def jobs(self, *, queued: tuple[object, ...] | None = None) -> Iterator[Job]:
         """The jobs, made as they are taken, each holding the one object of its name, TTR
-        and TTL value, ``modified_ns`` its ``created_ns`` unless it changed since; once
+        and TTL value; once
         (the columns are emptied). ``queued``: every job's (``rebuild.adopt_ready``)."""
         count = len(self.ids)
         names = list(map(self.names.__getitem__, self.name_index))
         durations = self.durations_ms.__getitem__
         ttrs = list(map(durations, self.ttr_index))
         ttls = list(map(durations, self.ttl_index))
-        modified = self.created_ns.copy()  # the same int objects
-        for position, modified_ns in self.modified_ns.items():
-            modified[position] = modified_ns
         metas: list[JobMeta | None] = [None] * count
         for position, meta in self.metas.items():
             metas[position] = meta
+        extras: list[JobExtra | None] = [None] * count
+        for position, extra in self.extras.items():
+            extras[position] = extra
         made = map(
             Job, self.ids, names, self.payloads, self.priorities, ttrs, ttls,
             self.max_attempts, self.max_fails, self.time_ns, self.created_ns, self.statuses,
-            self.attempts, self.fails, self.results, self.lease_expires_ns, self.started_ns,
-            self.finished_ns, modified, self.waiting_for_time, metas, repeat(False),
-            repeat(queued),
+            self.waiting_for_time, metas, extras, repeat(queued),
         )
         # the columns now live in ``made``'s iterators: drop them here, so that each
         # list goes once the last job is made
         for field in self.__struct_fields__:
-            setattr(self, field, [] if field not in _DICT_FIELDS else {})
+            setattr(self, field, {} if field in _DICT_FIELDS else [])
         return made
 
 
@@ -169,6 +151,39 @@ class EngineRows(msgspec.Struct, array_like=True):
 
 
 
+class JobRowStruct(msgspec.Struct, array_like=True, gc=False):
+    """A :meth:`Job.row` as a snapshot of format 2 holds it, decoded (the metadata into a
+    ``JobMeta``, so that the shorter rows of older snapshots decode: ``JobMeta``'s later
+    fields take their defaults); :meth:`job` makes the job."""
+
+    id: bytes
+    name: str
+    payload: bytes
+    priority: int
+    ttr_ms: int
+    ttl_ms: int
+    max_attempts: int
+    max_fails: int
+    time_ns: int | None
+    created_ns: int
+    status: Status
+    attempts: int
+    fails: int
+    result: bytes | None
+    lease_expires_ns: int | None
+    started_ns: int | None
+    finished_ns: int | None
+    modified_ns: int
+    waiting_for_time: bool
+    meta: JobMeta | None
+
+    def job(self) -> Job:
+        return Job.from_row(_get_row(self))
+
+
+_get_row = operator.attrgetter(*JobRowStruct.__struct_fields__)
+
+
 class EngineColumns(msgspec.Struct, array_like=True):
     """``replay.EngineRows`` with the jobs as columns: an engine snapshot's body (format
     3, ``replay.export_columns``)."""
@@ -180,7 +195,7 @@ class EngineColumns(msgspec.Struct, array_like=True):
     last_fire_jobs: list[tuple[bytes, int]]
 
 
-_DICT_FIELDS = frozenset({"modified_ns", "metas"})
+_DICT_FIELDS = frozenset({"metas", "extras"})
 
 
 def _indexed(*columns: list[_Value]) -> tuple[list[_Value], list[list[int]]]:
@@ -189,6 +204,12 @@ def _indexed(*columns: list[_Value]) -> tuple[list[_Value], list[list[int]]]:
     values = list(dict.fromkeys(chain.from_iterable(columns)))
     position = {value: index for index, value in enumerate(values)}.__getitem__
     return values, [list(map(position, column)) for column in columns]
+
+
+def _sparse(column: list[_Value | None]) -> dict[int, _Value]:
+    """The values in ``column`` that are not None, by position."""
+    present = compress(count(), map(operator.is_not, column, repeat(None)))
+    return {position: column[position] for position in present}  # type: ignore[misc]
 
 
 def _column(jobs: Sequence[Job], field: str) -> list[Any]:

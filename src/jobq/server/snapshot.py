@@ -25,7 +25,7 @@ import msgspec
 from jobq.cmdlog.record import HEADER_LEN
 from jobq.cmdlog.segment import fsync_directory, parse_segment_name, segment_name
 from jobq.engine.job import Job
-from jobq.engine.jobcolumns import JobColumns
+from jobq.engine.jobcolumns import JobColumns, JobRowStruct
 from jobq.engine.machine import Engine
 from jobq.engine.schedules import ScheduleRow
 
@@ -99,8 +99,8 @@ class LoadedBody(msgspec.Struct, array_like=True):
         ]
 
     def jobs(self) -> Iterator[Job]:
-        """The jobs, each row decoded straight into the job it describes (a job's fields up
-        to ``meta`` are a row's, in order), a batch at a time as the caller takes them; once.
+        """The jobs, each row decoded (``JobRowStruct``) and made into the job it
+        describes, a batch at a time as the caller takes them; once.
 
         In batches so that what decoding makes per job and the engine drops as it takes
         the job (the name's string, the TTR's and TTL's ints and ``modified_ns``, which
@@ -110,7 +110,7 @@ class LoadedBody(msgspec.Struct, array_like=True):
         self.job_batches = []
         batches.reverse()
         while batches:
-            yield from _jobs_decoder.decode(batches.pop())
+            yield from map(JobRowStruct.job, _jobs_decoder.decode(batches.pop()))
 
     def adopt_schedules(self, engine: Engine) -> None:
         """Enter the schedules and their counters into the new ``engine`` (before the jobs)."""
@@ -160,7 +160,7 @@ _body_decoders: dict[int, msgspec.msgpack.Decoder[LoadedBody | LoadedColumns]] =
     2: msgspec.msgpack.Decoder(LoadedBody),
     3: msgspec.msgpack.Decoder(LoadedColumns),
 }
-_jobs_decoder = msgspec.msgpack.Decoder(list[Job])
+_jobs_decoder = msgspec.msgpack.Decoder(list[JobRowStruct])
 
 
 def _array_header(length: int) -> bytes:
