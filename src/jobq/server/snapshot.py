@@ -104,7 +104,7 @@ class LoadedBody(msgspec.Struct, array_like=True):
 
         In batches so that what decoding makes per job and the engine drops as it takes
         the job (the name's string, the TTR's and TTL's ints and ``modified_ns``, which
-        jobs share: ``replay.rebuild_indexes``), about 200 bytes a job, is freed before
+        jobs share: ``rebuild.rebuild_indexes``), about 200 bytes a job, is freed before
         the next batch is decoded into it, rather than left between the jobs for good."""
         batches = self.job_batches
         self.job_batches = []
