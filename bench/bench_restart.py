@@ -30,6 +30,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -189,6 +190,35 @@ def clean_stop_dir(tree: Tree, tmp: Path, pending: int) -> Path:
     return data
 
 
+#: run in a tree's environment: the CPU time (``process_time``) of ``restore`` alone, on the
+#: server's allocator (``entry.py``), from the data directory given
+_RESTORE_CPU = """
+import sys, time
+from jobq.cmdlog.log import CommandLog
+from jobq.engine.machine import Engine
+from jobq.server.replay import restore
+log = CommandLog.open(sys.argv[1] + "/cmdlog")
+engine = Engine(started_ns=time.time_ns())
+started = time.process_time()
+restore(log, engine, time.time_ns())
+print(time.process_time() - started)
+log.close()
+"""
+
+
+def restore_cpu_s(tree: Tree, data_dir: Path) -> float:
+    """The CPU time of a clean stop's restore in one process of ``tree`` (steadier than
+    the first reply's wall time on a shared machine)."""
+    from jobq.entry import GLIBC_TUNABLES
+
+    env = dict(tree.env, PYTHONMALLOC="malloc", GLIBC_TUNABLES=GLIBC_TUNABLES)
+    done = subprocess.run(
+        [sys.executable, "-c", _RESTORE_CPU, str(data_dir)],
+        env=env, cwd=tree.root, capture_output=True, text=True, check=True,
+    )
+    return float(done.stdout.split()[-1])
+
+
 def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, object]:
     workq = tmp / "workq-log"
     write_workq_log(workq, pending)
@@ -198,7 +228,8 @@ def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, 
     with beanstalkd_server(bean_dir, 1000, port=port):
         fill_beanstalkd(port, pending)
     results: dict[str, dict[str, list[float]]] = {
-        tree.name: {"clean": [], "crash": [], "crash_start": [], "replay": []} for tree in trees
+        tree.name: {"clean": [], "clean_cpu": [], "crash": [], "crash_start": [], "replay": []}
+        for tree in trees
     }
     tails: dict[str, dict[str, list[str]]] = {
         tree.name: {"crash": [], "crash_start": []} for tree in trees
@@ -210,6 +241,8 @@ def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, 
             secs, server = start_timed(tree, clean[tree.name])
             results[tree.name]["clean"].append(secs)
             server.stop()
+        for tree in order:
+            results[tree.name]["clean_cpu"].append(restore_cpu_s(tree, clean[tree.name]))
         port = free_port()
         secs, server = first_reply_s(
             lambda p=port: _launch(beanstalkd_server(bean_dir, 1000, port=p)), b"stats\r\n", port
@@ -251,6 +284,8 @@ def table(found: dict[str, object], trees: list[Tree], pending: int) -> str:
     names = [tree.name for tree in trees][::-1]
     rows = [
         ("clean", f"restart with {pending:,} pending, clean stop: first reply", "<= 0.8 s", True),
+        ("clean_cpu", "the same: CPU time of loading the snapshot alone (`restore`, in one "
+         "process)", "-", False),
         ("crash", f"restart with {pending:,} pending after SIGKILL soon after loading "
          f"them over the protocol: first reply", "<= 1.0 s", False),
         ("crash_start", f"restart with {pending:,} pending after SIGKILL "

@@ -15,9 +15,9 @@ from jobq.engine.commands import decode_command, encode_command
 from jobq.engine.errors import InvalidArgument, InvalidStatus
 from jobq.engine.extensions import DependencyEnded, SubmitJob
 from jobq.engine.job import Job, Status
+from jobq.engine.jobcolumns import EngineRows
 from jobq.engine.limits import MAX_AFTER
 from jobq.engine.machine import Engine
-from jobq.engine.replay import EngineRows
 
 from .helpers import MS, T0, jid
 from .test_replay_property import snapshot
@@ -323,7 +323,7 @@ def test_replay_and_a_snapshot_give_the_live_state(log: Log) -> None:
     adopted.adopt_schedules(
         rows.schedules, rows.next_schedule_id, rows.schedule_counters, rows.last_fire_jobs
     )
-    adopted.adopt_jobs([msgspec.convert(r, Job) for r in rows.jobs], log.now)
+    adopted.adopt_jobs([Job.from_row(r) for r in rows.jobs], log.now)
     assert snapshot(adopted) == expected
     assert adopted.dependents == log.engine.dependents
     # and they go on alike: B fails, C is canceled, D released

@@ -21,6 +21,7 @@ from jobq.engine.backoff import (
 from jobq.engine.commands import decode_command, encode_command
 from jobq.engine.errors import InvalidArgument, InvalidStatus, JobNotFound
 from jobq.engine.job import Job, JobMeta, Status
+from jobq.engine.jobcolumns import JobRowStruct
 from jobq.engine.machine import Engine
 from jobq.engine.schedules import Work, register_executor
 
@@ -294,7 +295,8 @@ def test_a_snapshot_keeps_the_backoff_and_a_meta_row_of_before_decodes() -> None
     w.lease()
     w.fail(1)
     rows = msgspec.msgpack.encode(w.engine.export().jobs)
-    (decoded,) = msgspec.msgpack.decode(rows, type=list[Job])
+    (row,) = msgspec.msgpack.decode(rows, type=list[JobRowStruct])
+    decoded = row.job()
     assert decoded.meta is not None
     assert decoded.meta.retry_backoff == B and decoded.due_ns == job.due_ns
     old_meta = [False, None, None, "", "d", None, None, None, False, "", None, None]

@@ -217,7 +217,7 @@ def test_restore_replays_the_log_for_a_snapshot_of_another_format(tmp_path: Path
         _full_replay_and_removed(directory, live)
     assert "not used (not a snapshot file)" in caplog.text
     # this layout, another version in the header
-    header = msgspec.msgpack.encode([3, end])
+    header = msgspec.msgpack.encode([4, end])
     path.write_bytes(
         MAGIC
         + len(header).to_bytes(4, "big")
@@ -227,7 +227,7 @@ def test_restore_replays_the_log_for_a_snapshot_of_another_format(tmp_path: Path
     caplog.clear()
     with caplog.at_level("INFO", logger="jobq.server"):
         _full_replay_and_removed(directory, live)
-    assert "format version 3, not 2" in caplog.text
+    assert "format version 4, not 3" in caplog.text
 
 
 def test_restore_removes_half_written_snapshots(tmp_path: Path) -> None:

@@ -1,12 +1,15 @@
-"""A snapshot's jobs are decoded in batches (``LoadedBody.jobs``) so that what decoding
-makes per job and the engine drops is reused by the next batch: the state is the live one
-whatever the batches, and the jobs share their names, TTR and TTL ints, and
-``modified_ns`` is ``created_ns`` in a job never changed (``docs/engine.md``, "Memory")."""
+"""A snapshot of format 2 has its jobs decoded in batches (``LoadedBody.jobs``) so that
+what decoding makes per job and the engine drops is reused by the next batch; one of
+format 3 is made from columns (``jobcolumns.py``). Either way the state is the live one,
+and the jobs share their names, TTR and TTL ints, and ``modified_ns`` is ``created_ns`` in
+a job never changed (``docs/engine.md``, "Memory")."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from jobq.cmdlog.log import CommandLog
 from jobq.engine.commands import encode_command
@@ -72,22 +75,25 @@ def _assert_shared(engine: Engine) -> None:
             assert job.modified_ns is job.created_ns
 
 
-def test_a_snapshot_of_several_batches_gives_the_live_state(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_snapshot_of_several_batches_gives_the_live_state(tmp_path: Path, version: int) -> None:
     live, log = _live(JOBS)
     directory = str(tmp_path / "cmdlog")
-    write_snapshot(directory, live, _append(directory, live, log))
+    write_snapshot(directory, live, _append(directory, live, log), version=version)
     loaded = load_snapshot(directory)
     assert loaded is not None
-    assert len(loaded[0].job_batches) == 3
+    if version == 2:
+        assert len(loaded[0].job_batches) == 3  # type: ignore[union-attr]
     engine = _restored(directory)
     assert snapshot(engine) == snapshot(live)
     _assert_shared(engine)
 
 
-def test_records_after_a_batched_snapshot_replay_onto_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [2, 3])
+def test_records_after_a_batched_snapshot_replay_onto_it(tmp_path: Path, version: int) -> None:
     live, log = _live(JOBS)
     directory = str(tmp_path / "cmdlog")
-    write_snapshot(directory, live, _append(directory, live, log))
+    write_snapshot(directory, live, _append(directory, live, log), version=version)
     more, more_log = _live(10, first=JOBS)
     for job in more.jobs.values():  # the same adds, into the live engine too
         live.add(

@@ -82,20 +82,19 @@ def create(engine: Engine, command: AddJob | ScheduleJob | SubmitJob, at_ns: int
 def new_job(command: AddJob | ScheduleJob | SubmitJob) -> Job:
     """The job a creating command describes (pending, not attempted yet), as ``Job.new``
     makes it."""
-    # one int object for both times (32 bytes a job): read untyped, since compiled (mypyc)
-    # each typed read of the field would box a new one
+    # the command's int object (``modified_ns`` is it too, until the job changes): read
+    # untyped, since compiled (mypyc) each typed read of the field would box a new one
     created_ns: Any = getattr(command, "created_ns")  # noqa: B009
     if type(command) is AddJob:  # the commonest: no branches
         return Job(
             command.id, command.name, command.payload, command.priority, command.ttr_ms,
             command.ttl_ms, command.max_attempts, command.max_fails, None, created_ns,
-            modified_ns=created_ns,
         )
     time_ns = command.time_ns
     job = Job(
         command.id, command.name, command.payload, command.priority, command.ttr_ms,
         command.ttl_ms, command.max_attempts, command.max_fails, time_ns, created_ns,
-        modified_ns=created_ns, waiting_for_time=time_ns is not None,
+        waiting_for_time=time_ns is not None,
     )
     if isinstance(command, SubmitJob):
         created_by = (

@@ -381,7 +381,7 @@ def decode_add_as_job(payload: bytes | memoryview) -> Job | None:
     )
     return Job(
         job_id, name, job_payload, priority, ttr_ms, ttl_ms, max_attempts, max_fails, None,
-        created_ns, modified_ns=created_ns,
+        created_ns,
     )
 
 

@@ -15,7 +15,7 @@ it, a dict used as an ordered set) is the index through which a job that ends wa
 dependents, with no scan: :func:`note_ended` (``apply.finish``, ``apply.delete``,
 ``apply.expire``) notes it, and after the operation :func:`notify_dependents` logs a
 ``DependencyEnded`` for each dependent. Replay keeps no index while it runs (the records
-say it all); ``replay.rebuild_indexes`` builds it, and :func:`ended_while_down` notes the
+say it all); ``rebuild.rebuild_indexes`` builds it, and :func:`ended_while_down` notes the
 dependencies that ended without their dependents learning it (a log cut in the middle of a
 batch, or a job whose TTL passed while the server was down).
 """

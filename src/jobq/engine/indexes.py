@@ -3,7 +3,7 @@ of each name and of each creator, its queue, its deadlines; a schedule's next lo
 deadline heap; and the tables' compaction (:func:`compact`).
 
 Live operation keeps every table up to date one job at a time. Replay keeps only the job
-table (``engine._replaying``): ``replay.rebuild_indexes`` builds the rest once, in bulk.
+table (``engine._replaying``): ``rebuild.rebuild_indexes`` builds the rest once, in bulk.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def share_values(engine: Engine, job: Job) -> None:
     its own (48-64 bytes each on the C heap): its queue's name string, and the TTR's and
     TTL's ints (a producer's jobs mostly have the same; small ints are shared by Python
     already). Replay's and a snapshot's jobs share them as they are made (``commands.py``,
-    ``replay.rebuild_indexes``)."""
+    ``rebuild.rebuild_indexes``)."""
     queue = engine.queues.get(job.name)
     if queue is not None:
         job.name = queue.name

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import enum
 import operator
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -217,20 +217,72 @@ class JobMeta(msgspec.Struct, array_like=True, eq=False, gc=False):
 _get_meta = operator.attrgetter(*JobMeta.__struct_fields__)
 
 
+class JobExtra(msgspec.Struct, array_like=True, eq=False, gc=False):
+    """The fields of a job that stay at their defaults until it is first leased, finished
+    or changed (and a foreground ``run`` job's flag): a job that only waits holds none of
+    them, and its :class:`Job` struct is 64 bytes smaller (``docs/engine.md``, "What a job
+    costs in memory"). ``Job`` reads and writes them through properties of the same names.
+
+    Not tracked by the cyclic GC, as ``Job``: plain values only. Fields in this order in an
+    engine snapshot (format 3, ``jobcolumns.py``)."""
+
+    attempts: int = 0
+    fails: int = 0
+    result: bytes | None = None
+    lease_expires_ns: int | None = None
+    started_ns: int | None = None
+    finished_ns: int | None = None
+    #: None: the job's ``created_ns`` (not changed since it was made)
+    modified_ns: int | None = None
+    run: bool = False
+
+    def state(self) -> tuple[object, ...]:
+        """Every field, in one C-level call (for the undo journal)."""
+        values: tuple[object, ...] = _get_extra(self)
+        return values
+
+
+_get_extra = operator.attrgetter(*JobExtra.__struct_fields__)
+
+
+def _extra_field(name: str, doc: str) -> property:
+    """A property of :class:`Job` for the :class:`JobExtra` field ``name``: its default
+    while the job has no extra; setting it makes one."""
+    default = JobExtra.__struct_defaults__[JobExtra.__struct_fields__.index(name)]
+    get_value = operator.attrgetter(name)
+
+    def fget(job: Job) -> Any:
+        extra = job.extra
+        return default if extra is None else get_value(extra)
+
+    def fset(job: Job, value: object) -> None:
+        extra = job.extra
+        if extra is None:
+            job.extra = extra = JobExtra()
+        setattr(extra, name, value)
+
+    return property(fget, fset, doc=doc)
+
+
 class Job(msgspec.Struct, array_like=True, eq=False, gc=False):
     """One job. Plain workq jobs use only the core fields; ``meta`` stays ``None``.
 
     Not tracked by the cyclic garbage collector (``gc=False``): 16 bytes less a job, and
-    nothing for a collection to scan. Its fields hold plain values and its metadata; the
-    one reference back to it is its live ready-heap entry (``queued``), which it holds
-    only while it is ready in that queue: leaving it (``indexes.unindex``, which every
-    change of status and every removal goes through) clears ``queued``, so no cycle
-    outlives the job's place in the heap (``docs/engine.md``, "Memory").
+    nothing for a collection to scan. Its fields hold plain values, its metadata and its
+    extra fields; the one reference back to it is its live ready-heap entry (``queued``),
+    which it holds only while it is ready in that queue: leaving it (``indexes.unindex``,
+    which every change of status and every removal goes through) clears ``queued``, so no
+    cycle outlives the job's place in the heap (``docs/engine.md``, "Memory").
+
+    The fields a waiting job does not need (attempts, fails, result, lease, start and
+    finish times, ``modified_ns`` while it is ``created_ns``, ``run``) are in ``extra``, a
+    :class:`JobExtra` made when the first of them is set, and read and set through
+    properties of their own names: 15 fields of 8 bytes (a 144-byte block on glibc's
+    malloc) rather than 22 (208).
 
     Times are Unix nanoseconds; durations carry their unit in the name. A msgspec struct:
-    cheap to make (replay and a snapshot's load make one per job), and an engine snapshot
-    decodes its rows (:meth:`row`, the fields up to ``meta`` in order) straight into jobs.
-    Equality is identity, as for plain objects; ``<`` is creation order.
+    cheap to make (replay and a snapshot's load make one per job). Equality is identity, as
+    for plain objects; ``<`` is creation order.
 
     The constructor takes every field as given: a new job is made by :meth:`new`.
     """
@@ -247,20 +299,72 @@ class Job(msgspec.Struct, array_like=True, eq=False, gc=False):
     time_ns: int | None
     created_ns: int
     status: Status = Status.PENDING
-    attempts: int = 0
-    fails: int = 0
-    result: bytes | None = None
-    lease_expires_ns: int | None = None
-    started_ns: int | None = None
-    finished_ns: int | None = None
-    modified_ns: int = 0
     #: pending, but its scheduled time has not come yet
     waiting_for_time: bool = False
     meta: JobMeta | None = None
-    #: a foreground ``run`` job: never logged, removed once its caller has the result
-    run: bool = False
+    #: the fields :class:`JobExtra` holds, once one of them left its default
+    extra: JobExtra | None = None
     #: its live entry in its queue's ready heap (the tuple itself), or None
     queued: tuple[object, ...] | None = None
+
+    # the extra fields (``JobExtra``), read and set through properties
+    if TYPE_CHECKING:
+        @property
+        def attempts(self) -> int: ...
+        @attempts.setter
+        def attempts(self, value: int) -> None: ...
+        @property
+        def fails(self) -> int: ...
+        @fails.setter
+        def fails(self, value: int) -> None: ...
+        @property
+        def result(self) -> bytes | None: ...
+        @result.setter
+        def result(self, value: bytes | None) -> None: ...
+        @property
+        def lease_expires_ns(self) -> int | None: ...
+        @lease_expires_ns.setter
+        def lease_expires_ns(self, value: int | None) -> None: ...
+        @property
+        def started_ns(self) -> int | None: ...
+        @started_ns.setter
+        def started_ns(self, value: int | None) -> None: ...
+        @property
+        def finished_ns(self) -> int | None: ...
+        @finished_ns.setter
+        def finished_ns(self, value: int | None) -> None: ...
+        @property
+        def run(self) -> bool: ...
+        @run.setter
+        def run(self, value: bool) -> None: ...
+    else:
+        attempts = _extra_field("attempts", "Attempts made (leases, and fails without one).")
+        fails = _extra_field("fails", "Failed attempts.")
+        result = _extra_field("result", "The result of the last complete or fail.")
+        lease_expires_ns = _extra_field("lease_expires_ns", "When the lease ends.")
+        started_ns = _extra_field("started_ns", "When it was first leased.")
+        finished_ns = _extra_field("finished_ns", "When it finished.")
+        #: a foreground ``run`` job: never logged, removed once its caller has the result
+        run = _extra_field("run", "A foreground run job (never logged).")
+
+    @property
+    def modified_ns(self) -> int:
+        """When it last changed: its ``created_ns`` until it changes."""
+        extra = self.extra
+        if extra is None or extra.modified_ns is None:
+            return self.created_ns
+        return extra.modified_ns
+
+    @modified_ns.setter
+    def modified_ns(self, value: int) -> None:
+        # kept as None while it equals ``created_ns``: the getter answers that very object
+        extra = self.extra
+        same = value == self.created_ns
+        if extra is None:
+            if same:
+                return
+            self.extra = extra = JobExtra()
+        extra.modified_ns = None if same else value
 
     @classmethod
     def new(
@@ -281,7 +385,30 @@ class Job(msgspec.Struct, array_like=True, eq=False, gc=False):
         """A new pending job, not attempted yet, last modified when created."""
         return cls(
             id, name, payload, priority, ttr_ms, ttl_ms, max_attempts, max_fails, time_ns,
-            created_ns, modified_ns=created_ns, waiting_for_time=time_ns is not None, run=run,
+            created_ns, waiting_for_time=time_ns is not None,
+            extra=JobExtra(run=True) if run else None,
+        )
+
+    @classmethod
+    def from_row(cls, row: Any) -> Job:
+        """The job of a :meth:`row` (an engine snapshot's of format 2); its metadata as a
+        row or as decoded (a ``JobMeta``)."""
+        (
+            id, name, payload, priority, ttr_ms, ttl_ms, max_attempts, max_fails, time_ns,
+            created_ns, status, attempts, fails, result, lease_expires_ns, started_ns,
+            finished_ns, modified_ns, waiting_for_time, meta_row,
+        ) = row
+        extra = JobExtra(
+            attempts, fails, result, lease_expires_ns, started_ns, finished_ns,
+            None if modified_ns == created_ns else modified_ns,
+        )
+        return cls(
+            id, name, payload, priority, ttr_ms, ttl_ms, max_attempts, max_fails, time_ns,
+            created_ns, status if status.__class__ is Status else Status(status),
+            waiting_for_time,
+            meta_row if meta_row is None or meta_row.__class__ is JobMeta
+            else JobMeta.from_state(meta_row),
+            None if _get_extra(extra) == _NO_EXTRA else extra,
         )
 
     @property
@@ -325,35 +452,56 @@ class Job(msgspec.Struct, array_like=True, eq=False, gc=False):
         return WORKQ_NEW if self.attempts == 0 else WORKQ_PENDING
 
     def saved_state(self) -> tuple[object, ...]:
-        """The fields that change after creation, for the undo journal: one C-level call,
-        and one more for the metadata (mutable itself, so saved as its fields' values)."""
-        state: tuple[object, ...] = _get_mutable(self)
-        if self.meta is not None:
-            state = (*state[:-1], self.meta.state())
-        return state
+        """The fields that change after creation, for the undo journal: ``status``,
+        ``waiting_for_time``, ``queued``, then the metadata's and the extra fields' values
+        (both mutable themselves, so saved as values)."""
+        meta, extra = self.meta, self.extra
+        return (
+            self.status,
+            self.waiting_for_time,
+            self.queued,
+            None if meta is None else meta.state(),
+            None if extra is None else extra.state(),
+        )
 
     def restored(self, state: tuple[object, ...]) -> Job:
         """A new job object equal to this one when ``state`` was saved. ``queued`` is cleared:
         heap entries refer to the original object and lapse with it."""
         clone = copy.copy(self)
-        for field, value in zip(MUTABLE_FIELDS, state, strict=True):
-            setattr(clone, field, value)
-        meta_state = state[-1]
+        status, waiting_for_time, _queued, meta_state, extra_state = state
+        assert isinstance(status, Status) and isinstance(waiting_for_time, bool)
+        clone.status = status
+        clone.waiting_for_time = waiting_for_time
+        clone.meta = None
         if meta_state is not None:
             assert isinstance(meta_state, tuple)
             clone.meta = JobMeta.from_state(meta_state)
+        clone.extra = None
+        if extra_state is not None:
+            assert isinstance(extra_state, tuple)
+            clone.extra = JobExtra(*extra_state)
         clone.queued = None
         return clone
 
     def row(self) -> JobRow:
-        """Every field but ``run`` and ``queued``, as plain values (an engine snapshot's row)."""
+        """Every field but ``run`` and ``queued``, as plain values (an engine snapshot's row,
+        format 2)."""
         meta = self.meta
         meta_row: MetaRow | None = None if meta is None else meta.state()  # type: ignore[assignment]
+        extra = self.extra
+        if extra is None:
+            attempts, fails, result, lease_expires_ns, started_ns, finished_ns = _NO_EXTRA[:6]
+            modified_ns = self.created_ns
+        else:
+            attempts, fails, result = extra.attempts, extra.fails, extra.result
+            lease_expires_ns, started_ns = extra.lease_expires_ns, extra.started_ns
+            finished_ns = extra.finished_ns
+            modified_ns = self.created_ns if extra.modified_ns is None else extra.modified_ns
         return (
             self.id, self.name, self.payload, self.priority, self.ttr_ms, self.ttl_ms,
             self.max_attempts, self.max_fails, self.time_ns, self.created_ns,
-            self.status.value, self.attempts, self.fails, self.result, self.lease_expires_ns,
-            self.started_ns, self.finished_ns, self.modified_ns, self.waiting_for_time,
+            self.status.value, attempts, fails, result, lease_expires_ns,
+            started_ns, finished_ns, modified_ns, self.waiting_for_time,
             meta_row,
         )
 
@@ -365,6 +513,10 @@ class Job(msgspec.Struct, array_like=True, eq=False, gc=False):
         if created_ns != other_created_ns:
             return created_ns < other_created_ns
         return self.id < other.id
+
+
+#: a :class:`JobExtra`'s fields at their defaults
+_NO_EXTRA: Final = _get_extra(JobExtra())
 
 
 #: a sort key in C for the order ``Job.__lt__`` gives (sorting many jobs with it builds a
@@ -413,4 +565,3 @@ MUTABLE_FIELDS: Final = (
     "waiting_for_time",
     "meta",
 )
-_get_mutable = operator.attrgetter(*MUTABLE_FIELDS)

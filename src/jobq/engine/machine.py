@@ -49,11 +49,11 @@ from jobq.engine.extensions import (
     SubmitJob,
 )
 from jobq.engine.job import TRANSITIONS, Event, Job, Status, allowed
+from jobq.engine.jobcolumns import EngineRows
 from jobq.engine.joblist import JobFilter, StatusIndex, resolve_id
 from jobq.engine.limits import MAX_LEASE_NAMES, TOO_MANY_NAMES
 from jobq.engine.names import NameIndex
 from jobq.engine.queues import Queue, best_ready
-from jobq.engine.replay import EngineRows
 from jobq.engine.scheduler import SchedulerOptions, notify_ended_runs
 from jobq.engine.schedules import Schedule
 from jobq.engine.selection import list_jobs
@@ -449,9 +449,12 @@ class Engine:
     # snapshots: written from export(), read back by adopt_schedules() then adopt_jobs()
     # (nothing logged after it) or begin_replay_from() (the records after it replayed next)
     export: ClassVar = replaying.export
+    export_columns: ClassVar = replaying.export_columns
     adopt_schedules: ClassVar = replaying.adopt_schedules
     adopt_jobs: ClassVar = replaying.adopt_jobs
+    adopt_columns: ClassVar = replaying.adopt_columns
     begin_replay_from: ClassVar = replaying.begin_replay_from
+    begin_replay_from_columns: ClassVar = replaying.begin_replay_from_columns
 
     # ------------------------------------------------------------------ the cleaner (liveness.py)
 

@@ -18,8 +18,6 @@ import msgspec
 from jobq.engine import dependencies
 from jobq.engine.apply import APPLY, EVENTS, new_run_job
 from jobq.engine.commands import AddJob, ScheduleJob
-from jobq.engine.deadlines import DeadlineKind
-from jobq.engine.deadlines import Entry as DeadlineEntry
 from jobq.engine.executors import executor_for
 from jobq.engine.extensions import (
     BulkJobs,
@@ -29,11 +27,12 @@ from jobq.engine.extensions import (
     ScheduleCommand,
     SubmitJob,
 )
-from jobq.engine.indexes import push_schedule, queue_for, register
-from jobq.engine.job import CREATION_ORDER, Job, JobRow, Status, statuses_allowing
+from jobq.engine.indexes import push_schedule, register
+from jobq.engine.job import Job, Status, statuses_allowing
+from jobq.engine.jobcolumns import EngineColumns, EngineRows, JobColumns
 from jobq.engine.journal import touch
 from jobq.engine.liveness import SCHEDULE_COMMAND_TYPES
-from jobq.engine.queues import IN_RUN
+from jobq.engine.rebuild import adopt_ready, rebuild_indexes
 from jobq.engine.schedules import ScheduleRow, kept_run_jobs_of, run_job_id
 
 if TYPE_CHECKING:
@@ -47,20 +46,6 @@ _NEW_JOB_COMMAND_TYPES = (AddJob, ScheduleJob, SubmitJob)
 _REPLAY_STATUSES: dict[type, frozenset[Status]] = {
     kind: statuses_allowing(event) for kind, event in EVENTS.items()
 }
-
-
-class EngineRows(msgspec.Struct, array_like=True):
-    """The engine's state as plain values, for an engine snapshot (:func:`export`): what
-    replaying the log would rebuild. Waits, ``run`` jobs and the indexes are not in it
-    (none of them is logged)."""
-
-    jobs: list[JobRow]
-    schedules: list[ScheduleRow]
-    next_schedule_id: int
-    #: jobs started, runs skipped, runs missed (the schedule counters)
-    schedule_counters: tuple[int, int, int]
-    #: (job id, schedule id) of each schedule's newest run
-    last_fire_jobs: list[tuple[bytes, int]]
 
 
 # ---------------------------------------------------------------------- replay
@@ -198,7 +183,23 @@ def export(engine: Engine) -> EngineRows:
     """The engine's state as plain values, for a snapshot (:class:`EngineRows`); every
     job as a row (:meth:`Job.row`)."""
     return EngineRows(
-        [job.row() for job in engine.jobs.values() if not job.run],
+        [job.row() for job in engine.jobs.values() if not job.run], *export_schedules(engine)
+    )
+
+
+def export_columns(engine: Engine) -> EngineColumns:
+    """:func:`export` with the jobs as columns (:class:`JobColumns`): what a snapshot of
+    format 3 holds, made back into jobs without a Python loop over them."""
+    rows = export_schedules(engine)
+    jobs = [job for job in engine.jobs.values() if not job.run]
+    return EngineColumns(JobColumns.of(jobs), *rows)
+
+
+def export_schedules(
+    engine: Engine,
+) -> tuple[list[ScheduleRow], int, tuple[int, int, int], list[tuple[bytes, int]]]:
+    """The schedules' part of :func:`export`: rows, next id, counters, newest runs."""
+    return (
         [ScheduleRow.of(schedule) for schedule in engine.schedules.values()],
         engine.next_schedule_id,
         (
@@ -236,24 +237,53 @@ def adopt_schedules(
     engine._kept_run_jobs = kept_run_jobs_of(engine.schedules.values())
 
 
-def adopt_jobs(engine: Engine, jobs: Iterable[Job], now_ns: int) -> None:
+def adopt_jobs(
+    engine: Engine, jobs: Iterable[Job], now_ns: int, *, shared: bool = False
+) -> None:
     """Start from the jobs an engine snapshot holds (:meth:`Job.row`, decoded), instead
     of replaying the log they describe; as replay does, a job whose TTL has passed by
     ``now_ns`` is left out. The jobs must be queued nowhere (``queued`` None) and not
     ``run`` jobs. The engine must hold no jobs (its schedules may be adopted already:
-    :func:`adopt_schedules`); it is then ready for live operation."""
+    :func:`adopt_schedules`); it is then ready for live operation. ``shared``: the jobs
+    share their values already (``jobcolumns.py``), see :func:`rebuild_indexes`."""
     if engine.jobs:
         raise ValueError("adopt_jobs needs a new engine")
     begin_replay(engine)
-    rebuild_indexes(engine, adopted=jobs, now_ns=now_ns)
+    rebuild_indexes(engine, adopted=jobs, now_ns=now_ns, shared=shared)
     end_replay(engine, indexed=True)
 
 
-def begin_replay_from(engine: Engine, jobs: Iterable[Job], now_ns: int) -> None:
+def adopt_columns(engine: Engine, columns: JobColumns, now_ns: int) -> None:
+    """:func:`adopt_jobs` for the jobs of a snapshot of columns (``jobcolumns.py``): in
+    bulk C-level passes if they are the usual pending jobs (``rebuild.adopt_ready``), else
+    made from the columns and rebuilt one by one."""
+    if engine.jobs:
+        raise ValueError("adopt_columns needs a new engine")
+    begin_replay(engine)
+    if not adopt_ready(engine, columns, now_ns):
+        rebuild_indexes(engine, adopted=columns.jobs(), now_ns=now_ns, shared=True)
+    end_replay(engine, indexed=True)
+
+
+def begin_replay_from_columns(engine: Engine, columns: JobColumns, now_ns: int) -> None:
+    """:func:`begin_replay_from` for the jobs of a snapshot of columns: when none can have
+    expired (``JobColumns.none_expired``), the job table is made in C, else job by job."""
+    if not columns.none_expired(now_ns):
+        begin_replay_from(engine, columns.jobs(), now_ns, shared=True)
+        return
+    if engine.jobs:
+        raise ValueError("begin_replay_from needs an engine without jobs")
+    begin_replay(engine)
+    engine.jobs = dict(zip(columns.ids, columns.jobs(), strict=True))
+
+
+def begin_replay_from(
+    engine: Engine, jobs: Iterable[Job], now_ns: int, *, shared: bool = False
+) -> None:
     """:func:`begin_replay` on a new engine that holds a snapshot's jobs (as
-    :func:`adopt_jobs` takes them; those whose TTL has passed by ``now_ns`` left out):
-    the records logged after the snapshot are replayed next, then :func:`end_replay`
-    indexes every job, as after a whole replay."""
+    :func:`adopt_jobs` takes them, ``shared`` too; those whose TTL has passed by
+    ``now_ns`` left out): the records logged after the snapshot are replayed next, then
+    :func:`end_replay` indexes every job, as after a whole replay."""
     if engine.jobs:
         raise ValueError("begin_replay_from needs an engine without jobs")
     begin_replay(engine)
@@ -271,6 +301,9 @@ def begin_replay_from(engine: Engine, jobs: Iterable[Job], now_ns: int) -> None:
             base_ns = created_ns if time_ns is None else time_ns
             if base_ns + ttl_ms * ns_per_ms <= now_ns:
                 continue
+        if shared:
+            kept[job.id] = job
+            continue
         # shared objects, as in rebuild_indexes
         job.name = same_name(job.name, job.name)
         job.ttl_ms = same_value(ttl_ms, ttl_ms)
@@ -279,167 +312,3 @@ def begin_replay_from(engine: Engine, jobs: Iterable[Job], now_ns: int) -> None:
         if job.modified_ns == created_ns:
             job.modified_ns = created_ns
         kept[job.id] = job
-
-
-# ---------------------------------------------------------------------- the bulk rebuild
-
-
-def rebuild_indexes(
-    engine: Engine, adopted: Iterable[Job] | None = None, now_ns: int = 0
-) -> None:
-    """Index every job as its state says, in bulk: what ``indexes.register`` and
-    ``indexes.index`` do one job at a time, for all jobs (replay defers them to here).
-
-    With ``adopted`` (a snapshot's jobs, :func:`adopt_jobs`), those jobs become the
-    engine's, less those whose TTL has passed by ``now_ns``, in the same pass; and where
-    decoding made one object per job for a value that many jobs hold, they share one: the
-    name's string, the TTR's and TTL's ints (a producer's jobs mostly have the same), and
-    ``modified_ns`` is ``created_ns`` itself in a job not changed since it was made (as
-    live operation and replay make them). Each is 48 bytes a job on the C heap.
-
-    The job list's per-status lists are filled in the same pass (and sorted only if
-    the jobs did not come in creation order). Every ready job goes to its queue's run
-    (``queues.py``), sorted into lease order only if the jobs did not come in creation
-    order with one priority among them; jobs with one TTL go to that TTL's run of
-    deadlines (``deadlines.py``), and the few other deadlines to the heap, heapified
-    unless found sorted (``heaps.py``). Lease order and due order depend only on job
-    fields, so they equal live operation's. Deadlines pushed during replay are dropped:
-    each job's current ones are pushed here. A restart's cost is memory traffic (each
-    job's fields read from wherever the job lies), so every job is visited once rather
-    than once per index.
-    """
-    pending, running = Status.PENDING, Status.RUNNING
-    for queue in engine.queues.values():
-        queue.clear_ready()
-        queue.scheduled.clear()
-        queue.running.clear()
-    by_created_by = engine.by_created_by
-    by_created_by.clear()
-    queues = engine.queues
-    retention_ns = engine.retention_ms * _NS_PER_MS
-    ttl, retention = DeadlineKind.TTL, DeadlineKind.RETENTION
-    ready_kind, ttr = DeadlineKind.READY, DeadlineKind.TTR
-    by_status: dict[Status, list[Job]] = {status: [] for status in Status}
-    #: each name's jobs (the name index), the group appended to last at hand
-    by_name: dict[str, list[Job]] = {}
-    group_name = ""
-    no_group: list[Job] = []
-    add_to_group = no_group.append
-    #: unfinished jobs that wait for jobs they depend on (``dependencies.py``)
-    blocked: list[Job] = []
-    pending_jobs = by_status[pending].append
-    running_jobs = by_status[running].append
-    deadline_entries: list[DeadlineEntry] = []
-    deadline = deadline_entries.append
-    # jobs with a TTL and no scheduled time, by TTL: the deadlines' TTL runs (the last
-    # run appended to, at hand)
-    ttl_runs: dict[int, list[Job]] = {}
-    run_ttl_ms = 0  # no TTL: never looked up
-    no_run: list[Job] = []
-    add_to_run = no_run.append
-    if adopted is None:
-        jobs: Iterable[Job] = engine.jobs.values()
-    else:
-        jobs = adopted
-        engine.jobs = kept = {}
-        names: dict[str, str] = {}
-        same_name = names.setdefault
-        values: dict[int, int] = {}
-        same_value = values.setdefault
-    # whether the jobs come in creation order (strictly growing creation times)
-    last_created_ns = -1
-    in_order = True
-    # every ready job goes to its queue's run; the priorities of ready jobs: if there
-    # is one, and the jobs come in creation order, every run is in lease order already
-    in_run = IN_RUN
-    ready_priorities: set[int] = set()
-    priorities = ready_priorities.add
-    ns_per_ms = _NS_PER_MS
-    for job in jobs:
-        created_ns = job.created_ns
-        time_ns = job.time_ns
-        ttl_ms = job.ttl_ms
-        if ttl_ms:
-            expires_ns = (created_ns if time_ns is None else time_ns) + ttl_ms * ns_per_ms
-        name = job.name
-        job_id = job.id
-        if adopted is not None:
-            if ttl_ms and expires_ns <= now_ns:
-                continue
-            job.name = name = same_name(name, name)
-            job.ttl_ms = ttl_ms = same_value(ttl_ms, ttl_ms)
-            ttr_ms = job.ttr_ms
-            job.ttr_ms = same_value(ttr_ms, ttr_ms)
-            if job.modified_ns == created_ns:
-                job.modified_ns = created_ns
-            kept[job_id] = job
-        elif job.run:
-            continue
-        if created_ns <= last_created_ns:
-            in_order = False
-        last_created_ns = created_ns
-        if name is not group_name:
-            group = by_name.get(name)
-            if group is None:
-                group = by_name[name] = []
-            group_name, add_to_group = name, group.append
-        add_to_group(job)
-        status = job.status
-        meta = job.meta
-        # only jobs waiting or running have a queue (as live operation makes them); a job
-        # that waits for jobs it depends on (pending or paused) is in none
-        if meta is not None and meta.waiting_on and status is not running and not (
-            status.finished
-        ):
-            blocked.append(job)
-            by_status[status].append(job)
-        elif status is pending:
-            pending_jobs(job)
-            own = queues.get(name) or queue_for(engine, name)
-            if job.waiting_for_time:
-                own.scheduled[job_id] = job
-                # its scheduled time, or a retry's (rare: a job with metadata)
-                due_ns = time_ns if job.meta is None else job.due_ns
-                deadline((due_ns, ready_kind, job))  # type: ignore[arg-type]
-            else:
-                priorities(job.priority)
-                job.queued = in_run
-                own.run.append(job)
-        elif status is running:
-            running_jobs(job)
-            own = queues.get(name) or queue_for(engine, name)
-            own.running[job_id] = job
-            deadline((job.lease_expires_ns, ttr, job))  # type: ignore[arg-type]
-        else:
-            # the rarer statuses: a dict lookup each (pending and running have theirs at hand)
-            by_status[status].append(job)
-        if ttl_ms:
-            if time_ns is not None:
-                deadline((expires_ns, ttl, job))
-            elif ttl_ms == run_ttl_ms:
-                add_to_run(job)
-            else:
-                run = ttl_runs.get(ttl_ms)
-                if run is None:
-                    run = ttl_runs[ttl_ms] = []
-                run_ttl_ms, add_to_run = ttl_ms, run.append
-                add_to_run(job)
-        elif job.finished_ns is not None and status.finished:
-            deadline((job.finished_ns + retention_ns, retention, job))
-        if meta is not None and meta.created_by is not None:
-            by_created_by.setdefault(meta.created_by, set()).add(job_id)
-    in_lease_order = in_order and len(ready_priorities) <= 1
-    emptied = []
-    for queue in queues.values():
-        queue.run_built(in_lease_order=in_lease_order)
-        if queue.empty():
-            emptied.append(queue.name)
-    for name in emptied:
-        del queues[name]  # it held jobs before the rebuild, and none now
-    engine.by_status.rebuild(by_status, in_creation_order=in_order)
-    engine.by_name.rebuild(by_name, in_creation_order=in_order)
-    dependencies.rebuild(engine, blocked)
-    if not in_order:
-        for run in ttl_runs.values():
-            run.sort(key=CREATION_ORDER)
-    engine._deadlines.replace_jobs(deadline_entries, ttl_runs)

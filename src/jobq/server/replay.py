@@ -69,9 +69,9 @@ def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
             state, position = loaded
             state.adopt_schedules(engine)
             if (position.sequence, position.offset) == log.position():
-                engine.adopt_jobs(state.jobs(), now_ns)  # nothing after it (a clean stop's)
+                state.adopt_jobs(engine, now_ns)  # nothing after it (a clean stop's)
             else:
-                engine.begin_replay_from(state.jobs(), now_ns)
+                state.begin_replay_from(engine, now_ns)
                 count = _apply_all(log, engine, now_ns, position)
                 engine.end_replay()
     finally:

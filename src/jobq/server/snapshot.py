@@ -5,9 +5,11 @@ snapshotter's child; a start uses it only while its place is still in the log as
 
 File layout: ``MAGIC`` (8 bytes); the header's size and CRC32C (4 bytes each, big-endian);
 the header (MessagePack, :class:`SnapshotHeader`: the version and the place); the body's
-CRC32C (4 bytes); the body (MessagePack, ``Engine.export``: the jobs as ``Job.row``, the
-schedules as ``ScheduleRow``, the schedule counters). The header alone tells
-where the snapshot's place is (:func:`vouched_place`), without reading the jobs.
+CRC32C (4 bytes); the body (MessagePack): in format 3, ``Engine.export_columns`` (the jobs
+as columns, ``jobcolumns.py``, made back into jobs without a Python loop over them); in
+format 2, which a start still reads, ``Engine.export`` (the jobs as ``Job.row``); then the
+schedules as ``ScheduleRow``, the schedule counters. The header alone tells where the
+snapshot's place is (:func:`vouched_place`), without reading the jobs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import google_crc32c
 import msgspec
@@ -23,6 +25,7 @@ import msgspec
 from jobq.cmdlog.record import HEADER_LEN
 from jobq.cmdlog.segment import fsync_directory, parse_segment_name, segment_name
 from jobq.engine.job import Job
+from jobq.engine.jobcolumns import JobColumns, JobRowStruct
 from jobq.engine.machine import Engine
 from jobq.engine.schedules import ScheduleRow
 
@@ -33,8 +36,10 @@ SNAPSHOT_NAME = "engine.snapshot"
 TEMPORARY_PREFIX = SNAPSHOT_NAME + ".tmp."
 #: the file's first bytes (a file of the older format, ``JOBQSNP1``, is not used)
 MAGIC = b"JOBQSNP2"
-#: the format of the header and body; a snapshot of another version is ignored
-VERSION = 2
+#: the format of the header and body that :func:`write_snapshot` writes
+VERSION = 3
+#: the formats a start reads (2: the jobs as rows); a snapshot of another is ignored
+READ_VERSIONS: tuple[int, ...] = (2, 3)
 #: magic, header size, header CRC
 _FIXED_BYTES = len(MAGIC) + 8
 #: a larger header size is damage
@@ -94,18 +99,18 @@ class LoadedBody(msgspec.Struct, array_like=True):
         ]
 
     def jobs(self) -> Iterator[Job]:
-        """The jobs, each row decoded straight into the job it describes (a job's fields up
-        to ``meta`` are a row's, in order), a batch at a time as the caller takes them; once.
+        """The jobs, each row decoded (``JobRowStruct``) and made into the job it
+        describes, a batch at a time as the caller takes them; once.
 
         In batches so that what decoding makes per job and the engine drops as it takes
         the job (the name's string, the TTR's and TTL's ints and ``modified_ns``, which
-        jobs share: ``replay.rebuild_indexes``), about 200 bytes a job, is freed before
+        jobs share: ``rebuild.rebuild_indexes``), about 200 bytes a job, is freed before
         the next batch is decoded into it, rather than left between the jobs for good."""
         batches = self.job_batches
         self.job_batches = []
         batches.reverse()
         while batches:
-            yield from _jobs_decoder.decode(batches.pop())
+            yield from map(JobRowStruct.job, _jobs_decoder.decode(batches.pop()))
 
     def adopt_schedules(self, engine: Engine) -> None:
         """Enter the schedules and their counters into the new ``engine`` (before the jobs)."""
@@ -113,10 +118,49 @@ class LoadedBody(msgspec.Struct, array_like=True):
             self.schedules, self.next_schedule_id, self.schedule_counters, self.last_fire_jobs
         )
 
+    def adopt_jobs(self, engine: Engine, now_ns: int) -> None:
+        """Enter the jobs into ``engine`` (nothing logged after the snapshot); once."""
+        engine.adopt_jobs(self.jobs(), now_ns)
+
+    def begin_replay_from(self, engine: Engine, now_ns: int) -> None:
+        """Enter the jobs into ``engine``, the records after the snapshot replayed next."""
+        engine.begin_replay_from(self.jobs(), now_ns)
+
+
+class LoadedColumns(msgspec.Struct, array_like=True):
+    """A body of format 3 (``Engine.export_columns``) as read."""
+
+    job_columns: JobColumns
+    schedules: list[ScheduleRow]
+    next_schedule_id: int
+    schedule_counters: tuple[int, int, int]
+    last_fire_jobs: list[tuple[bytes, int]]
+
+    def jobs(self) -> Iterable[Job]:
+        """The jobs, made as the caller takes them; once."""
+        return self.job_columns.jobs()
+
+    def adopt_schedules(self, engine: Engine) -> None:
+        """Enter the schedules and their counters into the new ``engine`` (before the jobs)."""
+        engine.adopt_schedules(
+            self.schedules, self.next_schedule_id, self.schedule_counters, self.last_fire_jobs
+        )
+
+    def adopt_jobs(self, engine: Engine, now_ns: int) -> None:
+        """Enter the jobs into ``engine`` (nothing logged after the snapshot); once."""
+        engine.adopt_columns(self.job_columns, now_ns)
+
+    def begin_replay_from(self, engine: Engine, now_ns: int) -> None:
+        """Enter the jobs into ``engine``, the records after the snapshot replayed next."""
+        engine.begin_replay_from_columns(self.job_columns, now_ns)
+
 
 _header_decoder = msgspec.msgpack.Decoder(SnapshotHeader)
-_body_decoder = msgspec.msgpack.Decoder(LoadedBody)
-_jobs_decoder = msgspec.msgpack.Decoder(list[Job])
+_body_decoders: dict[int, msgspec.msgpack.Decoder[LoadedBody | LoadedColumns]] = {
+    2: msgspec.msgpack.Decoder(LoadedBody),
+    3: msgspec.msgpack.Decoder(LoadedColumns),
+}
+_jobs_decoder = msgspec.msgpack.Decoder(list[JobRowStruct])
 
 
 def _array_header(length: int) -> bytes:
@@ -142,14 +186,22 @@ def position_at(log_dir: str, sequence: int, offset: int, *, sync: bool = False)
     return LogPosition(name, st.st_ino, offset, tail)
 
 
-def write_snapshot(log_dir: str, engine: Engine, position: LogPosition) -> int:
+def write_snapshot(
+    log_dir: str, engine: Engine, position: LogPosition, *, version: int = VERSION
+) -> int:
     """Save ``engine``'s state as of ``position`` (every record before it applied, none
     after); return how many jobs it held. The file is replaced atomically and made
-    durable."""
+    durable. ``version`` 2 writes the older format (for tests of reading it)."""
     path = os.path.join(log_dir, SNAPSHOT_NAME)
-    rows = engine.export()
-    header = _encoder.encode(SnapshotHeader(VERSION, position))
-    body = _encoder.encode(rows)
+    if version == 2:
+        rows = engine.export()
+        count = len(rows.jobs)
+        body = _encoder.encode(rows)
+    else:
+        columns = engine.export_columns()
+        count = len(columns.jobs.ids)
+        body = _encoder.encode(columns)
+    header = _encoder.encode(SnapshotHeader(version, position))
     temporary = f"{TEMPORARY_PREFIX}{os.getpid()}"
     temporary_path = os.path.join(log_dir, temporary)
     try:
@@ -167,7 +219,7 @@ def write_snapshot(log_dir: str, engine: Engine, position: LogPosition) -> int:
         _remove(temporary_path)
         raise
     fsync_directory(log_dir)
-    return len(rows.jobs)
+    return count
 
 
 def remove_snapshot(log_dir: str) -> None:
@@ -184,7 +236,7 @@ def remove_stale_temporaries(log_dir: str) -> None:
                 _remove(entry.path)
 
 
-def load_snapshot(log_dir: str) -> tuple[LoadedBody, LogPosition] | None:
+def load_snapshot(log_dir: str) -> tuple[LoadedBody | LoadedColumns, LogPosition] | None:
     """The snapshot's state and place, if its place is still in the log (the caller enters
     the schedules, then the jobs, ``Engine.adopt_jobs`` or ``Engine.begin_replay_from``,
     and replays the records after the place); else ``None``, with the reason logged and the
@@ -237,12 +289,14 @@ def _read_header(data: bytes | mmap.mmap) -> tuple[SnapshotHeader, int] | str:
         decoded = _header_decoder.decode(header)
     except msgspec.DecodeError as exc:
         return f"cannot decode its header: {exc}"
-    if decoded.version != VERSION:
+    if decoded.version not in READ_VERSIONS:
         return f"format version {decoded.version}, not {VERSION}"
     return decoded, end
 
 
-def _check(mapped: mmap.mmap, log_dir: str) -> tuple[LoadedBody, LogPosition] | str:
+def _check(
+    mapped: mmap.mmap, log_dir: str
+) -> tuple[LoadedBody | LoadedColumns, LogPosition] | str:
     """The state and place in the file (``mapped``) if it is whole and its place is still
     in ``log_dir``, else why not."""
     read = _read_header(mapped)
@@ -259,10 +313,11 @@ def _check(mapped: mmap.mmap, log_dir: str) -> tuple[LoadedBody, LogPosition] | 
         return "CRC32C mismatch"
     with memoryview(mapped) as whole, whole[body_start:] as body:
         try:
-            loaded = _body_decoder.decode(body)
+            loaded = _body_decoders[header.version].decode(body)
         except msgspec.DecodeError as exc:
             return f"cannot decode: {exc}"
-        loaded.batch_job_rows()  # out of the mapping, which closes next
+        if isinstance(loaded, LoadedBody):
+            loaded.batch_job_rows()  # out of the mapping, which closes next
     return loaded, header.position
 
 
