@@ -28,6 +28,13 @@ JOBQ = [sys.executable, "-m", "jobq"]
 JOBQ_UP = [*JOBQ, "up"]
 
 
+def without_java() -> dict[str, str]:
+    """The environment of a ``jobq up`` whose test is not about Spark: no Java, so that the
+    demo's Spark jobs fail at once instead of starting a JVM, which costs a loaded machine
+    seconds of CPU and which the stop then waits for (up to the worker's 10 s grace)."""
+    return {**os.environ, "JAVA_HOME": "/nonexistent/java"}
+
+
 def wait_for_demo(url: str, proc: subprocess.Popen[bytes]) -> dict[str, object]:
     """The UI answers and a demo job runs with progress; returns that job."""
     deadline = time.monotonic() + 60
