@@ -44,8 +44,11 @@ PURE_TESTS := $(addprefix tests/engine/test_,deadlines.py deadlines_compaction.p
 	$(addprefix tests/server/test_,protocol_fuzz.py server_fuzz.py extension_fuzz.py \
 	clean_replay.py) tests/golden
 
-test: lint
+# Bytecode for the tests too: they start jobq and their helpers (tests.fault.injector...)
+# in hundreds of subprocesses, each of which would otherwise compile what it imports.
+test: lint bytecode
 	sh scripts/ensure-test-tools.sh
+	$(PY) -m compileall -q tests >/dev/null
 	$(PY) -m pytest -q
 	JOBQ_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS)
 

@@ -4,6 +4,7 @@ token can come from a file; SIGHUP reloads the tokens."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 
 from jobq.client import Client, ClientError
 from jobq.config import exposure_error, is_loopback
+from tests.harness import wait_for
 from tests.server.procs import ServerProcess
 from tests.server.test_access import TOKENS, write_tokens
 
@@ -196,7 +198,11 @@ def test_the_defense_options_reach_the_server(tmp_path: Path) -> None:
 
 
 def test_jobq_up_with_named_tokens_runs_its_own_worker_and_the_demo(tmp_path: Path) -> None:
-    from tests.cli.test_up import stop
+    """The in-process worker authenticates with the named tokens and runs a demo job to the
+    end: a demo.report over a one-row table (the demo's own jobs pause between rows for a
+    person to watch, for seconds), in a third slot beside the demo's two imports. Those
+    are paused before the stop, which would otherwise wait out the worker's 10 s grace."""
+    from tests.cli.test_up import stop, without_java
     from tests.ports import free_port
 
     tokens = write_tokens(tmp_path / "tokens.toml")
@@ -204,26 +210,47 @@ def test_jobq_up_with_named_tokens_runs_its_own_worker_and_the_demo(tmp_path: Pa
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobq", "up", "--data-dir", str(tmp_path / "state"),
          "--http", f"127.0.0.1:{http}", "--listen", f"127.0.0.1:{tcp}",
-         "--auth-file", str(tokens)],
+         "--auth-file", str(tokens), "--concurrency", "3"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env=without_java(),
     )
     url = f"http://127.0.0.1:{http}"
     viewer = {"Authorization": f"Bearer {TOKENS['grafana']}"}
+    table = tmp_path / "one-row.jsonl"
+    table.write_text('{"region": "north", "product": "tea", "quantity": 2, "price": 1.5}\n')
+    admin = Client("127.0.0.1", tcp, token=TOKENS["alice"])
+
+    def jobs_now() -> list[dict[str, object]]:
+        try:
+            found = httpx.get(f"{url}/api/jobs", headers=viewer, timeout=2).json()["jobs"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return []
+        assert isinstance(found, list)
+        return found
+
     try:
         deadline = time.monotonic() + 60
         done: list[dict[str, object]] = []
+        jobs: list[dict[str, object]] = []
         while not done:
             assert time.monotonic() < deadline, "no demo job ran within a minute"
             assert proc.poll() is None
-            try:
-                jobs = httpx.get(f"{url}/api/jobs", headers=viewer, timeout=2).json()["jobs"]
-            except (httpx.HTTPError, ValueError, KeyError):
-                jobs = []
+            jobs = jobs_now()
+            if jobs and not any(j["creator"] == "alice" for j in jobs):
+                admin.submit("demo.report", json.dumps({"table": str(table)}), creator="alice")
             done = [j for j in jobs if str(j["name"]).startswith("demo.")
                     and j["status"] == "succeeded"]
             time.sleep(0.2)
+        assert done[0]["creator"] == "alice"
+        assert {"demo.import", "demo.report"} <= {j["name"] for j in jobs}  # the demo's own
         assert httpx.get(f"{url}/api/jobs", timeout=2).status_code == 401
+        for job in jobs_now():
+            if job["status"] == "running":
+                admin.pause(str(job["id"]), reason="the test stops jobq up")
+        wait_for(lambda: not any(j["status"] == "running" for j in jobs_now()), timeout_s=30,
+                 what="the running demo jobs paused")
     finally:
+        admin.close()
         output = stop(proc)
     assert proc.returncode == 0, output
     assert not any(token in output for token in TOKENS.values())

@@ -28,6 +28,13 @@ JOBQ = [sys.executable, "-m", "jobq"]
 JOBQ_UP = [*JOBQ, "up"]
 
 
+def without_java() -> dict[str, str]:
+    """The environment of a ``jobq up`` whose test is not about Spark: no Java, so that the
+    demo's Spark jobs fail at once instead of starting a JVM, which costs a loaded machine
+    seconds of CPU and which the stop then waits for (up to the worker's 10 s grace)."""
+    return {**os.environ, "JAVA_HOME": "/nonexistent/java"}
+
+
 def wait_for_demo(url: str, proc: subprocess.Popen[bytes]) -> dict[str, object]:
     """The UI answers and a demo job runs with progress; returns that job."""
     deadline = time.monotonic() + 60
@@ -151,9 +158,24 @@ def test_make_run_on_a_fresh_clone(tmp_path: Path) -> None:
             assert done.returncode == 0, (command, done.stdout, done.stderr)
         if importlib.util.find_spec("pyspark") is not None:
             export_the_demo_table(clone, f"127.0.0.1:{tcp}", f"http://127.0.0.1:{http}")
+        pause_running(f"http://127.0.0.1:{http}")
     finally:
         stop(proc)
     assert (clone / ".jobq" / "demo" / "sales.csv").exists()
+
+
+def pause_running(url: str) -> None:
+    """Pause the jobs running now and wait until their handlers have given them back: the
+    stop then need not wait out the worker's 10 s grace for a demo handler, which pauses
+    between rows for a person to watch (test_jobq_up_runs_the_demo stops through that)."""
+    def running() -> list[str]:
+        jobs = httpx.get(f"{url}/api/jobs", params={"status": "running"}, timeout=5).json()
+        return [str(j["id"]) for j in jobs["jobs"]]
+
+    for job_id in running():
+        httpx.post(f"{url}/api/jobs/{job_id}/pause", json={"reason": "the test stops"},
+                   timeout=5).raise_for_status()
+    wait_for(lambda: not running(), timeout_s=30, what="the running jobs paused")
 
 
 def wait_for_job(url: str, job_id: Callable[[], str]) -> None:

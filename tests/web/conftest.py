@@ -37,8 +37,10 @@ def _chromium() -> str | None:
     return shutil.which("chromium")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    """One Chromium for every test under tests/web (each test has a context of its own:
+    fresh cookies and storage); launching it, and Playwright's driver, takes seconds."""
     sync_api = pytest.importorskip("playwright.sync_api")
     executable = _chromium()
     if executable is None:

@@ -54,7 +54,8 @@ def assert_not_found(page: Any, what: str, absent: list[str]) -> None:
 def test_an_unknown_job_shows_not_found_and_no_buttons(page: Any, live: RunningServer) -> None:
     first = finished(live, "ui.first")
     open_job(page, live, first, "ui.first")
-    assert page.is_visible("button[data-action=delete]")
+    # the buttons come once the page knows the token's role (it asks the server once)
+    page.wait_for_selector("button[data-action=delete]", state="visible")
     go(page, "#/jobs/deadbeef")
     assert_not_found(page, "job", ["ui.first", first, "ui.first description"])
     assert page.query_selector("#job-title") is None
