@@ -103,6 +103,7 @@ class Up:
         #: whom the demo's requests act for (a server with tokens)
         self._demo_principal: Any = None
         self._stopping = False
+        self._hurried = False
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- the pieces
@@ -292,7 +293,13 @@ class Up:
     # -- stopping
 
     def request_stop(self) -> None:
+        """The first call (SIGTERM, Ctrl-C) stops gracefully; a second one, as for ``jobq
+        worker``, cuts the worker's grace short: its running jobs are released at once."""
         if self._stopping:
+            if self.runtime is not None and not self._hurried:
+                self._hurried = True
+                logger.warning("second signal: releasing the running jobs now")
+                self.runtime.request_stop(hurry=True)
             return
         self._stopping = True
         logger.info("stopping: worker first (grace %.0f s), then HTTP and the server", GRACE_S)

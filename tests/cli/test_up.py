@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -56,9 +57,15 @@ def wait_for_demo(url: str, proc: subprocess.Popen[bytes]) -> dict[str, object]:
     raise AssertionError("no demo job ran within a minute")
 
 
-def stop(proc: subprocess.Popen[bytes]) -> str:
+def stop(proc: subprocess.Popen[bytes], hurry: bool = False) -> str:
+    """SIGTERM, and with ``hurry`` a second one once the first was taken: the worker then
+    releases its running jobs instead of waiting out its grace."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
+        if hurry:
+            time.sleep(0.5)  # (the two signals apart: the first starts the stop)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
     try:
         out, _ = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -117,9 +124,14 @@ def test_jobq_up_runs_the_demo(tmp_path: Path) -> None:
         report = httpx.get(f"http://127.0.0.1:{http}/api/jobs/{submitted}").json()
         assert report["name"] == "demo.report"
     finally:
-        stop(proc)
+        t0 = time.monotonic()
+        stop(proc, hurry=True)
     output = log.read_text()
     assert proc.returncode == 0, output
+    # the demo's handlers run for longer than the worker's 10 s grace: a second signal
+    # released them instead of waiting it out
+    assert "second signal: releasing the running jobs now" in output
+    assert time.monotonic() - t0 < 9.0
     assert f"web UI    http://127.0.0.1:{http}/" in output
     assert (tmp_path / "state" / "demo" / "sales.csv").exists()
 
