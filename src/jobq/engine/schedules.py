@@ -117,6 +117,8 @@ class Schedule:
         "pending_buffered",
         "pending_buffered_by",
         "recheck_ns",
+        "run_id_seq",
+        "run_id",
         "running",
         "skipped",
         "spec",
@@ -187,6 +189,9 @@ class Schedule:
         self.recheck_ns: int | None = None
         #: the deadline of the schedule's live heap entry
         self.heap_ns: int | None = None
+        #: the last run id :meth:`run_id_of` derived, and its seq (-1: none)
+        self.run_id_seq = -1
+        self.run_id = b""
 
     def kept_run_jobs(self) -> set[bytes]:
         """The runs whose records the cleaner keeps even once their jobs are gone: the
@@ -196,8 +201,19 @@ class Schedule:
         for key in (self.next_run_by, self.one_off_by):
             if key is not None and key[0] == "fire":
                 assert isinstance(key[1], int)
-                jobs.add(run_job_id(self.id, self.created_ns, key[1]))
+                jobs.add(self.run_id_of(key[1]))
         return jobs
+
+    def run_id_of(self, seq: int) -> bytes:
+        """:func:`run_job_id` of this schedule's run ``seq``. The last one is kept: a firing
+        asks for its run's kept records twice, and for the run before it at the next
+        firing, when the one answer :func:`run_job_id` keeps is another schedule's."""
+        if seq == self.run_id_seq:
+            return self.run_id
+        run_id = run_job_id(self.id, self.created_ns, seq)
+        self.run_id_seq = seq
+        self.run_id = run_id
+        return run_id
 
     @property
     def wake_ns(self) -> int | None:
@@ -242,6 +258,8 @@ class Schedule:
         copy.pending_buffered = self.pending_buffered
         copy.pending_buffered_by = self.pending_buffered_by
         copy.recheck_ns = self.recheck_ns
+        copy.run_id_seq = self.run_id_seq
+        copy.run_id = self.run_id
         copy.running = set(self.running)
         copy.skipped = self.skipped
         copy.spec = self.spec
