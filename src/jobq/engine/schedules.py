@@ -84,6 +84,19 @@ def policy(kind: type[_Policy], text: str) -> _Policy:
         raise ScheduleError(f"Invalid {_POLICY_KINDS[kind]} {quoted(text)} ({names})") from None
 
 
+class SchedulerOptions(msgspec.Struct, frozen=True):
+    """The scheduler daemon's knobs (the seed's server.job_scheduler settings). Here, not in
+    ``scheduler.py``: mypyc compiles that module, and cannot compile a msgspec struct."""
+
+    enabled: bool = True
+    #: how often a schedule waiting for its previous run is looked at again (plus 10-20 %)
+    pace_ms: int = 60_000
+    #: no schedule fires until this long after the start
+    initial_delay_ms: int = 0
+    #: most jobs started per pass; the rest fire in the next pass, right after
+    max_per_pass: int = 10
+
+
 class Schedule:
     """One schedule. ``next_run_ns`` None: paused (``paused``) or done (a one-off that ran)."""
 
@@ -117,8 +130,8 @@ class Schedule:
         "pending_buffered",
         "pending_buffered_by",
         "recheck_ns",
-        "run_id_seq",
         "run_id",
+        "run_id_seq",
         "running",
         "skipped",
         "spec",
