@@ -1,5 +1,6 @@
-"""The deadline heap with TTL runs gives entries in exactly the order one plain heap of every
-entry would, whatever order jobs come in, and compaction drops the same entries."""
+"""The deadline heap with TTL runs (and the schedules' heap beside it) gives entries in exactly
+the order one plain heap of every entry would, whatever order jobs come in, and compaction
+drops the same entries."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from jobq.engine.deadlines import DeadlineKind, Deadlines
 from jobq.engine.job import Job
+from jobq.engine.schedules import Schedule
 
 from .helpers import MS, T0, jid
 
@@ -127,3 +129,52 @@ def test_a_tie_with_the_run_s_last_job_keeps_the_heap_s_order() -> None:
     for job in (later_id, earlier_id):
         deadlines.push_ttl(job.expires_ns, job)  # type: ignore[arg-type]
     assert [job for _, _, job in deadlines.pop_due(T0 + 10**6 * MS)] == [earlier_id, later_id]
+
+
+def _schedule(n: int) -> Schedule:
+    schedule = Schedule.__new__(Schedule)  # only its id matters to the heap
+    schedule.id = n
+    return schedule
+
+
+schedule_operation = st.one_of(
+    st.tuples(st.just("schedule"), st.integers(0, 5), st.integers(0, 30)),
+    st.tuples(st.just("ttr"), st.integers(0, 5), st.integers(0, 30)),
+    st.tuples(st.just("pop"), st.integers(0, 30), st.booleans()),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(schedule_operation, max_size=80))
+def test_schedules_heap_merges_as_one_heap(operations: list[Any]) -> None:
+    # the schedules' own heap and the other deadlines come out as one heap of every entry
+    # would give them: by time, then kind (a schedule's last), then subject; a pass whose
+    # budget is spent stops at the first schedule's entry
+    deadlines = Deadlines()
+    reference: list[tuple[int, DeadlineKind, Any]] = []
+    schedules = [_schedule(n) for n in range(6)]
+    jobs = [_job(n, 0, 0, None) for n in range(6)]
+    for op in operations:
+        if op[0] == "schedule":
+            entry = (T0 + op[2] * MS, DeadlineKind.SCHEDULE, schedules[op[1]])
+        elif op[0] == "ttr":
+            entry = (T0 + op[2] * MS, DeadlineKind.TTR, jobs[op[1]])
+        else:
+            now_ns, take_schedules = T0 + op[1] * MS, op[2]
+            due = bool(reference) and reference[0][0] <= now_ns
+            if due and not take_schedules and reference[0][1] is DeadlineKind.SCHEDULE:
+                due = False
+            got = deadlines.pop_next(now_ns, take_schedules)
+            if not due:
+                assert got is None
+                continue
+            expected = heapq.heappop(reference)
+            assert got is not None
+            assert (got[0], got[1], id(got[2])) == (expected[0], expected[1], id(expected[2]))
+            continue
+        deadlines.push(*entry)
+        heapq.heappush(reference, entry)
+        assert len(deadlines) == len(reference)
+        assert deadlines.next_ns() == reference[0][0]
+    left = [(ns, kind, id(s)) for ns, kind, s in deadlines.pop_due(T0 + 10**9 * MS)]
+    assert left == [(ns, kind, id(s)) for ns, kind, s in sorted(reference)]

@@ -15,6 +15,12 @@ place. A job appended to a run costs one slot in a deque instead of a heap entry
 an int) and a push that compares nothing; a job that would not come last in its run (a clock
 that stepped back) gets a heap entry. The order entries come out in is the heap's,
 ``(deadline_ns, kind, subject)``, either way.
+
+Schedules' next looks have a heap of their own, of ``(deadline_ns, schedule id, schedule)``:
+a burst's schedules all come due at one time, and an entry keyed on two ints compares in C
+where ``(deadline_ns, kind, schedule)`` would call ``Schedule.__lt__`` at every step of a
+pop. Their kind comes last at equal times, so the two heaps merge as one heap would: a
+schedule's entry comes out first only if its time is earlier (:meth:`Deadlines.pop_next`).
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ class DeadlineKind(enum.IntEnum):
 
 Subject = Job | Waiter | Schedule
 Entry = tuple[int, DeadlineKind, Subject]
+#: a schedule's entry: ``(deadline_ns, schedule id, schedule)`` (ids are unique: the
+#: schedule itself is compared only between two entries of one schedule, as equal)
+ScheduleEntry = tuple[int, int, Schedule]
 
 
 class _Run:
@@ -72,13 +81,15 @@ class Deadlines:
     """A min-heap of deadlines with lazy invalidation, and the TTL runs (module docstring)
     whose heads it holds."""
 
-    __slots__ = ("_heap", "_run_jobs", "_runs", "bulk", "min_removed", "removed")
+    __slots__ = ("_heap", "_run_jobs", "_runs", "_schedules", "bulk", "min_removed", "removed")
 
     #: removals below which no compaction is worth its pass over the heap
     MIN_COMPACT_REMOVALS = 4096
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
+        #: the schedules' entries, a heap of their own (module docstring)
+        self._schedules: list[ScheduleEntry] = []
         #: TTL runs by TTL (ms), and how many jobs they hold beyond their heads
         self._runs: dict[int, _Run] = {}
         self._run_jobs = 0
@@ -92,9 +103,13 @@ class Deadlines:
 
     def __len__(self) -> int:
         """Deadlines held: heap entries and jobs waiting in TTL runs."""
-        return len(self._heap) + self._run_jobs
+        return len(self._heap) + len(self._schedules) + self._run_jobs
 
     def push(self, deadline_ns: int, kind: DeadlineKind, subject: Subject) -> None:
+        if kind is DeadlineKind.SCHEDULE:
+            assert isinstance(subject, Schedule)
+            self.push_schedule(deadline_ns, subject)
+            return
         # no sequence number: ties between subjects order by identity (Job/Waiter.__lt__),
         # which keeps the entry small (one per job for its TTL)
         entry = (deadline_ns, kind, subject)
@@ -102,6 +117,14 @@ class Deadlines:
             self._heap.append(entry)
         else:
             heapq.heappush(self._heap, entry)
+
+    def push_schedule(self, deadline_ns: int, schedule: Schedule) -> None:
+        """A schedule's next look (kind ``SCHEDULE``), in the schedules' heap."""
+        entry = (deadline_ns, schedule.id, schedule)
+        if self.bulk:
+            self._schedules.append(entry)
+        else:
+            heapq.heappush(self._schedules, entry)
 
     def push_ttl(self, deadline_ns: int, job: Job) -> None:
         """A job's TTL deadline (``job.expires_ns``, fixed for the job's life): at the end of
@@ -149,6 +172,7 @@ class Deadlines:
     def end_bulk(self) -> None:
         self.bulk = False
         heapify(self._heap)
+        heapq.heapify(self._schedules)
 
     def note_removed(self) -> bool:
         """Count a removed subject (its entries may be dead); return whether enough died
@@ -183,13 +207,47 @@ class Deadlines:
 
     def next_ns(self) -> int | None:
         """The earliest deadline, possibly stale (waking early is harmless)."""
-        return self._heap[0][0] if self._heap else None
+        heap, schedules = self._heap, self._schedules
+        if not schedules:
+            return heap[0][0] if heap else None
+        if heap and heap[0][0] <= schedules[0][0]:
+            return heap[0][0]
+        return schedules[0][0]
 
     def peek(self) -> Entry | None:
+        if self._schedule_first():
+            deadline_ns, _, schedule = self._schedules[0]
+            return deadline_ns, DeadlineKind.SCHEDULE, schedule
         return self._heap[0] if self._heap else None
 
+    def _schedule_first(self) -> bool:
+        """Whether the earliest entry is a schedule's (at equal times, the others go first)."""
+        schedules = self._schedules
+        heap = self._heap
+        return bool(schedules) and (not heap or schedules[0][0] < heap[0][0])
+
     def pop(self) -> Entry:
+        if self._schedule_first():
+            deadline_ns, _, schedule = heapq.heappop(self._schedules)
+            return deadline_ns, DeadlineKind.SCHEDULE, schedule
         entry = heapq.heappop(self._heap)
+        if entry[1] is DeadlineKind.TTL:
+            self._advance(entry)
+        return entry
+
+    def pop_next(self, now_ns: int, schedules: bool = True) -> Entry | None:
+        """Pop the earliest entry if it is due at ``now_ns``; None if none is, or if it is a
+        schedule's and ``schedules`` is false (the pass's budget is spent)."""
+        heap = self._heap
+        due = self._schedules
+        if due and due[0][0] <= now_ns and (not heap or due[0][0] < heap[0][0]):
+            if not schedules:
+                return None
+            deadline_ns, _, schedule = heapq.heappop(due)
+            return deadline_ns, DeadlineKind.SCHEDULE, schedule
+        if not heap or heap[0][0] > now_ns:
+            return None
+        entry = heapq.heappop(heap)
         if entry[1] is DeadlineKind.TTL:
             self._advance(entry)
         return entry
@@ -211,9 +269,11 @@ class Deadlines:
 
     def pop_due(self, now_ns: int) -> Iterator[Entry]:
         """Pop entries whose deadline is at or before ``now_ns``, earliest first."""
-        heap = self._heap
-        while heap and heap[0][0] <= now_ns:
-            yield self.pop()
+        while True:
+            entry = self.pop_next(now_ns)
+            if entry is None:
+                return
+            yield entry
 
 
 def _ttl_entry(job: Job) -> Entry:

@@ -60,6 +60,9 @@ from jobq.engine.schedules import (
     retry_soon_delay_ms,
     run_job_id,
 )
+from jobq.engine.schedules import (
+    SchedulerOptions as SchedulerOptions,
+)
 from jobq.engine.specs import Spec, next_after, runs_between
 
 if TYPE_CHECKING:
@@ -69,18 +72,6 @@ _NS_PER_MS = 1_000_000
 _C = TypeVar("_C", FireSchedule, ScheduleRunEnded, AlterSchedule)
 #: most change-history entries a schedule keeps (the oldest go first)
 MAX_SCHEDULE_CHANGES = 100
-
-
-class SchedulerOptions(msgspec.Struct, frozen=True):
-    """The scheduler daemon's knobs (the seed's server.job_scheduler settings)."""
-
-    enabled: bool = True
-    #: how often a schedule waiting for its previous run is looked at again (plus 10-20 %)
-    pace_ms: int = 60_000
-    #: no schedule fires until this long after the start
-    initial_delay_ms: int = 0
-    #: most jobs started per pass; the rest fire in the next pass, right after
-    max_per_pass: int = 10
 
 
 class DueRuns(NamedTuple):

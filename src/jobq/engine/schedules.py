@@ -84,6 +84,19 @@ def policy(kind: type[_Policy], text: str) -> _Policy:
         raise ScheduleError(f"Invalid {_POLICY_KINDS[kind]} {quoted(text)} ({names})") from None
 
 
+class SchedulerOptions(msgspec.Struct, frozen=True):
+    """The scheduler daemon's knobs (the seed's server.job_scheduler settings). Here, not in
+    ``scheduler.py``: mypyc compiles that module, and cannot compile a msgspec struct."""
+
+    enabled: bool = True
+    #: how often a schedule waiting for its previous run is looked at again (plus 10-20 %)
+    pace_ms: int = 60_000
+    #: no schedule fires until this long after the start
+    initial_delay_ms: int = 0
+    #: most jobs started per pass; the rest fire in the next pass, right after
+    max_per_pass: int = 10
+
+
 class Schedule:
     """One schedule. ``next_run_ns`` None: paused (``paused``) or done (a one-off that ran)."""
 
@@ -117,6 +130,8 @@ class Schedule:
         "pending_buffered",
         "pending_buffered_by",
         "recheck_ns",
+        "run_id",
+        "run_id_seq",
         "running",
         "skipped",
         "spec",
@@ -187,6 +202,9 @@ class Schedule:
         self.recheck_ns: int | None = None
         #: the deadline of the schedule's live heap entry
         self.heap_ns: int | None = None
+        #: the last run id :meth:`run_id_of` derived, and its seq (-1: none)
+        self.run_id_seq = -1
+        self.run_id = b""
 
     def kept_run_jobs(self) -> set[bytes]:
         """The runs whose records the cleaner keeps even once their jobs are gone: the
@@ -196,8 +214,19 @@ class Schedule:
         for key in (self.next_run_by, self.one_off_by):
             if key is not None and key[0] == "fire":
                 assert isinstance(key[1], int)
-                jobs.add(run_job_id(self.id, self.created_ns, key[1]))
+                jobs.add(self.run_id_of(key[1]))
         return jobs
+
+    def run_id_of(self, seq: int) -> bytes:
+        """:func:`run_job_id` of this schedule's run ``seq``. The last one is kept: a firing
+        asks for its run's kept records twice, and for the run before it at the next
+        firing, when the one answer :func:`run_job_id` keeps is another schedule's."""
+        if seq == self.run_id_seq:
+            return self.run_id
+        run_id = run_job_id(self.id, self.created_ns, seq)
+        self.run_id_seq = seq
+        self.run_id = run_id
+        return run_id
 
     @property
     def wake_ns(self) -> int | None:
@@ -242,6 +271,8 @@ class Schedule:
         copy.pending_buffered = self.pending_buffered
         copy.pending_buffered_by = self.pending_buffered_by
         copy.recheck_ns = self.recheck_ns
+        copy.run_id_seq = self.run_id_seq
+        copy.run_id = self.run_id
         copy.running = set(self.running)
         copy.skipped = self.skipped
         copy.spec = self.spec

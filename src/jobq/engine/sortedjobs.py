@@ -7,26 +7,47 @@ already in order without sorting them again.
 
 from __future__ import annotations
 
+from typing import Final
+
 from sortedcontainers import SortedList
 
 from jobq.engine.job import Job
 
+#: most jobs :func:`add_sorted` steps back over from the end before it bisects instead
+NEAR_END: Final = 16
+
 
 def add_sorted(entries: SortedList, job: Job) -> None:
-    """``entries.add(job)``, faster when ``job`` goes last (jobs mostly come in creation
-    order): SortedList.add's own branch for that case, without its bisect of ``_maxes`` (a
-    Python-level comparison per step; sortedcontainers 2.x layout, see :func:`presorted`)."""
+    """``entries.add(job)``, faster when ``job`` goes last or near the end (jobs mostly come
+    in creation order; those created at one time, such as a scheduler pass's runs, order by
+    id among themselves): SortedList.add's own branch for the last sublist, without its
+    bisects of ``_maxes`` and of the sublist (a Python-level comparison per step;
+    sortedcontainers 2.x layout, see :func:`presorted`). A job that goes at most
+    :data:`NEAR_END` places from the end is found by stepping back from it."""
     maxes = entries._maxes
-    if maxes and not job < maxes[-1]:
-        pos = len(maxes) - 1
-        last = entries._lists[pos]
+    if not maxes:
+        entries.add(job)
+        return
+    pos = len(maxes) - 1
+    last: list[Job] = entries._lists[pos]
+    if not job < maxes[pos]:
         last.append(job)
         maxes[pos] = job
-        if entries._index or len(last) > entries._load << 1:
-            entries._expand(pos)  # else it would do nothing
-        entries._len += 1
     else:
-        entries.add(job)
+        # job < last[at]: step back while it is less than the one before, too
+        at = len(last) - 1
+        stop = max(0, at - NEAR_END)
+        while True:
+            if at == stop:
+                entries.add(job)  # further back (maybe in an earlier sublist): bisect
+                return
+            if not job < last[at - 1]:
+                break
+            at -= 1
+        last.insert(at, job)  # where insort_right would put it (not less than last[at - 1])
+    if entries._index or len(last) > entries._load << 1:
+        entries._expand(pos)  # else it would do nothing
+    entries._len += 1
 
 
 def discard_sorted(entries: SortedList, job: Job) -> None:

@@ -45,12 +45,10 @@ def tick(engine: Engine, now_ns: int) -> None:
     deadlines = engine._deadlines
     budget = engine.scheduler.max_per_pass
     while True:
-        top = deadlines.peek()
-        if top is None or top[0] > now_ns:
+        entry = deadlines.pop_next(now_ns, budget > 0)
+        if entry is None:
             break
-        if top[1] is DeadlineKind.SCHEDULE and budget <= 0:
-            break
-        deadline_ns, kind, subject = deadlines.pop()
+        deadline_ns, kind, subject = entry
         if kind is DeadlineKind.SCHEDULE:
             assert isinstance(subject, Schedule)
             budget -= schedule_due(engine, subject, deadline_ns, now_ns)
