@@ -298,3 +298,42 @@ def test_parse_max_memory_refuses(text: str, error: str) -> None:
 
     with pytest.raises(ConfigError, match=error):
         parse_max_memory(text)
+
+
+# -- the other limits of docs/server.md's table that had no test of their own
+
+
+def test_one_schedule_past_the_limit_is_a_server_error() -> None:
+    server = RunningServer()
+    try:
+        server.in_loop(lambda: setattr(server.core.engine.ceiling, "max_schedules", 1))
+        with server.client() as client:
+            client.create_schedule("a", every_ms=60_000, args={"name": "q"})
+            with pytest.raises(ServerError) as info:
+                client.create_schedule("b", every_ms=60_000, args={"name": "q"})
+            assert str(info.value) == (
+                "SERVER-ERROR Schedule limit reached: the server holds 1 schedules (at most 1)"
+            )
+            client.drop_schedule("a")
+            client.create_schedule("b", every_ms=60_000, args={"name": "q"})
+    finally:
+        server.stop()
+
+
+def test_waiting_requests_are_bounded_by_connections() -> None:
+    """One waiting request per connection (a connection runs nothing after a waiting
+    request), and connections are bounded: so are waiters."""
+    server = RunningServer(max_connections=3)
+    socks = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(3)]
+    try:
+        for sock in socks:  # two leases each, pipelined: the second waits its turn
+            sock.sendall(b"lease q 60000\r\nlease q 60000\r\n")
+        wait_for(lambda: server.in_loop(lambda: server.core.engine.waiting) == 3, what="3 waiters")
+        extra = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        assert extra.recv(4096) == b"-SERVER-ERROR Too many connections\r\n"
+        extra.close()
+        assert server.in_loop(lambda: server.core.engine.waiting) == 3
+    finally:
+        for sock in socks:
+            sock.close()
+        server.stop()
