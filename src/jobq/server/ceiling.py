@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Final
 
 from jobq.config import ConfigError, parse_size_bytes
-from jobq.engine.ceiling import Ceiling
+from jobq.engine.ceiling import UNLIMITED, Ceiling
 
 logger = logging.getLogger("jobq.server")
 
@@ -251,3 +251,24 @@ class MemoryCeiling:
     def close(self) -> None:
         if self._statm is not None:
             self._statm.close()
+
+
+def summary(
+    ceiling: Ceiling, memory: MemoryCeiling | None, jobs: int, schedules: int
+) -> dict[str, object]:
+    """The ceiling as ``/api/server`` shows it: each limit (None: none) beside what the
+    server holds, why it refuses new jobs now (None: it does not), and what it refused."""
+    max_jobs = None if ceiling.max_jobs == UNLIMITED else ceiling.max_jobs
+    refusing = ceiling.memory_refusal
+    if refusing is None and max_jobs is not None and jobs >= max_jobs:
+        refusing = f"Job limit reached: the server holds {jobs} jobs (--max-jobs {max_jobs})"
+    return {
+        "max_jobs": max_jobs,
+        "jobs": jobs,
+        "max_memory_bytes": memory.max_bytes if memory is not None else None,
+        "memory_bytes": memory.rss_bytes if memory is not None else None,
+        "max_schedules": ceiling.max_schedules,
+        "schedules": schedules,
+        "refusing": refusing,
+        "refused": dict(ceiling.refused),
+    }
