@@ -10,27 +10,26 @@ Replay never asks: what the log holds is restored whatever the ceiling (a lowere
 and what a schedule does meanwhile.
 
 The job check on the add path is two attribute reads and a comparison (the caller inlines
-:meth:`Ceiling.full_for` as ``memory_refusal is not None or held >= max_jobs``).
+:meth:`Ceiling.full_for` as ``memory_refusal is not None or held >= max_jobs``); the module
+is compiled with the engine (``jobq.build``), so that these are reads of a C struct.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Final
 
 from jobq.engine.errors import ServerFull
 from jobq.engine.limits import MAX_SCHEDULES
 
-#: ``max_jobs`` of a server without ``--max-jobs``: no count limit (memory still is one)
-UNLIMITED: Final = sys.maxsize
+#: ``max_jobs`` of a server without ``--max-jobs``: no count limit (memory still is one);
+#: under 2**62, so that the compiled comparison stays on machine integers
+UNLIMITED: Final = 2**62 - 1
 #: the limits a refusal names (``ServerFull.limit``, the ``limit`` label of the metric)
 LIMITS: Final = ("jobs", "memory", "schedules")
 
 
 class Ceiling:
     """The limits of one engine, and how many operations each refused."""
-
-    __slots__ = ("max_jobs", "max_schedules", "memory_refusal", "refused")
 
     def __init__(self, max_jobs: int = UNLIMITED, max_schedules: int = MAX_SCHEDULES) -> None:
         #: most jobs held (done and failed ones too, until their TTL or retention)
