@@ -9,9 +9,10 @@ Replay never asks: what the log holds is restored whatever the ceiling (a lowere
 ``--max-jobs`` refuses adds until enough jobs went). docs/server.md, "Ceiling", says why
 and what a schedule does meanwhile.
 
-The job check on the add path is two attribute reads and a comparison (the caller inlines
-:meth:`Ceiling.full_for` as ``memory_refusal is not None or held >= max_jobs``); the module
-is compiled with the engine (``jobq.build``), so that these are reads of a C struct.
+The job check on the add path is two attribute reads and a comparison (``Engine._create``
+tests ``memory_refusal is not None or held >= max_jobs`` before it calls
+:meth:`Ceiling.check_jobs`); the module is compiled with the engine (``jobq.build``), so
+that these are reads of a C struct.
 """
 
 from __future__ import annotations
@@ -40,10 +41,6 @@ class Ceiling:
         self.memory_refusal: str | None = None
         #: operations refused, by limit (not journaled: a refusal changes nothing)
         self.refused: dict[str, int] = dict.fromkeys(LIMITS, 0)
-
-    def full_for(self, held: int, count: int = 1) -> bool:
-        """Whether ``count`` more jobs, beside the ``held`` ones, are refused."""
-        return self.memory_refusal is not None or held + count > self.max_jobs
 
     def check_jobs(self, held: int, count: int = 1) -> None:
         """:class:`ServerFull` unless ``count`` more jobs fit beside the ``held`` ones."""

@@ -120,7 +120,7 @@ class ServerFull(EngineError):
 
     text = "Server full"
 
-    def __init__(self, text: str, limit: str) -> None:
+    def __init__(self, text: str | None = None, limit: str = "jobs") -> None:
         super().__init__(text)
         self.limit = limit
 

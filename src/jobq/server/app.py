@@ -20,7 +20,7 @@ from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import register_job_type_validator
 from jobq.server.attempt_logs import AttemptLogs
-from jobq.server.ceiling import MemoryCeiling, default_max_memory_bytes, mib
+from jobq.server.ceiling import MemoryCeiling, default_max_memory_bytes, limits_command, mib
 from jobq.server.core import Core, WallClock
 from jobq.server.gate import Gate
 from jobq.server.history import read_history
@@ -300,6 +300,7 @@ async def serve(
         attempt_logs=attempt_logs,
     )
     core.memory_ceiling = _ceiling(config, engine)
+    core.dispatcher.extensions.handlers["limits"] = limits_command(core)
     core.set_access(access)
     core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
     core.workers.missed_heartbeats = config.worker_missed_heartbeats

@@ -21,10 +21,15 @@ import os
 import re
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from jobq.config import ConfigError, parse_size_bytes
 from jobq.engine.ceiling import UNLIMITED, Ceiling
+from jobq.server.extensions.bodies import NoBody, body, data_reply
+
+if TYPE_CHECKING:
+    from jobq.server.core import Core
+    from jobq.server.extensions import Handler
 
 logger = logging.getLogger("jobq.server")
 
@@ -272,3 +277,17 @@ def summary(
         "refusing": refusing,
         "refused": dict(ceiling.refused),
     }
+
+
+def limits_command(core: Core) -> Handler:
+    """The ``limits`` extension command (a viewer's read): :func:`summary` of ``core``,
+    for ``jobq status``."""
+
+    def limits(data: bytes, token: object, now_ns: int) -> bytes:
+        body(NoBody, data or b"{}")
+        engine = core.engine
+        return data_reply(
+            summary(engine.ceiling, core.memory_ceiling, len(engine.jobs), len(engine.schedules))
+        )
+
+    return limits
