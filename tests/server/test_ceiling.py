@@ -342,12 +342,13 @@ def test_waiting_requests_are_bounded_by_connections() -> None:
 # -- what the server shows of its ceiling
 
 
-def test_metrics_and_api_server_show_limits_usage_and_refusals(limited: RunningServer) -> None:
+def test_metrics_and_limits_show_limits_usage_and_refusals(limited: RunningServer) -> None:
     for n in (1, 2, 3):
         exchange(limited.port, add_line(n))
     with httpx.Client(base_url=limited.http_url, timeout=10) as http:
         text = http.get("/metrics").text
-        server = http.get("/api/server").json()
+    with limited.client() as client:
+        ceiling = client.limits()
     assert 'jobq_limit{resource="jobs"} 2.0' in text
     assert 'jobq_usage{resource="jobs"} 2.0' in text
     assert 'jobq_limit{resource="schedules"} 100000.0' in text
@@ -359,7 +360,6 @@ def test_metrics_and_api_server_show_limits_usage_and_refusals(limited: RunningS
     assert memory is not None and memory.max_bytes is not None
     (line,) = [x for x in text.splitlines() if x.startswith('jobq_limit{resource="memory_b')]
     assert float(line.split()[-1]) == memory.max_bytes
-    ceiling = server["ceiling"]
     assert ceiling["max_jobs"] == 2 and ceiling["jobs"] == 2
     assert ceiling["refusing"] == "Job limit reached: the server holds 2 jobs (--max-jobs 2)"
     assert ceiling["refused"] == {"jobs": 1, "memory": 0, "schedules": 0}
@@ -372,7 +372,8 @@ def test_no_limit_shows_as_inf_and_null() -> None:
     try:
         with httpx.Client(base_url=server.http_url, timeout=10) as http:
             text = http.get("/metrics").text
-            ceiling = http.get("/api/server").json()["ceiling"]
+        with server.client() as client:
+            ceiling = client.limits()
         assert 'jobq_limit{resource="jobs"} +Inf' in text
         assert 'jobq_limit{resource="memory_bytes"} +Inf' in text
         assert ceiling["max_jobs"] is None and ceiling["max_memory_bytes"] is None

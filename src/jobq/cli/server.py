@@ -241,16 +241,16 @@ def ceiling_options(fn: F) -> F:
             "--max-jobs",
             type=click.IntRange(min=1),
             default=None,
-            help="Most jobs held (finished ones too, until they expire); more adds and "
-            "submits get `-SERVER-ERROR Job limit reached` (HTTP 507)  [default: no limit]",
+            help="Most jobs held (finished ones too, until they expire); past it adds and "
+            "submits are refused (a server error; HTTP 507)  [default: no limit]",
         ),
         click.option(
             "--max-memory",
             default=None,
             metavar="SIZE",
-            help="At this resident memory (e.g. 2GiB, 40%, none) adds and submits get "
-            "`-SERVER-ERROR Memory limit reached` (HTTP 507) until it falls  [default: 50% "
-            "of the machine's memory or of the cgroup's limit, the smaller]",
+            help="At this resident memory (e.g. 2GiB, 40%, none) adds and submits are "
+            "refused until it falls (a server error; HTTP 507)  [default: 50% of the "
+            "machine's memory or of the cgroup's limit, the smaller]",
         ),
     ]
     for option in reversed(options):

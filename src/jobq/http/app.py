@@ -32,7 +32,6 @@ from jobq.http.metrics import Metrics
 from jobq.http.models import ERROR_RESPONSES, Audit, ServerSummary
 from jobq.http.routes import bad, jobs, logs, respond, schedules, workers
 from jobq.server import protocol as p
-from jobq.server.ceiling import summary as ceiling_summary
 from jobq.server.core import Core
 from jobq.server.internal_requests import ServerOverview
 from jobq.server.tokens import Access
@@ -104,18 +103,13 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
                 log_info["segments"] = log.segment_count
             except OSError as exc:
                 log_info["error"] = str(exc)
-        overview = outcome.json()
         summary = {
             "version": __version__,
             "build": hot_path(),
             "started": p.format_time(core.started_ns) if core.started_ns else None,
             "uptime_s": max(0.0, (time.time_ns() - core.started_ns) / 1e9),
-            **overview,  # connections, jobs, jobs_total, schedules, evicted_jobs
+            **outcome.json(),  # connections, jobs, jobs_total, schedules, evicted_jobs
             "log": log_info,
-            "ceiling": ceiling_summary(
-                core.engine.ceiling, core.memory_ceiling, overview["jobs_total"],
-                overview["schedules"],
-            ),
             "auth": access is not None,
         }
         principal = PRINCIPAL.get()

@@ -288,10 +288,6 @@ class ServerSummary(_Model):
     schedules: int | None
     evicted_jobs: int
     log: dict[str, Any] | None
-    ceiling: dict[str, Any] | None = Field(
-        None, description="each limit beside what the server holds, why it refuses new "
-        "jobs now (null: it does not) and what it refused (docs/server.md, Ceiling)",
-    )
     auth: bool
     principal: Principal | None = Field(
         None, description="whom the request's token names (null without authentication)"

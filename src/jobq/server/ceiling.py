@@ -261,8 +261,8 @@ class MemoryCeiling:
 def summary(
     ceiling: Ceiling, memory: MemoryCeiling | None, jobs: int, schedules: int
 ) -> dict[str, object]:
-    """The ceiling as ``/api/server`` shows it: each limit (None: none) beside what the
-    server holds, why it refuses new jobs now (None: it does not), and what it refused."""
+    """The ceiling as the ``limits`` command gives it: each limit (None: none) beside what
+    the server holds, why it refuses new jobs now (None: it does not), and what it refused."""
     max_jobs = None if ceiling.max_jobs == UNLIMITED else ceiling.max_jobs
     refusing = ceiling.memory_refusal
     if refusing is None and max_jobs is not None and jobs >= max_jobs:
