@@ -5,6 +5,7 @@ they succeed again once jobs go or memory falls; the RSS is read at most every i
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import uuid
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jobq.client import ServerError
+from jobq.client import Client, ServerError
 from jobq.engine.ceiling import Ceiling
 from jobq.engine.errors import ServerFull
 from jobq.server.ceiling import (
@@ -380,3 +381,42 @@ def test_no_limit_shows_as_inf_and_null() -> None:
         assert ceiling["refusing"] is None
     finally:
         server.stop()
+
+
+def test_a_real_server_refuses_at_its_real_memory_and_recovers(tmp_path: Path) -> None:
+    """``jobq server --max-memory 200MiB``: 200 KB adds until the RSS it reads from
+    /proc/self/statm passes 200 MiB; deleting them gives the memory back (payloads this
+    large are their own mappings) and the next add succeeds."""
+    from tests.server.procs import ServerProcess
+
+    server = ServerProcess(tmp_path / "data", "--max-memory", "200MiB")
+    try:
+        payload = b"x" * 200_000
+        ids: list[str] = []
+        with Client("127.0.0.1", server.port) as client:
+            refusal = ""
+            for _ in range(5000):  # 1 GB: refused long before
+                try:
+                    ids.append(client.add("q", payload, ttl_ms=3_600_000))
+                except ServerError as exc:
+                    refusal = str(exc)
+                    break
+            assert refusal.startswith("SERVER-ERROR Memory limit reached: the server uses ")
+            assert refusal.endswith(" MiB (--max-memory 200 MiB)")
+            statm = Path(f"/proc/{server.proc.pid}/statm").read_text().split()
+            rss = int(statm[1]) * os.sysconf("SC_PAGE_SIZE")
+            assert 200 * MIB <= rss < 300 * MIB  # stopped in time
+            for job_id in ids:
+                client.delete(job_id)
+
+            def added() -> bool:
+                try:
+                    client.add("q", b"x")
+                except ServerError:
+                    return False
+                return True
+
+            wait_for(added, timeout_s=30, what="an add once the memory fell")
+    finally:
+        server.kill()
+    assert "memory at its ceiling: RSS" in server.log()
