@@ -381,8 +381,15 @@ class Core:
         if stats.dropped or stats.tables:
             logger.debug("compacted the engine: %s", stats)
         removed = self._jobs_high - jobs
-        # many jobs gone, or most of the jobs there were (the last few thousand of a batch)
-        if not stats.tables and removed < min(TRIM_AFTER_REMOVED_JOBS, self._jobs_high // 2 + 1):
+        # many jobs gone, or most of the jobs there were (the last few thousand of a batch);
+        # or new jobs refused for memory: what was freed since must count at once (the
+        # server's malloc trims by itself only past 256 MiB free: entry.py)
+        at_ceiling = (
+            self.memory_ceiling is not None
+            and self.memory_ceiling.ceiling.memory_refusal is not None
+        )
+        few = removed < min(TRIM_AFTER_REMOVED_JOBS, self._jobs_high // 2 + 1)
+        if not stats.tables and few and not at_ceiling:
             return False
         self._jobs_high = jobs
         self.trims += 1
