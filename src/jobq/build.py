@@ -22,6 +22,7 @@ from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 HOT_MODULES = (
     "jobq.cmdlog.record",
     "jobq.engine.apply",
+    "jobq.engine.ceiling",
     "jobq.engine.indexes",
     "jobq.engine.journal",
     "jobq.engine.machine",

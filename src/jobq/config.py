@@ -37,6 +37,10 @@ DEFAULT_SCRUB_RATE_BYTES = 2 * 1024 * 1024
 #: the time from the start of one scrub pass to the start of the next, ms (6 hours)
 DEFAULT_SCRUB_INTERVAL_MS = 6 * 3600 * 1000
 
+#: ``max_memory_bytes`` of a server not told: a share of the machine's memory, found at start
+#: (server/ceiling.py)
+AUTO_MAX_MEMORY = -1
+
 
 #: the refusal of a token given twice over
 BOTH_TOKEN_SOURCES = (
@@ -107,6 +111,11 @@ class ServerConfig(msgspec.Struct, frozen=True):
     listen_plain: tuple[str, int] | None = None
     #: the most bytes each attempt log keeps (server/attempt_logs)
     attempt_log_max_bytes: int = DEFAULT_ATTEMPT_LOG_MAX_BYTES
+    #: most jobs held (None: no count limit); more adds are refused (engine/ceiling.py)
+    max_jobs: int | None = None
+    #: most resident memory, bytes: at it, adds are refused (server/ceiling.py); None: no
+    #: limit; ``AUTO_MAX_MEMORY``: half the machine's (or the cgroup's) memory
+    max_memory_bytes: int | None = AUTO_MAX_MEMORY
 
     @property
     def log_dir(self) -> Path:

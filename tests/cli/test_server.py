@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jobq.cli import main
 from jobq.cli.common import AUTH_TOKEN_ENV
 from jobq.cli.server import build_config, server_command
-from jobq.config import ConfigError, ServerConfig, default_data_dir
+from jobq.config import AUTO_MAX_MEMORY, ConfigError, ServerConfig, default_data_dir
 
 JOBQ = str(Path(sys.executable).parent / "jobq")
 
@@ -154,6 +154,8 @@ _NAMES = [
     "http",
     "scheduler-max-per-pass",
     "listen-plain",
+    "max-jobs",
+    "max-memory",
 ]
 _VALUES = st.one_of(
     st.sampled_from(
@@ -229,6 +231,9 @@ def test_the_server_command_loads_no_other_command() -> None:
         # TCP never accepted a non-ASCII token (HTTP did): refused when the server starts
         ["--auth-token", "s\u00e9krit"],
         ["--auth-token", "a\x7fb"],
+        ["--max-jobs", "0"],
+        ["--max-memory", "lots"],
+        ["--max-memory", "0%"],
     ],
 )
 def test_bad_values_are_one_line_usage_errors(tmp_path: Path, args: list[str]) -> None:
@@ -261,6 +266,24 @@ def test_a_non_ascii_token_in_the_environment_is_a_usage_error(
     assert "Traceback" not in done.stderr
     assert "printable ASCII" in done.stderr
     assert not (tmp_path / "cmdlog").exists()
+
+
+@pytest.mark.parametrize("command", ["server", "up"])
+def test_a_bad_max_memory_is_a_usage_error(tmp_path: Path, command: str) -> None:
+    done = subprocess.run(
+        [JOBQ, command, "--data-dir", str(tmp_path), "--max-memory", "lots"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "invalid --max-memory 'lots': use e.g. 512MiB, 2GiB, 40% or none" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "cmdlog").exists()
+
+
+def test_ceiling_options_set_the_config() -> None:
+    config = click_config(["--max-jobs", "1000", "--max-memory", "512MiB"])
+    assert (config.max_jobs, config.max_memory_bytes) == (1000, 512 * 1024 * 1024)
+    assert click_config(["--max-memory", "none"]).max_memory_bytes is None
+    assert click_config([]).max_memory_bytes == AUTO_MAX_MEMORY
 
 
 @pytest.mark.parametrize("option", ["--cmdlog-path", "--data-dir", "--tls-cert", "--tls-key"])

@@ -38,3 +38,26 @@ def test_status_with_a_token_and_unreachable(live_auth: RunningServer) -> None:
     assert bad.exit_code == 2
     down = runner.invoke(main, ["status", "--server", "127.0.0.1:1"])
     assert down.exit_code == 1 and "cannot reach" in down.output
+
+
+def test_status_shows_the_ceiling_and_why_it_refuses() -> None:
+    server = RunningServer(max_jobs=1, max_memory_bytes=None)
+    try:
+        with server.client() as client:
+            client.submit("status.q", b"{}")
+        runner = CliRunner()
+        plain = runner.invoke(main, ["status", "--server", server.tcp_address])
+        assert plain.exit_code == 0, plain.output
+        assert "ceiling     1 of 1 jobs, " in plain.output
+        assert " MiB memory, 0 of 100,000 schedules" in plain.output
+        assert "of no limit MiB memory" in plain.output
+        assert (
+            "            refusing new jobs: Job limit reached: the server holds 1 jobs "
+            "(--max-jobs 1)"
+        ) in plain.output
+        data = json.loads(runner.invoke(
+            main, ["status", "--server", server.tcp_address, "--json"]
+        ).output)
+        assert data["ceiling"]["max_jobs"] == 1 and data["ceiling"]["refused"]["jobs"] == 0
+    finally:
+        server.stop()

@@ -16,6 +16,7 @@ def test_every_kind_has_a_status() -> None:
         ErrorKind.TIMEOUT: 504,
         ErrorKind.UNAVAILABLE: 503,
         ErrorKind.FORBIDDEN: 403,
+        ErrorKind.FULL: 507,
     }
 
 
@@ -27,6 +28,9 @@ def test_error_replies_become_statuses_by_kind() -> None:
         (p.not_found(), 404, "Not found"),
         (p.timeout(), 504, "Timeout"),
         (p.server_error("Command log unavailable"), 503, "Command log unavailable"),
+        (p.server_error("Job limit reached", ErrorKind.FULL), 507, "Job limit reached"),
+        # the same text of another kind is another status: never matched on text
+        (p.server_error("Job limit reached"), 503, "Job limit reached"),
         # the text alone decides nothing
         (p.client_error("Job is paused"), 400, "Job is paused"),
         (p.client_error("Nothing not found"), 400, "Nothing not found"),

@@ -73,6 +73,7 @@ VALID: dict[str, dict[str, Any]] = {
     "wbeat": {"worker_id": "w1", "outcomes": {"completed": 1}},
     "wbye": {"worker_id": "w9"},
     "wlist": {},
+    "limits": {},
     "wshow": {"id": "w1"},
     "bulk": {"action": "pause", "selection": {"name": "fuzz.*", "text": "d",
                                              "status": ["pending"]},

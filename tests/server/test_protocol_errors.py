@@ -52,6 +52,8 @@ def test_error_replies_are_their_bytes_with_a_kind() -> None:
         (schedules.ScheduleError("Invalid cron spec 'x'"),
          b"-CLIENT-ERROR Invalid cron spec 'x'\r\n", ErrorKind.INVALID),
         (BadRequest("Invalid field x"), b"-CLIENT-ERROR Invalid field x\r\n", ErrorKind.INVALID),
+        (engine_errors.ServerFull("Job limit reached", "jobs"),
+         b"-SERVER-ERROR Job limit reached\r\n", ErrorKind.FULL),
     ],
 )
 def test_each_engine_error_has_its_reply_and_kind(

@@ -17,6 +17,7 @@ import click
 from jobq.cli.common import AUTH_TOKEN_ENV, F, PathType
 from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import (
+    AUTO_MAX_MEMORY,
     BOTH_TOKEN_SOURCES,
     DEFAULT_ATTEMPT_LOG_MAX_BYTES,
     DEFAULT_AUTH_DEADLINE_MS,
@@ -38,6 +39,7 @@ from jobq.config import (
     parse_listen,
     parse_size_bytes,
 )
+from jobq.server.ceiling import parse_max_memory
 from jobq.server.start import run_server
 
 DEFAULT_RETENTION = "14d"
@@ -81,6 +83,8 @@ def build_config(
     listen_plain: str | None = None,
     worker_missed_heartbeats: int = DEFAULT_WORKER_MISSED_HEARTBEATS,
     attempt_log_max_bytes: str = str(DEFAULT_ATTEMPT_LOG_MAX_BYTES),
+    max_jobs: int | None = None,
+    max_memory: str | None = None,
 ) -> ServerConfig:
     """The server's settings from its options' values (named as the options; integers come
     checked against their ranges by click); :class:`ConfigError` says what is wrong."""
@@ -115,6 +119,7 @@ def build_config(
     if auth_deadline_ms < 1:
         raise ConfigError("the auth deadline must be positive")
     idle_timeout_ms = parse_duration_ms(idle_timeout) if idle_timeout else 0
+    max_memory_bytes = AUTO_MAX_MEMORY if max_memory is None else parse_max_memory(max_memory)
     return ServerConfig(
         host=host,
         port=port,
@@ -148,6 +153,8 @@ def build_config(
         listen_plain=plain,
         worker_missed_heartbeats=worker_missed_heartbeats,
         attempt_log_max_bytes=attempt_log_bytes,
+        max_jobs=max_jobs,
+        max_memory_bytes=max_memory_bytes,
     )
 
 
@@ -222,6 +229,31 @@ def security_options(fn: F) -> F:
         ),
     ]
     for option in reversed(options):  # as if stacked in this order above ``fn``
+        fn = option(fn)
+    return fn
+
+
+def ceiling_options(fn: F) -> F:
+    """``--max-jobs`` and ``--max-memory``, shared by ``jobq server`` and ``jobq up``
+    (docs/server.md, "Ceiling")."""
+    options = [
+        click.option(
+            "--max-jobs",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Most jobs held (finished ones too, until they expire); past it adds and "
+            "submits are refused (a server error; HTTP 507)  [default: no limit]",
+        ),
+        click.option(
+            "--max-memory",
+            default=None,
+            metavar="SIZE",
+            help="At this resident memory (e.g. 2GiB, 40%, none) adds and submits are "
+            "refused until it falls (a server error; HTTP 507)  [default: 50% of the "
+            "machine's memory or of the cgroup's limit, the smaller]",
+        ),
+    ]
+    for option in reversed(options):
         fn = option(fn)
     return fn
 
@@ -373,6 +405,7 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
     "first, HTTP a Bearer header; it is an admin named `admin` [env: JOBQ_AUTH_TOKEN].",
 )
 @security_options
+@ceiling_options
 @click.option(
     "--tls-cert",
     type=PathType(exists=True, dir_okay=False),

@@ -1,5 +1,6 @@
-"""``jobq status``: one screen about a running server: uptime, jobs by status, what runs
-now with its progress, recent failures and the schedules.
+"""``jobq status``: one screen about a running server: uptime, jobs by status, its ceiling
+(each limit beside what it holds, and why it refuses new jobs if it does), what runs now
+with its progress, recent failures and the schedules.
 
 Rich on a terminal, plain text otherwise, JSON with ``--json``. Exit codes: 0 ok, 1 the
 server cannot be reached or fails, 2 bad input (a refused token too).
@@ -63,6 +64,11 @@ def gather(client: Any) -> dict[str, Any]:
             log = client.log_state()
         except Exception:  # a server without ``logstate`` (workq, an older jobq)
             log = None
+    ceiling: dict[str, Any] | None = None
+    try:  # a server before the ceiling does not know the command
+        ceiling = client.limits()
+    except Exception:
+        ceiling = None
     started = info.started
     now = datetime.now(UTC)
     return {
@@ -75,6 +81,7 @@ def gather(client: Any) -> dict[str, Any]:
         "recent_failures": pages.get("failed", []),
         "schedules": schedules,
         "log": log,
+        "ceiling": ceiling,
     }
 
 
@@ -94,6 +101,21 @@ def _log_line(data: dict[str, Any]) -> str | None:
     if damaged:
         return f"DAMAGED: {len(damaged)} segments (jobq log verify)"
     return f"ok ({scrub['passes']} scrub passes, {scrub['bytes_checked']} bytes checked)"
+
+
+def ceiling_line(ceiling: dict[str, Any]) -> str:
+    """``12 of 1,000 jobs, 95 of 12,053 MiB memory``: what the server holds of each limit."""
+
+    def of(held: int, most: int | None, unit: str, scale: int = 1) -> str:
+        limit = "no limit" if most is None else f"{most // scale:,}"
+        return f"{held // scale:,} of {limit} {unit}"
+
+    parts = [of(ceiling["jobs"], ceiling["max_jobs"], "jobs")]
+    if ceiling.get("memory_bytes") is not None:
+        parts.append(of(ceiling["memory_bytes"], ceiling["max_memory_bytes"], "MiB memory",
+                        1024 * 1024))
+    parts.append(of(ceiling["schedules"], ceiling["max_schedules"], "schedules"))
+    return ", ".join(parts)
 
 
 def _age(seconds: float) -> str:
@@ -124,6 +146,11 @@ def _plain(data: dict[str, Any]) -> None:
         echo(f"log         {log_line}")
         for damage in _damage(data):
             echo(f"  {damage}")
+    ceiling = data.get("ceiling")
+    if ceiling is not None:
+        echo(f"ceiling     {ceiling_line(ceiling)}")
+        if ceiling.get("refusing"):
+            echo(f"            refusing new jobs: {ceiling['refusing']}")
     if data["running"]:
         echo("running")
         for job in data["running"]:
@@ -164,6 +191,11 @@ def _rich(data: dict[str, Any]) -> None:
         damaged = _damage(data)
         parts.append(Text(f"log {log_line}", style="bold red" if damaged else "dim"))
         parts.extend(Text(f"  {damage}", style="red") for damage in damaged)
+    ceiling = data.get("ceiling")
+    if ceiling is not None:
+        parts.append(Text(f"ceiling  {ceiling_line(ceiling)}", style="dim"))
+        if ceiling.get("refusing"):
+            parts.append(Text(f"refusing new jobs: {ceiling['refusing']}", style="bold red"))
     if data["running"]:
         table = Table(title="running", title_justify="left", expand=True, box=None)
         table.add_column("id", style="dim", no_wrap=True)

@@ -12,9 +12,10 @@ from pathlib import Path
 import click
 
 from jobq.cli.common import AUTH_TOKEN_ENV, EXIT_USAGE, PathType, fail
-from jobq.cli.server import check_tls, security_options
+from jobq.cli.server import ceiling_options, check_tls, security_options
 from jobq.cmdlog.policies import SYNC_POLICIES
 from jobq.config import (
+    AUTO_MAX_MEMORY,
     BOTH_TOKEN_SOURCES,
     DEFAULT_LISTEN,
     ConfigError,
@@ -24,6 +25,7 @@ from jobq.config import (
     parse_duration_ms,
     parse_listen,
 )
+from jobq.server.ceiling import parse_max_memory
 
 DEFAULT_HTTP = "127.0.0.1:8080"
 
@@ -46,6 +48,7 @@ DEFAULT_HTTP = "127.0.0.1:8080"
               help="Require this token (printable ASCII, no spaces) on TCP (auth <token>) "
                    "and HTTP (Bearer); it is an admin named `admin`.")
 @security_options
+@ceiling_options
 @click.option("--tls-cert", type=PathType(exists=True, dir_okay=False), default=None,
               help="Serve TLS on --listen and HTTPS with this certificate (PEM).")
 @click.option("--tls-key", type=PathType(exists=True, dir_okay=False), default=None,
@@ -72,6 +75,8 @@ def up_command(
     max_connections_per_address: int,
     auth_deadline: str,
     idle_timeout: str | None,
+    max_jobs: int | None,
+    max_memory: str | None,
     tls_cert: str | None,
     tls_key: str | None,
     listen_plain: str | None,
@@ -91,6 +96,9 @@ def up_command(
         plain = check_tls(tls_cert, tls_key, listen_plain, (host, port))
         auth_deadline_ms = parse_duration_ms(auth_deadline)
         idle_timeout_ms = parse_duration_ms(idle_timeout) if idle_timeout else 0
+        max_memory_bytes = (
+            AUTO_MAX_MEMORY if max_memory is None else parse_max_memory(max_memory)
+        )
     except (ConfigError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
     if auth_token and auth_token_file is not None:
@@ -126,6 +134,7 @@ def up_command(
         auth_token_file=auth_token_file, auth_file=auth_file, insecure_no_auth=insecure_no_auth,
         max_connections_per_address=max_connections_per_address,
         auth_deadline_ms=auth_deadline_ms, idle_timeout_ms=idle_timeout_ms,
+        max_jobs=max_jobs, max_memory_bytes=max_memory_bytes,
     )
     options = UpOptions(
         http=http_address,

@@ -294,6 +294,13 @@ class Operations(WorkerOperations):
         return Call(p.InspectServer(), 0.0, to_server)
 
     @operation
+    def limits() -> Call[dict[str, Any]]:
+        """The server's ceiling (``limits``): each limit (None: none) beside what the
+        server holds, why it refuses new jobs now (None: it does not), and what it refused
+        (docs/server.md, "Ceiling")."""
+        return ext("limits", {}, 0.0, same)
+
+    @operation
     def inspect_queues(offset: int = 0, limit: int = 100) -> Call[list[QueueInfo]]:
         """Queues by name, from ``offset``; ``limit`` is at most 100."""
         request = p.InspectQueues(check_int(offset, "offset"), check_int(limit, "limit"))

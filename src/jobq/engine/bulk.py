@@ -160,6 +160,7 @@ def bulk(
     if entry.reruns:
         if new_ids is None:
             raise InvalidArgument("A rerun needs ids for its new jobs")
+        engine.ceiling.check_jobs(len(engine.jobs), len(targets))
         made = new_ids(len(targets))
         if len(made) != len(targets) or len(set(made)) != len(made) or any(
             len(job_id) != 16 or job_id in engine.jobs for job_id in made

@@ -25,6 +25,8 @@ class ErrorKind(enum.Enum):
     UNAVAILABLE = "unavailable"
     #: the caller's role may not do it (a server with named tokens: jobq.server.access)
     FORBIDDEN = "forbidden"
+    #: the server is at a limit of what it holds (jobs, memory, schedules: ``ceiling.py``)
+    FULL = "full"
 
 
 class EngineError(Exception):
@@ -107,6 +109,20 @@ class DuplicateSchedule(ScheduleError):
     """A schedule of that name exists already."""
 
     kind = ErrorKind.CONFLICT
+
+
+class ServerFull(EngineError):
+    """The server holds as much as its ceiling allows (``ceiling.py``): no new job or
+    schedule until some go (or its memory falls); nothing changed. ``limit`` says which:
+    ``jobs``, ``memory`` or ``schedules``."""
+
+    kind = ErrorKind.FULL
+
+    text = "Server full"
+
+    def __init__(self, text: str | None = None, limit: str = "jobs") -> None:
+        super().__init__(text)
+        self.limit = limit
 
 
 

@@ -42,6 +42,8 @@ MAX_BULK_JOBS: Final = 100_000
 #: chain after its first (``then``)
 MAX_AFTER: Final = 1000
 MAX_CHAIN: Final = 20
+#: most schedules one server holds (the scheduler's benchmarks go this far: bench_schedules)
+MAX_SCHEDULES: Final = 100_000
 #: the range of times the command log can hold (Unix ns, signed 64-bit)
 MIN_TIME_NS: Final = -(2**63)
 MAX_TIME_NS: Final = 2**63 - 1

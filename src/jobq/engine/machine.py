@@ -20,6 +20,7 @@ from jobq.engine import replay as replaying
 from jobq.engine import tick as ticking
 from jobq.engine.apply import APPLY, apply_heartbeat
 from jobq.engine.backoff import Backoff
+from jobq.engine.ceiling import Ceiling
 from jobq.engine.commands import (
     AddJob,
     Command,
@@ -143,6 +144,8 @@ class Engine:
         self._sched_saved: tuple[int, int, int, int] = (0, 0, 0, 0)
         # -- replay (replay.py): only ``jobs`` is kept up to date until it ends
         self._replaying = False
+        #: how many jobs and schedules it takes on (``ceiling.py``; set by the server)
+        self.ceiling = Ceiling()
 
     # ------------------------------------------------------------------ transactions
 
@@ -500,8 +503,12 @@ class Engine:
 
     def _create(self, command: AddJob | ScheduleJob | SubmitJob, now_ns: int) -> Job:
         """Log and apply a command that creates a job; hand it to waiting leases."""
-        if command.id in self.jobs:
+        jobs = self.jobs
+        if command.id in jobs:
             raise DuplicateJob()
+        ceiling = self.ceiling
+        if ceiling.memory_refusal is not None or len(jobs) >= ceiling.max_jobs:
+            ceiling.check_jobs(len(jobs))
         self._emit(command, now_ns)
         waits.offer_ready_jobs(self, now_ns)
         return self.jobs[command.id]

@@ -72,6 +72,7 @@ def create_schedule(
         raise ScheduleError("Invalid schedule name: not all digits (ids are)")
     if name in engine.schedule_names:
         raise DuplicateSchedule(f"Duplicate schedule name {name!r}")
+    engine.ceiling.check_schedules(len(engine.schedules))
     spec = validate_spec(Spec(cron=cron, tz=tz, every_ms=every_ms, at_ns=at_ns))
     policy(WaitPolicy, wait)
     policy(ErrorPolicy, on_error)
@@ -292,8 +293,10 @@ def backfill_schedule(
         if len(times) > MAX_BACKFILL_RUNS:
             raise ScheduleError(f"Too many runs to backfill (most {MAX_BACKFILL_RUNS})")
         at = next_after(spec, at)
+    engine.ceiling.check_jobs(len(engine.jobs), len(times))
     jobs = [
-        fire(engine, schedule, kind="backfill", scheduled_ns=t, now_ns=now_ns) for t in times
+        fire(engine, schedule, kind="backfill", scheduled_ns=t, now_ns=now_ns, check_room=False)
+        for t in times
     ]
     offer_ready_jobs(engine, now_ns)
     return jobs

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar
 import msgspec
 
 from jobq.engine.deadlines import DeadlineKind
-from jobq.engine.errors import ScheduleError
+from jobq.engine.errors import ScheduleError, ServerFull
 from jobq.engine.executors import (
     JOB_FIELDS,
     RunInfo,
@@ -141,6 +141,11 @@ def schedule_due(engine: Engine, schedule: Schedule, deadline_ns: int, now_ns: i
             now_ns,
         )
         return 0
+    except ServerFull:
+        # the server's ceiling: look again in a pace, as for a run still unfinished; a run
+        # that cannot start within the catch-up window is missed (docs/server.md, "Ceiling")
+        wait(engine, schedule, DueRuns(count, latest, following, now_ns))
+        return 0
     return 1
 
 
@@ -222,6 +227,7 @@ def fire(
     next_run_ns: int | None = None,
     skipped: int = 0,
     missed: int = 0,
+    check_room: bool = True,
 ) -> Job:
     """One run (``kind`` scheduled, trigger or backfill): the job the executor makes and
     the schedule's advance, in one command; the later jobs of its chain (``Work.then``),
@@ -229,7 +235,11 @@ def fire(
 
     :class:`ScheduleError` (nothing changed) if the executor fails, or makes a job out of
     a submitted job's limits or a run the log cannot hold: the scheduler then pauses the
-    schedule with that reason (it must neither escape ``tick`` nor fail each try)."""
+    schedule with that reason (it must neither escape ``tick`` nor fail each try).
+    :class:`ServerFull` (nothing changed) at the engine's ceiling, unless ``check_room`` is
+    False (the caller asked for its runs' room at once); a run's chain counts as one job."""
+    if check_room:
+        engine.ceiling.check_jobs(len(engine.jobs))
     try:
         given = schedule.executor.execute(schedule, scheduled_ns, now_ns)
         known = _run_jobs.get(id(given))

@@ -51,6 +51,7 @@ def run(
     """
     if id in engine.jobs:
         raise DuplicateJob()
+    engine.ceiling.check_jobs(len(engine.jobs))
     touch(engine, id)
     job = Job.new(
         id=id,

@@ -18,12 +18,14 @@ STATUS = {
     ErrorKind.TIMEOUT: 504,
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.FORBIDDEN: 403,
+    ErrorKind.FULL: 507,
 }
 #: the text for an error reply that has none (workq's ``-NOT-FOUND`` and ``-TIMEOUT``)
 _DEFAULT_TEXT = {
     ErrorKind.NOT_FOUND: "Not found",
     ErrorKind.TIMEOUT: "Timeout",
     ErrorKind.UNAVAILABLE: "Server error",
+    ErrorKind.FULL: "Server full",
 }
 
 

@@ -21,11 +21,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from jobq import __version__
+from jobq.engine.ceiling import UNLIMITED
 from jobq.engine.commands import StartAttempt, TimeoutAttempt
 from jobq.engine.extensions import Heartbeat, LeaseBy
 from jobq.engine.job import Status
 from jobq.http.job_metrics import JobTimings
 from jobq.server.core import Core
+from jobq.server.workers import MAX_WORKERS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: most jobs the per-name breakdown walks per scrape; above this only per-queue counts
@@ -162,6 +164,7 @@ class JobqCollector(Collector):
         yield from self._workers()
         yield from self._schedules()
         yield from self._log()
+        yield from self._limits()
 
     def _jobs_by_name(self) -> Iterable[Metric]:
         engine = self.core.engine
@@ -279,6 +282,46 @@ class JobqCollector(Collector):
         yield CounterMetricFamily(
             "jobq_cmdlog_fsyncs", "Fsyncs of the command log", value=log.fsync_count
         )
+
+
+    def _limits(self) -> Iterable[Metric]:
+        """Each limit of docs/server.md's table that the server can count against (+Inf:
+        none), what it holds of it now, and the operations its ceiling refused."""
+        core = self.core
+        engine = core.engine
+        ceiling = engine.ceiling
+        memory = core.memory_ceiling
+        gate = core.gate
+        inf = float("inf")
+        rows: list[tuple[str, float, float]] = [
+            ("jobs", inf if ceiling.max_jobs == UNLIMITED else ceiling.max_jobs, len(engine.jobs)),
+            ("schedules", ceiling.max_schedules, len(engine.schedules)),
+            ("workers", MAX_WORKERS, len(core.workers.live())),
+        ]
+        if memory is not None:
+            limit = memory.max_bytes
+            rows.append(("memory_bytes", inf if limit is None else limit, memory.rss_bytes))
+        if gate is not None:  # a waiting request holds its connection: one each at most
+            rows.append(("connections", gate.max_connections, len(core.connections)))
+            rows.append(("waiting_requests", gate.max_connections, engine.waiting))
+        limit_family = GaugeMetricFamily(
+            "jobq_limit", "A limit of the server (+Inf: none)", labels=["resource"]
+        )
+        usage = GaugeMetricFamily(
+            "jobq_usage", "What the server holds of a limited resource now", labels=["resource"]
+        )
+        for resource, most, held in rows:
+            limit_family.add_metric([resource], most)
+            usage.add_metric([resource], held)
+        yield limit_family
+        yield usage
+        refused = CounterMetricFamily(
+            "jobq_ceiling_refusals", "New jobs and schedules refused at the ceiling, by limit",
+            labels=["limit"],
+        )
+        for name, count in ceiling.refused.items():
+            refused.add_metric([name], count)
+        yield refused
 
 
 #: the values of ``jobq_schedule_last_run_status``'s ``status`` label

@@ -453,5 +453,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (422, "The request does not fit the schema"),
         (503, "The command log cannot be written; retry"),
         (504, "Timed out"),
+        (507, "The server is at its ceiling (jobs, memory, schedules); retry later"),
     )
 }

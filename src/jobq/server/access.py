@@ -101,6 +101,7 @@ PERMISSIONS: dict[str, Role] = {
     "wshow": Role.VIEWER,
     "logs": Role.VIEWER,
     "logstate": Role.VIEWER,
+    "limits": Role.VIEWER,
     # an operator's
     "pause": Role.ADMIN,
     "resume": Role.ADMIN,

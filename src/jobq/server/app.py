@@ -14,11 +14,13 @@ from collections.abc import Callable
 from jobq.cmdlog.log import CommandLog
 from jobq.cmdlog.record import Record
 from jobq.cmdlog.scrub import Damage
-from jobq.config import ConfigError, ServerConfig, exposure_error
+from jobq.config import AUTO_MAX_MEMORY, ConfigError, ServerConfig, exposure_error
+from jobq.engine.ceiling import UNLIMITED
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import register_job_type_validator
 from jobq.server.attempt_logs import AttemptLogs
+from jobq.server.ceiling import MemoryCeiling, default_max_memory_bytes, limits_command, mib
 from jobq.server.core import Core, WallClock
 from jobq.server.gate import Gate
 from jobq.server.history import read_history
@@ -188,6 +190,29 @@ def _keep_damage_visible(log_dir: str, scrub: LogScrub) -> None:
         names,
     )
 
+def _ceiling(config: ServerConfig, engine: Engine) -> MemoryCeiling:
+    """Set the engine's job ceiling, and make the memory ceiling (read once now, so that a
+    start over it refuses adds from the first); say both."""
+    engine.ceiling.max_jobs = config.max_jobs if config.max_jobs is not None else UNLIMITED
+    max_bytes = config.max_memory_bytes
+    if max_bytes == AUTO_MAX_MEMORY:
+        max_bytes = default_max_memory_bytes()
+    memory = MemoryCeiling(engine.ceiling, max_bytes)
+    memory.refresh()
+    jobs = len(engine.jobs)
+    logger.info(
+        "ceiling: %s jobs (%d held), %s of memory (%s resident)",
+        "no limit of" if config.max_jobs is None else f"at most {config.max_jobs}", jobs,
+        "no limit" if memory.max_bytes is None else f"at most {mib(memory.max_bytes)}",
+        mib(memory.rss_bytes),
+    )
+    if config.max_jobs is not None and jobs >= config.max_jobs:
+        logger.warning(
+            "the log holds %d jobs, --max-jobs is %d: adds are refused until jobs go",
+            jobs, config.max_jobs,
+        )
+    return memory
+
 
 async def serve(
     config: ServerConfig,
@@ -274,6 +299,8 @@ async def serve(
         engine, log, sync_always=config.sync == "always", clock=clock, history=history,
         attempt_logs=attempt_logs,
     )
+    core.memory_ceiling = _ceiling(config, engine)
+    core.dispatcher.extensions.handlers["limits"] = limits_command(core)
     core.set_access(access)
     core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
     core.workers.missed_heartbeats = config.worker_missed_heartbeats
@@ -389,6 +416,7 @@ async def serve(
         if core.scrub is not None:
             core.scrub.close()
         core.close()
+        core.memory_ceiling.close()
         for conn in list(core.connections):
             if isinstance(conn, Connection) and conn.transport is not None:
                 conn.transport.close()

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from jobq.server.access import Principal
     from jobq.server.attempt_logs import AttemptLogs
     from jobq.server.audit import AuditTrail
+    from jobq.server.ceiling import MemoryCeiling
     from jobq.server.gate import Gate
     from jobq.server.scrubbing import LogScrub
     from jobq.server.snapshotter import Snapshotter
@@ -207,6 +208,9 @@ class Core:
         #: (``jobq.http.metrics.install_command_counts``; a declared attribute: the class
         #: may be compiled, and then takes no others)
         self.command_counts: object | None = None
+        #: the memory ceiling, refreshed once per batch and by housekeeping (set by the app;
+        #: ``ceiling.py``: it reads the RSS at most every 100 ms)
+        self.memory_ceiling: MemoryCeiling | None = None
         engine.begin()
 
     def set_access(self, access: Access | None) -> None:
@@ -370,13 +374,22 @@ class Core:
         """Compact the engine; hand freed memory back to the OS (in a worker thread) once a
         table was rebuilt or ``TRIM_AFTER_REMOVED_JOBS`` jobs left. Returns whether it did."""
         stats = self.engine.compact()
+        if self.memory_ceiling is not None:
+            self.memory_ceiling.housekeeping()
         jobs = len(self.engine.jobs)
         self._jobs_high = max(self._jobs_high, jobs)
         if stats.dropped or stats.tables:
             logger.debug("compacted the engine: %s", stats)
         removed = self._jobs_high - jobs
-        # many jobs gone, or most of the jobs there were (the last few thousand of a batch)
-        if not stats.tables and removed < min(TRIM_AFTER_REMOVED_JOBS, self._jobs_high // 2 + 1):
+        # many jobs gone, or most of the jobs there were (the last few thousand of a batch);
+        # or new jobs refused for memory: what was freed since must count at once (the
+        # server's malloc trims by itself only past 256 MiB free: entry.py)
+        at_ceiling = (
+            self.memory_ceiling is not None
+            and self.memory_ceiling.ceiling.memory_refusal is not None
+        )
+        few = removed < min(TRIM_AFTER_REMOVED_JOBS, self._jobs_high // 2 + 1)
+        if not stats.tables and few and not at_ceiling:
             return False
         self._jobs_high = jobs
         self.trims += 1
@@ -391,6 +404,8 @@ class Core:
         """Write the batch; release its replies once the log holds it; arm the loop timer
         for the engine's earliest deadline."""
         self._flush_scheduled = False
+        if self.memory_ceiling is not None:
+            self.memory_ceiling.refresh()
         group_commit = self.group_commit
         if group_commit is not None and group_commit.syncing:
             self._arm_timer()

@@ -13,7 +13,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jobq.auth import FORBIDDEN
-from jobq.engine.errors import DuplicateJob, DuplicateResult, EngineError, ErrorKind, JobNotFound
+from jobq.engine.errors import (
+    DuplicateJob,
+    DuplicateResult,
+    EngineError,
+    ErrorKind,
+    JobNotFound,
+    ServerFull,
+)
 from jobq.engine.job import Job, Status
 from jobq.engine.machine import Engine
 from jobq.engine.waiters import JobResult, Outcome, WakeValue
@@ -26,14 +33,16 @@ from jobq.server.internal_requests import DeleteJob, ServerOverview
 from jobq.server.workers import WorkerRegistry
 
 #: the reply to a refused command, by the error's class (the first of its classes, most
-#: derived first, that is here): workq's own replies where workq has one, else the error's
-#: text as a client error of the error's kind
+#: derived first, that is here): workq's own replies where workq has one, a server error
+#: for the ceiling (the server cannot take it now, as workq's refusals for a log it cannot
+#: write), else the error's text as a client error of the error's kind
 _ERROR_REPLIES: dict[type[EngineError], Callable[[EngineError], p.ErrorReply]] = {
     JobNotFound: lambda exc: p.not_found(),
     DuplicateJob: lambda exc: p.client_error(p.DUPLICATE_JOB, ErrorKind.CONFLICT),
     DuplicateResult: lambda exc: p.client_error(p.DUPLICATE_RESULT, ErrorKind.CONFLICT),
     BadRequest: lambda exc: p.client_error(exc.text, ErrorKind.INVALID),
     Forbidden: lambda exc: p.client_error(exc.text or FORBIDDEN, ErrorKind.FORBIDDEN),
+    ServerFull: lambda exc: p.server_error(exc.text, ErrorKind.FULL),
     EngineError: lambda exc: p.client_error(exc.text, exc.kind),
 }
 

@@ -138,9 +138,10 @@ def client_error(text: str, kind: ErrorKind = ErrorKind.INVALID) -> ErrorReply:
     return ErrorReply(_error_line(CLIENT_ERROR, text), kind)
 
 
-def server_error(text: str) -> ErrorReply:
-    """``-SERVER-ERROR <text>``: the server cannot do it now."""
-    return ErrorReply(_error_line(SERVER_ERROR, text), ErrorKind.UNAVAILABLE)
+def server_error(text: str, kind: ErrorKind = ErrorKind.UNAVAILABLE) -> ErrorReply:
+    """``-SERVER-ERROR <text>``: the server cannot do it now; ``kind`` says why (its log
+    cannot be written, it is full, ...)."""
+    return ErrorReply(_error_line(SERVER_ERROR, text), kind)
 
 
 _TIMEOUT = ErrorReply(b"-TIMEOUT\r\n", ErrorKind.TIMEOUT)

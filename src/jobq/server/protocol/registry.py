@@ -403,6 +403,7 @@ EXTENSION_COMMANDS = (
     "wbye",
     "wlist",
     "wshow",
+    "limits",
     "bulk",
     "logappend",
     "logs",
