@@ -95,6 +95,10 @@ class ServerConfig(msgspec.Struct, frozen=True):
     listen_plain: tuple[str, int] | None = None
     #: the most bytes each attempt log keeps (server/attempt_logs)
     attempt_log_max_bytes: int = DEFAULT_ATTEMPT_LOG_MAX_BYTES
+    #: HOST, PORT of the primary this server is a standby of (docs/ha.md); None: a primary
+    replica_of: tuple[str, int] | None = None
+    #: the token a standby gives its primary (default: its own ``auth_token``)
+    replica_token: str | None = None
 
     @property
     def log_dir(self) -> Path:

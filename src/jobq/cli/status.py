@@ -57,6 +57,12 @@ def gather(client: Any) -> dict[str, Any]:
             schedules = client.schedules()
         except Exception:
             schedules = None
+    replication: dict[str, Any] | None = None
+    if hasattr(client, "replication"):
+        try:
+            replication = client.replication() or None
+        except Exception:  # a server before replication, or workq
+            replication = None
     started = info.started
     now = datetime.now(UTC)
     return {
@@ -68,7 +74,28 @@ def gather(client: Any) -> dict[str, Any]:
         "running": pages.get("running", []),
         "recent_failures": pages.get("failed", []),
         "schedules": schedules,
+        **({} if replication is None else {"replication": replication}),
     }
+
+
+def replication_line(replication: dict[str, Any]) -> str:
+    """The replication role and lag in one line (docs/ha.md)."""
+    if replication.get("role") == "standby":
+        state = "streaming" if replication.get("connected") else "not connected"
+        behind = replication.get("records_behind")
+        records = "? records" if behind is None else f"{behind} records"
+        return (
+            f"standby of {replication.get('primary')} ({state}), {records} and "
+            f"{replication.get('seconds_behind', 0)} s behind"
+        )
+    standbys = replication.get("standbys") or []
+    parts = [
+        f"{s.get('address')} {'?' if s.get('records_behind') is None else s['records_behind']}"
+        f" records / {s.get('seconds_behind') if s.get('seconds_behind') is not None else '?'}"
+        " s behind"
+        for s in standbys
+    ]
+    return f"primary, {len(standbys)} standbys" + (": " + "; ".join(parts) if parts else "")
 
 
 def _age(seconds: float) -> str:
@@ -94,6 +121,8 @@ def _plain(data: dict[str, Any]) -> None:
     echo(f"server      {data['server']}  up {_age(data['uptime_s'])}, "
          f"{data['connections']} connections")
     echo("jobs        " + ", ".join(f"{v} {k}" for k, v in data["jobs"].items()))
+    if "replication" in data:
+        echo("replication " + replication_line(data["replication"]))
     if data["running"]:
         echo("running")
         for job in data["running"]:
@@ -129,6 +158,8 @@ def _rich(data: dict[str, Any]) -> None:
         Text(f"{v} {k}", style=colors.get(k, "")) for k, v in data["jobs"].items()
     )
     parts: list[Any] = [head, counts]
+    if "replication" in data:
+        parts.append(Text("replication  " + replication_line(data["replication"])))
     if data["running"]:
         table = Table(title="running", title_justify="left", expand=True, box=None)
         table.add_column("id", style="dim", no_wrap=True)

@@ -25,6 +25,8 @@ class ErrorKind(enum.Enum):
     UNAVAILABLE = "unavailable"
     #: the caller's role may not do it (a server with named tokens: jobq.server.access)
     FORBIDDEN = "forbidden"
+    #: a standby: changes go to its primary (jobq.server.replication; docs/ha.md)
+    READONLY = "readonly"
 
 
 class EngineError(Exception):

@@ -100,6 +100,7 @@ PERMISSIONS: dict[str, Role] = {
     "wlist": Role.VIEWER,
     "wshow": Role.VIEWER,
     "logs": Role.VIEWER,
+    "replication": Role.VIEWER,
     # an operator's
     "pause": Role.ADMIN,
     "resume": Role.ADMIN,

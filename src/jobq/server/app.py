@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 
 from jobq.cmdlog.log import CommandLog
-from jobq.cmdlog.record import Record
+from jobq.cmdlog.record import VERSION_2, Record
 from jobq.config import ConfigError, ServerConfig, exposure_error
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
@@ -24,6 +24,8 @@ from jobq.server.history import read_history
 from jobq.server.listeners import open_listeners
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
+from jobq.server.replication.follower import Follower, PrimaryRefused, check_primary
+from jobq.server.replication.state import Replication
 from jobq.server.snapshot import position_at, vouched_place, write_snapshot
 from jobq.server.snapshotter import Snapshotter
 from jobq.server.tcp import Connection
@@ -126,6 +128,11 @@ async def _clean_periodically(core: Core, log: CommandLog, interval_ms: int) -> 
             await loop.run_in_executor(None, release_free_memory)
 
 
+def _address(place: tuple[str, int]) -> str:
+    host, port = place
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _save_snapshot(log_dir: str, engine: Engine, end: tuple[int, int]) -> None:
     """Leave the engine's state beside the closed log, at its ``end``, for a fast next start
     (``snapshot.py``)."""
@@ -176,6 +183,16 @@ async def serve(
         ),
         started_ns=clock(),
     )
+    replica_of = config.replica_of
+    replication = Replication(
+        None if replica_of is None else _address(replica_of)
+    )
+    replica_token = config.replica_token or config.auth_token
+    if replica_of is not None:
+        # before anything is written: a primary that would not stream is one line, no file
+        await check_primary(
+            replication, *replica_of, replica_token, (config.segment_size_bytes, VERSION_2)
+        )
     log: CommandLog | None = None
     if not config.in_memory:
         log = CommandLog.open(
@@ -222,6 +239,23 @@ async def serve(
         attempt_logs=attempt_logs,
     )
     core.set_access(access)
+    follower: Follower | None = None
+    if log is not None:
+        core.replication = replication
+        core.dispatcher.replication_status = replication.status
+        core.command_observers.append(lambda commands: replication.written(len(commands)))
+        if replica_of is not None:
+            core.follows_primary = True
+            core.dispatcher.read_only_primary = replication.primary
+
+            def refused(exc: PrimaryRefused) -> None:
+                core.fatal_error = exc
+                stop_event.set()
+
+            follower = Follower(
+                core, log, replication, replica_of, replica_token,
+                sync_always=config.sync == "always", on_fatal=refused,
+            )
     core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
     core.workers.missed_heartbeats = config.worker_missed_heartbeats
     core.replay_seconds = stats.seconds if log is not None else 0.0
@@ -293,6 +327,7 @@ async def serve(
             tls_cert=config.tls_cert,
             tls_key=config.tls_key,
         )
+    following = None if follower is None else asyncio.create_task(follower.run())
     if on_listening is not None:
         on_listening(host, port)
     if snapshotter is not None:
@@ -316,6 +351,10 @@ async def serve(
         logger.info("stopping: no new connections, flushing the command log")
         if stop_http is not None:
             await stop_http()
+        if following is not None:
+            following.cancel()
+        for feed in list(replication.feeds):
+            feed.stop()
         for server in servers:
             server.close()
         gate.close()

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from jobq.server.attempt_logs import AttemptLogs
     from jobq.server.audit import AuditTrail
     from jobq.server.gate import Gate
+    from jobq.server.replication.state import Replication
     from jobq.server.snapshotter import Snapshotter
     from jobq.server.tokens import Access
     from jobq.server.workers import WorkerRegistry
@@ -204,6 +205,12 @@ class Core:
         #: (``jobq.http.metrics.install_command_counts``; a declared attribute: the class
         #: may be compiled, and then takes no others)
         self.command_counts: object | None = None
+        #: replication: a primary's standbys, or the primary a standby follows (set by the
+        #: app; ``replication/``)
+        self.replication: Replication | None = None
+        #: a standby: its engine only applies its primary's records; no timer, TTR or
+        #: schedule runs here (``replication/follower.py``)
+        self.follows_primary = False
         engine.begin()
 
     def set_access(self, access: Access | None) -> None:
@@ -304,6 +311,8 @@ class Core:
     # ------------------------------------------------------------------ time
 
     def _arm_timer(self) -> None:
+        if self.follows_primary:
+            return  # a standby's deadlines are its primary's
         deadline_ns = self.engine.next_deadline_ns()
         if deadline_ns is None or self._closed:
             return
@@ -327,7 +336,9 @@ class Core:
         next loop iteration, after the requests that came meanwhile, and adds to the same
         batch, which is written once it acknowledges something (a request ran: its flush
         is scheduled), holds ``BURST_BATCH_COMMANDS`` commands, or the burst ended; the
-        collector's full collections wait meanwhile (``collector.py``)."""
+        collector's full collections wait meanwhile (``collector.py``). Not on a standby."""
+        if self.follows_primary:
+            return
         now_ns = self.clock()
         engine = self.engine
         engine.tick(now_ns)

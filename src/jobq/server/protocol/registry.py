@@ -406,6 +406,7 @@ EXTENSION_COMMANDS = (
     "bulk",
     "logappend",
     "logs",
+    "replication",
 )
 
 
