@@ -24,6 +24,7 @@ from jobq.server.history import read_history
 from jobq.server.listeners import open_listeners
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
+from jobq.server.replication.catch_up import catch_up
 from jobq.server.replication.follower import Follower, PrimaryRefused, check_primary
 from jobq.server.replication.state import Replication
 from jobq.server.snapshot import position_at, vouched_place, write_snapshot
@@ -194,8 +195,9 @@ async def serve(
             replication, *replica_of, replica_token, (config.segment_size_bytes, VERSION_2)
         )
     log: CommandLog | None = None
-    if not config.in_memory:
-        log = CommandLog.open(
+
+    def open_log() -> CommandLog:
+        return CommandLog.open(
             str(config.log_dir),
             sync=config.sync,  # type: ignore[arg-type]
             sync_interval_ms=config.sync_interval_ms,
@@ -204,6 +206,14 @@ async def serve(
             whole_until=vouched_place,
             lock_wait_s=LOCK_WAIT_S,
         )
+
+    if replica_of is not None:
+        await catch_up(
+            replication, replica_of, replica_token, str(config.log_dir),
+            (config.segment_size_bytes, VERSION_2), open_log,
+        )
+    if not config.in_memory:
+        log = open_log()
         stats = restore(log, engine, clock())
         logger.info(
             "replayed %d records from %s: %d jobs in %.3f s%s",

@@ -38,7 +38,11 @@ from jobq.server.gate import (
     Gate,
 )
 from jobq.server.replication.feed import Feed, check_request
-from jobq.server.replication.wire import Replicate, register_replicate_command
+from jobq.server.replication.wire import (
+    Replicate,
+    ReplicateSnapshot,
+    register_replicate_command,
+)
 from jobq.server.tokens import digest
 
 register_auth_command()
@@ -283,7 +287,7 @@ class Connection(asyncio.Protocol):
             if self.gatekeeping or isinstance(event, Auth):
                 self._screen(event, slot)
                 continue
-            if type(event) is Replicate:
+            if type(event) is Replicate or type(event) is ReplicateSnapshot:
                 if self._replicate(event, slot):
                     return
                 continue
@@ -338,7 +342,7 @@ class Connection(asyncio.Protocol):
         self.blocked = True
         self.core.loop.call_later(delay_s, self._answer_held, slot)
 
-    def _replicate(self, request: Replicate, slot: Slot) -> bool:
+    def _replicate(self, request: Replicate | ReplicateSnapshot, slot: Slot) -> bool:
         """``replicate``: refuse it, answer a check, or turn this connection into a
         replication stream (``replication/feed.py``); whether it did the last."""
         core = self.core
@@ -354,7 +358,7 @@ class Connection(asyncio.Protocol):
             refusal = p.client_error("replicate: send it alone, and wait for its answer")
         else:
             refusal = check_request(replication, core.log, request)
-        if refusal is not None or request.sequence == 0:
+        if refusal is not None or (isinstance(request, Replicate) and request.sequence == 0):
             reply = refusal
             if reply is None:
                 assert replication is not None

@@ -23,6 +23,7 @@ from jobq.cmdlog.record import CRC_LEN, HEADER_LEN
 from jobq.cmdlog.segment import list_segments, segment_name
 from jobq.server import protocol as p
 from jobq.server.replication import wire
+from jobq.server.snapshot import read_for_standby
 
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
@@ -36,7 +37,9 @@ class StreamRefused(Exception):
 
 
 def check_request(
-    replication: Replication, log: CommandLog | None, request: wire.Replicate
+    replication: Replication,
+    log: CommandLog | None,
+    request: wire.Replicate | wire.ReplicateSnapshot,
 ) -> bytes | None:
     """The refusal of a ``replicate`` that cannot be served at all, else None."""
     if request.server_id == replication.server_id:
@@ -80,8 +83,7 @@ def resolve_start(
         return later[0], HEADER_LEN
     if sequence not in present:
         raise StreamRefused(
-            f"segment {sequence} was removed by the primary's cleaner: the standby needs "
-            "to start again from an empty data directory"
+            f"segment {sequence} was removed by the primary's cleaner: {wire.CATCH_UP}"
         )
     path = os.path.join(directory, segment_name(sequence))
     with open(path, "rb") as file:
@@ -90,8 +92,7 @@ def resolve_start(
     if len(stored) < CRC_LEN or crc is None or int.from_bytes(stored, "big") != crc:
         raise StreamRefused(
             f"segment {sequence} offset {offset} does not hold the standby's last record "
-            "(the primary's cleaner rewrote that segment, or the logs differ): the standby "
-            "needs to start again from an empty data directory"
+            f"(the primary's cleaner rewrote that segment, or the logs differ): {wire.CATCH_UP}"
         )
     return sequence, offset
 
@@ -116,20 +117,21 @@ class Feed:
         replication: Replication,
         log: CommandLog,
         transport: asyncio.Transport,
-        request: wire.Replicate,
+        request: wire.Replicate | wire.ReplicateSnapshot,
         peer: str,
     ) -> None:
         self.replication = replication
         self.log = log
         self.transport = transport
-        self.request = request
         self.peer = peer
-        self.sequence = request.sequence
-        self.offset = request.offset
+        #: the place to stream from (None: send the engine snapshot, then close)
+        self.request = request if isinstance(request, wire.Replicate) else None
+        self.sequence = 0 if self.request is None else self.request.sequence
+        self.offset = 0 if self.request is None else self.request.offset
         #: records sent on this stream, and those the standby said it holds
         self.sent = 0
         self.acked = 0
-        self.acked_place: tuple[int, int] = (request.sequence, request.offset)
+        self.acked_place: tuple[int, int] = (self.sequence, self.offset)
         #: records_written - sent once the feed caught up (None: still catching up)
         self.base: int | None = None
         self._wake = asyncio.Event()
@@ -214,6 +216,9 @@ class Feed:
         loop = asyncio.get_running_loop()
         directory = self.log.path
         try:
+            if self.request is None:
+                await self._send_snapshot(loop, directory)
+                return
             try:
                 start = await loop.run_in_executor(
                     None,
@@ -242,6 +247,23 @@ class Feed:
         finally:
             self._close_fd()
             self.stop()
+
+    async def _send_snapshot(self, loop: asyncio.AbstractEventLoop, directory: str) -> None:
+        """``rsnapshot``: the engine snapshot file and its place, then the end."""
+        found = await loop.run_in_executor(None, read_for_standby, directory)
+        if found is None:
+            self.transport.write(p.client_error("rsnapshot: no engine snapshot"))
+            return
+        data, sequence, offset = found
+        self.transport.write(f"+SNAPSHOT {sequence} {offset} {len(data)}\r\n".encode())
+        self.transport.write(data)
+        logger.info(
+            "sent the engine snapshot (segment %d offset %d, %d bytes) to a standby at %s",
+            sequence, offset, len(data), self.peer,
+        )
+        while self.transport.get_write_buffer_size() and not self.transport.is_closing():
+            await self._writable.wait()
+            await asyncio.sleep(0.01)
 
     async def _stream(self, loop: asyncio.AbstractEventLoop, directory: str) -> None:
         appender = self.log.appender
@@ -277,6 +299,9 @@ class Feed:
                 later = [number for number, _ in present if number > self.sequence]
                 self.sequence = later[0] if later else end_sequence
                 self.offset = HEADER_LEN
+                # an empty frame starts the segment on the standby too: its log ends where
+                # the primary's does even before a record is written there
+                self.transport.write(wire.data_frame(self.sequence, self.offset, 0, b""))
                 continue
             self.transport.write(wire.data_frame(self.sequence, self.offset, count, data))
             self.sent += count

@@ -41,8 +41,8 @@ RETRY_MAX_S: Final = 2.0
 
 
 class PrimaryRefused(Exception):
-    """The primary cannot be followed; one line says why. ``misuse``: the settings are
-    wrong (exit 2), not the network (exit 1)."""
+    """The primary cannot be followed; one line says why. ``misuse``: trying again would
+    not help (the settings are wrong: exit 2 at a start), not the network (exit 1)."""
 
     def __init__(self, text: str, *, misuse: bool = True) -> None:
         super().__init__(text)
@@ -209,6 +209,12 @@ class Follower:
         place = last_place(self.log)
         writer.write(_request(self.replication, self.log_settings, place))
         line = await _line(reader, self.address)
+        if wire.CATCH_UP in line:
+            raise PrimaryRefused(
+                f"the primary at {self.address} cannot stream from this log's end "
+                f"({line.partition('replicate: ')[2]}): restart this standby, which then "
+                "catches up from the primary's engine snapshot"
+            )
         if not line.startswith("+STREAM"):
             raise _explain(self.address, line)
         state = self.replication

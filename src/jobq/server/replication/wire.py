@@ -53,6 +53,34 @@ class Replicate(p.Request, frozen=True):
         ).encode() + p.CRLF
 
 
+class ReplicateSnapshot(p.Request, frozen=True):
+    """``rsnapshot <server-id> <segment-size> <version>``: the primary's engine snapshot,
+    answered ``+SNAPSHOT <sequence> <offset> <length>`` and the file's bytes, for a standby
+    that catches up (then it streams from the start of that segment)."""
+
+    command: ClassVar[str] = "rsnapshot"
+    server_id: str
+    segment_size_bytes: int
+    version: int
+
+    def to_bytes(self) -> bytes:
+        return (
+            f"rsnapshot {self.server_id} {self.segment_size_bytes} {self.version}"
+        ).encode() + p.CRLF
+
+
+#: what the primary's refusal of a place says when the standby must catch up anew
+CATCH_UP: Final = "catch up anew"
+
+
+def _parse_snapshot(
+    args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None
+) -> p.Request:
+    if flags or len(args) != 3 or not args[1].isdigit() or not args[2].isdigit():
+        raise p.ClientError(p.INVALID_COMMAND_ARGS)
+    return ReplicateSnapshot(args[0], int(args[1]), int(args[2]))
+
+
 def _parse(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> p.Request:
     if flags or len(args) != 6:
         raise p.ClientError(p.INVALID_COMMAND_ARGS)
@@ -74,6 +102,7 @@ def register_replicate_command(registry: p.CommandRegistry | None = None) -> Non
     if spec is not None and spec.parse is _parse:
         return
     target.register("replicate", _parse, replace=True)
+    target.register("rsnapshot", _parse_snapshot, replace=True)
 
 
 def data_frame(sequence: int, offset: int, records: int, data: bytes) -> bytes:
