@@ -115,6 +115,9 @@ PERMISSIONS: dict[str, Role] = {
     "sbackfill": Role.ADMIN,
     "sdrop": Role.ADMIN,
     "audit": Role.ADMIN,
+    # a standby's stream of the whole log (the connection checks it: replication/feed.py)
+    "replicate": Role.ADMIN,
+    "rsnapshot": Role.ADMIN,
     # internal requests (HTTP's)
     "ServerOverview": Role.VIEWER,
     "DeleteJob": Role.ADMIN,
