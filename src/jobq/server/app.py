@@ -311,6 +311,7 @@ async def serve(
             pass  # not the main thread (tests): the caller sets ``stop``
     if access is not None:
         access.on_change.append(gate.tokens_changed)
+        access.on_change.append(lambda: replication.tokens_changed(access))
         if config.auth_file is not None or config.auth_token_file is not None:
             try:
                 loop.add_signal_handler(signal.SIGHUP, access.reload)

@@ -371,7 +371,7 @@ class Connection(asyncio.Protocol):
         assert transport is not None
         peer = transport.get_extra_info("peername")
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) > 1 else ""
-        feed = Feed(replication, core.log, transport, request, where)
+        feed = Feed(replication, core.log, transport, request, where, self.token_digest)
         self.feed = feed
         self.gate.release(self)  # a stream is not a client's connection
         transport.resume_reading()

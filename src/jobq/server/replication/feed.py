@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING
 from jobq.cmdlog.record import CRC_LEN, HEADER_LEN
 from jobq.cmdlog.segment import list_segments, segment_name
 from jobq.server import protocol as p
+from jobq.server.access import Role
 from jobq.server.replication import wire
 from jobq.server.snapshot import read_for_standby
 
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
     from jobq.server.replication.state import Replication
+    from jobq.server.tokens import Access
 
 logger = logging.getLogger("jobq.server")
 
@@ -119,8 +121,12 @@ class Feed:
         transport: asyncio.Transport,
         request: wire.Replicate | wire.ReplicateSnapshot,
         peer: str,
+        token_digest: bytes | None = None,
     ) -> None:
         self.replication = replication
+        #: the digest of the token the standby gave (None: a server without tokens); a
+        #: reload that no longer makes it an admin's ends the stream (:meth:`tokens_changed`)
+        self.token_digest = token_digest
         self.log = log
         self.transport = transport
         self.peer = peer
@@ -187,6 +193,16 @@ class Feed:
             self.task.cancel()
         if not self.transport.is_closing():
             self.transport.close()
+
+    def tokens_changed(self, access: Access) -> None:
+        """The tokens were reloaded: a stream whose token is gone, or no longer an
+        admin's, ends (a standby reconnects, and is refused, with that token)."""
+        if self.token_digest is None:
+            return
+        principal = access.by_digest(self.token_digest)
+        if principal is None or principal.role is not Role.ADMIN:
+            logger.warning("the token of the standby at %s was revoked: stream ended", self.peer)
+            self.stop()
 
     # -- lag
 

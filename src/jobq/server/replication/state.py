@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from jobq.server.replication.feed import Feed
+    from jobq.server.tokens import Access
 
 #: batches remembered for the seconds of lag (older ones: the lag is at least that old)
 BATCH_TIMES_KEPT: Final = 65_536
@@ -77,6 +78,11 @@ class Replication:
         if where >= len(counts):
             return 0.0
         return (time.monotonic_ns() - self._batch_times[where]) / _NS_PER_S
+
+    def tokens_changed(self, access: Access) -> None:
+        """The tokens were reloaded: streams whose token was revoked end."""
+        for feed in list(self.feeds):
+            feed.tokens_changed(access)
 
     # -- the standby's side
 
