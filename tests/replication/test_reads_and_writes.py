@@ -139,3 +139,26 @@ def test_replicate_is_unknown_to_a_server_in_memory() -> None:
         conn.close()
     finally:
         server.stop()
+
+
+def test_a_primary_s_metrics_show_its_standbys(tmp_path: Path) -> None:
+    primary = RunningServer(tmp_path / "primary", with_http=True)
+    standby = standby_of(primary, tmp_path / "standby")
+    try:
+        with primary.client() as client:
+            client.add("q", b"x")
+        caught_up(primary, standby)
+        with httpx.Client(base_url=primary.http_url) as http:
+            metrics = wait_for(
+                lambda: (text := http.get("/metrics").text)
+                and "jobq_replication_standby_records_behind{" in text
+                and text,
+                5.0,
+            )
+            assert "jobq_replication_standby 0.0" in metrics
+            assert "jobq_replication_standbys 1.0" in metrics
+            server = http.get("/api/server").json()["replication"]
+            assert server["role"] == "primary" and len(server["standbys"]) == 1
+    finally:
+        standby.stop()
+        primary.stop()
