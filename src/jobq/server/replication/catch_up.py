@@ -24,11 +24,11 @@ from jobq.server.replication import wire
 from jobq.server.replication.follower import (
     CONNECT_TIMEOUT_S,
     PrimaryRefused,
-    _connect,
-    _explain,
-    _line,
-    _request,
+    connect_primary,
+    explain_refusal,
     last_place,
+    read_line,
+    replicate_line,
 )
 from jobq.server.replication.state import Replication
 from jobq.server.snapshot import place_from_primary, position_at
@@ -53,16 +53,16 @@ async def catch_up(
             place = last_place(log)
         finally:
             log.close()
-        reader, writer = await _connect(host, port, token)
+        reader, writer = await connect_primary(host, port, token)
         try:
-            writer.write(_request(replication, log_settings, place))
-            answer = await _line(reader, where)
+            writer.write(replicate_line(replication, log_settings, place))
+            answer = await read_line(reader, where)
         finally:
             writer.close()
         if answer.startswith("+STREAM"):
             return
         if wire.CATCH_UP not in answer:
-            raise _explain(where, answer)
+            raise explain_refusal(where, answer)
         aside = f"{log_dir}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         logger.warning(
             "the primary at %s cannot stream from this log's end (%s): moved it to %s, "
@@ -93,11 +93,11 @@ async def _fetch_snapshot(
     log_settings: tuple[int, int],
 ) -> tuple[bytes, int, int] | None:
     host, port = address
-    reader, writer = await _connect(host, port, token)
+    reader, writer = await connect_primary(host, port, token)
     try:
         request = wire.ReplicateSnapshot(replication.server_id, *log_settings)
         writer.write(request.to_bytes())
-        answer = await _line(reader, f"{host}:{port}")
+        answer = await read_line(reader, f"{host}:{port}")
         if not answer.startswith("+SNAPSHOT"):
             return None
         _word, sequence, offset, length = answer.split()
@@ -131,12 +131,12 @@ async def _copy_until(
     until ``log`` reaches ``place`` (checked, not applied: the snapshot holds them)."""
     host, port = address
     where = f"{host}:{port}"
-    reader, writer = await _connect(host, port, token)
+    reader, writer = await connect_primary(host, port, token)
     try:
-        writer.write(_request(replication, log_settings, (place[0], HEADER_LEN, None)))
-        answer = await _line(reader, where)
+        writer.write(replicate_line(replication, log_settings, (place[0], HEADER_LEN, None)))
+        answer = await read_line(reader, where)
         if not answer.startswith("+STREAM"):
-            raise _explain(where, answer)
+            raise explain_refusal(where, answer)
         while log.position() < place:
             head = await reader.readline()
             parts = head.split()

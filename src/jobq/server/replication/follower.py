@@ -57,7 +57,7 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _explain(address: str, reply: str) -> PrimaryRefused:
+def explain_refusal(address: str, reply: str) -> PrimaryRefused:
     """The line for a refusal the primary answered ``replicate`` (or ``auth``) with."""
     if reply.startswith("-READONLY"):
         primary = reply.partition(" ")[2]
@@ -74,7 +74,7 @@ def _explain(address: str, reply: str) -> PrimaryRefused:
     return PrimaryRefused(f"the primary at {address} refused to stream: {text}")
 
 
-async def _connect(
+async def connect_primary(
     host: str, port: int, token: str | None
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     address = f"{host}:{port}"
@@ -89,14 +89,14 @@ async def _connect(
         ) from exc
     if token:
         writer.write(f"auth {token}\r\n".encode())
-        line = await _line(reader, address)
+        line = await read_line(reader, address)
         if line != "+OK":
             writer.close()
-            raise _explain(address, line)
+            raise explain_refusal(address, line)
     return reader, writer
 
 
-async def _line(reader: asyncio.StreamReader, address: str) -> str:
+async def read_line(reader: asyncio.StreamReader, address: str) -> str:
     try:
         raw = await asyncio.wait_for(reader.readline(), CONNECT_TIMEOUT_S * 4)
     except (OSError, TimeoutError) as exc:
@@ -106,7 +106,7 @@ async def _line(reader: asyncio.StreamReader, address: str) -> str:
     return raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
-def _request(
+def replicate_line(
     replication: Replication, log_settings: tuple[int, int], place: tuple[int, int, int | None]
 ) -> bytes:
     segment_size, version = log_settings
@@ -124,12 +124,12 @@ async def check_primary(
     log_settings: tuple[int, int],
 ) -> None:
     """Ask the primary whether it streams to this server; :class:`PrimaryRefused` if not."""
-    reader, writer = await _connect(host, port, token)
+    reader, writer = await connect_primary(host, port, token)
     try:
-        writer.write(_request(replication, log_settings, (wire.CHECK_ONLY, 0, None)))
-        line = await _line(reader, f"{host}:{port}")
+        writer.write(replicate_line(replication, log_settings, (wire.CHECK_ONLY, 0, None)))
+        line = await read_line(reader, f"{host}:{port}")
         if not line.startswith("+OK"):
-            raise _explain(f"{host}:{port}", line)
+            raise explain_refusal(f"{host}:{port}", line)
     finally:
         writer.close()
 
@@ -204,11 +204,11 @@ class Follower:
             wait_s = min(wait_s * 2, RETRY_MAX_S)
 
     async def _stream(self) -> None:
-        reader, writer = await _connect(self.host, self.port, self.token)
+        reader, writer = await connect_primary(self.host, self.port, self.token)
         self.writer = writer
         place = last_place(self.log)
-        writer.write(_request(self.replication, self.log_settings, place))
-        line = await _line(reader, self.address)
+        writer.write(replicate_line(self.replication, self.log_settings, place))
+        line = await read_line(reader, self.address)
         if wire.CATCH_UP in line:
             raise PrimaryRefused(
                 f"the primary at {self.address} cannot stream from this log's end "
@@ -216,7 +216,7 @@ class Follower:
                 "catches up from the primary's engine snapshot"
             )
         if not line.startswith("+STREAM"):
-            raise _explain(self.address, line)
+            raise explain_refusal(self.address, line)
         state = self.replication
         state.connected = True
         state.last_error = None
