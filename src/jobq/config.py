@@ -116,6 +116,10 @@ class ServerConfig(msgspec.Struct, frozen=True):
     #: most resident memory, bytes: at it, adds are refused (server/ceiling.py); None: no
     #: limit; ``AUTO_MAX_MEMORY``: half the machine's (or the cgroup's) memory
     max_memory_bytes: int | None = AUTO_MAX_MEMORY
+    #: HOST, PORT of the primary this server is a standby of (docs/ha.md); None: a primary
+    replica_of: tuple[str, int] | None = None
+    #: the token a standby gives its primary (default: its own ``auth_token``)
+    replica_token: str | None = None
 
     @property
     def log_dir(self) -> Path:

@@ -455,6 +455,72 @@ def repairs_a_log(ex: Example, world: World) -> None:
     assert "ok: 14 records" in world.run(f"jobq log verify {log}")
 
 
+#: the worlds whose docs/ha.md walk-through ran (its examples are one scenario)
+_HA_WALKED: set[int] = set()
+
+
+def walks_the_standby(ex: Example, world: World) -> None:
+    """docs/ha.md's two servers and what follows, in order, as real processes, once per
+    world (each of its examples is a step of it): the fixed ports become free ones, the
+    ``/tmp`` directories temporary ones. The standby holds what was submitted to the
+    primary, lists it, shows its lag; a submit to it is refused with the primary's address."""
+    assert ex.doc == "docs/ha.md"
+    if id(world) in _HA_WALKED:
+        return
+    _HA_WALKED.add(id(world))
+    ports = {old: str(free_port()) for old in ("9922", "9923", "8080", "8081")}
+    base = world.workdir / "ha"
+
+    def adapt(text: str) -> str:
+        text = " ".join(shlex.split(text, comments=True)) if "|" not in text else text
+        for old, new in ports.items():
+            text = text.replace(old, new)
+        return text.replace("/tmp/jobq-", f"{base}-")
+
+    steps = [e for e in examples() if e.doc == "docs/ha.md"]
+    servers = [e for e in steps if e.key.startswith("jobq server")]
+    assert len(servers) == 2
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for step in servers:
+            proc = subprocess.Popen(["bash", "-c", f"exec {adapt(step.text)}"],
+                                    cwd=world.workdir, env=world.env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            procs.append(proc)
+            words = adapt(step.text).split()
+            _wait_listening(int(words[words.index("--listen") + 1].split(":")[1]), proc)
+            _wait_listening(int(words[words.index("--http") + 1].split(":")[1]), proc)
+        primary, standby = f"127.0.0.1:{ports['9922']}", f"127.0.0.1:{ports['9923']}"
+        outputs: dict[str, str] = {}
+        for step in steps:
+            if step in servers:
+                continue
+            text = adapt(step.text)
+            deadline = time.monotonic() + 10
+            while True:  # the standby has the job a moment later
+                output = world.run(text)
+                if "jobs list" not in text or "reports.daily" in output:
+                    break
+                assert time.monotonic() < deadline, output
+                time.sleep(0.05)
+            outputs[step.key] = output
+        assert any(
+            f"standby of {primary} (streaming)" in out for out in outputs.values()
+        ), outputs
+        assert any('"role": "standby"' in out for out in outputs.values()), outputs
+        refused = subprocess.run(
+            ["bash", "-c", f"jobq submit reports.daily --server {standby}"],
+            cwd=world.workdir, env=world.env, capture_output=True, text=True, timeout=60,
+        )
+        assert refused.returncode == 1
+        assert f"READONLY {primary}" in refused.stderr, refused.stderr
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+            assert proc.returncode == 0, out.decode(errors="replace")
+
+
 #: each example's check, by its words (``Example.key``)
 CHECKS: dict[str, Check] = {
     "make run": elsewhere("tests/cli/test_up.py::test_make_run_on_a_fresh_clone", '"run"'),
@@ -529,6 +595,15 @@ CHECKS: dict[str, Check] = {
         "bench.bench_spark_warm"
     ),
     "jobq server": serves,
+    "jobq server --listen 127.0.0.1:9922 --data-dir /tmp/jobq-primary --http 127.0.0.1:8080": (
+        walks_the_standby
+    ),
+    "jobq server --listen 127.0.0.1:9923 --data-dir /tmp/jobq-standby --http 127.0.0.1:8081 "
+    "--replica-of 127.0.0.1:9922": walks_the_standby,
+    "jobq submit reports.daily --server 127.0.0.1:9922": walks_the_standby,
+    "jobq jobs list --server 127.0.0.1:9923": walks_the_standby,
+    "jobq status --server 127.0.0.1:9923": walks_the_standby,
+    "curl -s localhost:8081/api/server | jq .replication": walks_the_standby,
     "jobq log repair --dry-run /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq log repair /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq submit reports.daily --retry-backoff 10s,3,30m": submits_with_backoff,

@@ -27,6 +27,9 @@ TCP_COMMANDS: dict[str, bytes] = {
     "fail": f"fail {ID} 1\r\nx\r\n".encode(),
     "delete": f"delete {ID}\r\n".encode(),
     "inspect": b"inspect server\r\n",
+    # a standby's (docs/ha.md): a check, which a server without a log does not know
+    "replicate": b"replicate standby-id 67108864 2 0 0 -\r\n",
+    "rsnapshot": b"rsnapshot standby-id 67108864 2\r\n",
 }
 
 

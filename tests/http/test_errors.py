@@ -17,6 +17,18 @@ def test_every_kind_has_a_status() -> None:
         ErrorKind.UNAVAILABLE: 503,
         ErrorKind.FORBIDDEN: 403,
         ErrorKind.FULL: 507,
+        ErrorKind.READONLY: 409,
+    }
+
+
+def test_a_standby_s_refusal_names_the_primary() -> None:
+    from jobq.http.errors import refusal
+
+    outcome = refusal(p.read_only("10.0.0.5:9922"))
+    assert outcome.status == 409
+    assert outcome.json() == {
+        "error": "read-only standby: changes go to the primary at 10.0.0.5:9922",
+        "primary": "10.0.0.5:9922",
     }
 
 

@@ -79,7 +79,7 @@ def test_the_roles_are_the_issues() -> None:
               "whello", "wbeat", "wbye", "logappend"}
     viewer = {"inspect", "jobs", "job", "history", "slist", "sshow", "shistory", "sruns",
               "metrics", "ServerOverview", "wlist", "wshow", "logs",
-              "logstate", "limits"}
+              "logstate", "limits", "replication"}
     for kind, role in PERMISSIONS.items():
         expected = Role.VIEWER if kind in viewer else Role.WORKER if kind in worker else Role.ADMIN
         assert role is expected, kind

@@ -80,6 +80,7 @@ VALID: dict[str, dict[str, Any]] = {
              "dry_run": True, "limit": 10, "reason": "r"},
     "logappend": {"id": LEASED, "attempt": 1, "worker_id": "w1", "lines": ["a", "b"]},
     "logs": {"id": LEASED[:8], "attempt": 1, "offset": 0, "limit": 1000},
+    "replication": {},
 }  # fmt: skip
 
 

@@ -35,6 +35,7 @@ from jobq.config import (
     ConfigError,
     ServerConfig,
     default_data_dir,
+    is_loopback,
     parse_duration_ms,
     parse_listen,
     parse_size_bytes,
@@ -85,6 +86,8 @@ def build_config(
     attempt_log_max_bytes: str = str(DEFAULT_ATTEMPT_LOG_MAX_BYTES),
     max_jobs: int | None = None,
     max_memory: str | None = None,
+    replica_of: str | None = None,
+    replica_token: str | None = None,
 ) -> ServerConfig:
     """The server's settings from its options' values (named as the options; integers come
     checked against their ranges by click); :class:`ConfigError` says what is wrong."""
@@ -120,6 +123,7 @@ def build_config(
         raise ConfigError("the auth deadline must be positive")
     idle_timeout_ms = parse_duration_ms(idle_timeout) if idle_timeout else 0
     max_memory_bytes = AUTO_MAX_MEMORY if max_memory is None else parse_max_memory(max_memory)
+    primary = _replica_of(replica_of, (host, port), in_memory)
     return ServerConfig(
         host=host,
         port=port,
@@ -155,7 +159,29 @@ def build_config(
         attempt_log_max_bytes=attempt_log_bytes,
         max_jobs=max_jobs,
         max_memory_bytes=max_memory_bytes,
+        replica_of=primary,
+        replica_token=replica_token or None,
     )
+
+
+def _replica_of(
+    text: str | None, listen: tuple[str, int], in_memory: bool
+) -> tuple[str, int] | None:
+    """``--replica-of``'s primary; :class:`ConfigError` for one that cannot be followed."""
+    if text is None:
+        return None
+    from jobq.server.replication.follower import parse_address
+
+    try:
+        host, port = parse_address(text)
+    except ValueError as exc:
+        raise ConfigError(f"invalid --replica-of: {exc}") from exc
+    if in_memory:
+        raise ConfigError("--replica-of needs a command log: drop --in-memory")
+    same_host = host == listen[0] or (is_loopback(host) and is_loopback(listen[0]))
+    if port == listen[1] and same_host:
+        raise ConfigError(f"--replica-of {text} is this server's own address")
+    return host, port
 
 
 def check_tls(
@@ -424,6 +450,19 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
     metavar="HOST:PORT",
     help="With --tls-cert, also serve plain TCP here, for workq clients without TLS "
     "(what they send, a token too, is readable on the network).",
+)
+@click.option(
+    "--replica-of",
+    default=None,
+    metavar="HOST:PORT",
+    help="Be a read-only standby of the primary there: follow its command log (docs/ha.md).",
+)
+@click.option(
+    "--replica-token",
+    envvar="JOBQ_REPLICA_TOKEN",
+    default=None,
+    help="The token to give the primary with --replica-of (default: --auth-token) "
+    "[env: JOBQ_REPLICA_TOKEN].",
 )
 def server_command(**options: Any) -> None:
     """Run the job server (a drop-in for workq-server)."""

@@ -69,6 +69,12 @@ def gather(client: Any) -> dict[str, Any]:
         ceiling = client.limits()
     except Exception:
         ceiling = None
+    replication: dict[str, Any] | None = None
+    if hasattr(client, "replication"):
+        try:
+            replication = client.replication() or None
+        except Exception:  # a server before replication, or workq
+            replication = None
     started = info.started
     now = datetime.now(UTC)
     return {
@@ -82,6 +88,7 @@ def gather(client: Any) -> dict[str, Any]:
         "schedules": schedules,
         "log": log,
         "ceiling": ceiling,
+        **({} if replication is None else {"replication": replication}),
     }
 
 
@@ -118,6 +125,26 @@ def ceiling_line(ceiling: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def replication_line(replication: dict[str, Any]) -> str:
+    """The replication role and lag in one line (docs/ha.md)."""
+    if replication.get("role") == "standby":
+        state = "streaming" if replication.get("connected") else "not connected"
+        behind = replication.get("records_behind")
+        records = "? records" if behind is None else f"{behind} records"
+        return (
+            f"standby of {replication.get('primary')} ({state}), {records} and "
+            f"{replication.get('seconds_behind', 0)} s behind"
+        )
+    standbys = replication.get("standbys") or []
+    parts = [
+        f"{s.get('address')} {'?' if s.get('records_behind') is None else s['records_behind']}"
+        f" records / {s.get('seconds_behind') if s.get('seconds_behind') is not None else '?'}"
+        " s behind"
+        for s in standbys
+    ]
+    return f"primary, {len(standbys)} standbys" + (": " + "; ".join(parts) if parts else "")
+
+
 def _age(seconds: float) -> str:
     seconds = max(0, int(seconds))
     days, rest = divmod(seconds, 86400)
@@ -151,6 +178,8 @@ def _plain(data: dict[str, Any]) -> None:
         echo(f"ceiling     {ceiling_line(ceiling)}")
         if ceiling.get("refusing"):
             echo(f"            refusing new jobs: {ceiling['refusing']}")
+    if "replication" in data:
+        echo("replication " + replication_line(data["replication"]))
     if data["running"]:
         echo("running")
         for job in data["running"]:
@@ -196,6 +225,8 @@ def _rich(data: dict[str, Any]) -> None:
         parts.append(Text(f"ceiling  {ceiling_line(ceiling)}", style="dim"))
         if ceiling.get("refusing"):
             parts.append(Text(f"refusing new jobs: {ceiling['refusing']}", style="bold red"))
+    if "replication" in data:
+        parts.append(Text("replication  " + replication_line(data["replication"])))
     if data["running"]:
         table = Table(title="running", title_justify="left", expand=True, box=None)
         table.add_column("id", style="dim", no_wrap=True)

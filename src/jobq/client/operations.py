@@ -688,6 +688,14 @@ class Operations(WorkerOperations):
             body["limit"] = check_int(limit, "limit")
         return ext("logs", body, 0.0, to_log_page)
 
+    # -- replication (docs/ha.md)
+
+    @operation
+    def replication() -> Call[dict[str, Any]]:
+        """The server's role (``primary`` or ``standby``) and replication lag: a standby's
+        behind its primary, a primary's standbys'. ``{}`` from a server without a log."""
+        return ext("replication", {}, 0.0, same)
+
     # -- the audit trail (docs/server.md, "Security")
 
     @operation

@@ -239,9 +239,33 @@ class Appender:
                 return self._written
             return self._write_locked(data)
 
-    def _write_locked(self, data: bytes | bytearray | memoryview) -> int:
+    def write_at(self, sequence: int, offset: int, data: bytes) -> int:
+        """A standby's write: whole records (checked by the caller), copied from a primary,
+        at ``offset`` of segment ``sequence``, which must be where this log ends (the
+        newest segment, or a later one at ``HEADER_LEN``, started first). The segment is
+        never started by size: the primary's segments end where the primary ended them,
+        so both logs hold the same bytes at the same places. Returns the LSN after it."""
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(self.directory)
+            if sequence != self._sequence:
+                if sequence < self._sequence or offset != HEADER_LEN:
+                    raise ValueError(
+                        f"cannot write at segment {sequence} offset {offset}: the log ends "
+                        f"at segment {self._sequence} offset {self._size}"
+                    )
+                self._rotate(sequence)
+            if offset != self._size:
+                raise ValueError(
+                    f"cannot write at segment {sequence} offset {offset}: the log ends at "
+                    f"offset {self._size}"
+                )
+            return self._write_locked(data, rotate=False)
+
+    def _write_locked(self, data: bytes | bytearray | memoryview, rotate: bool = True) -> int:
         """Write encoded records at the end of the newest segment and rotate if it is full
-        (``_lock`` held): the one place bytes go into a segment after its header."""
+        (``_lock`` held; unless not ``rotate``): the one place bytes go into a segment after
+        its header."""
         fd = self._fd
         start = self._size
         size = len(data)
@@ -263,7 +287,7 @@ class Appender:
             raise
         self._size = start + size
         self._written = lsn = self._written + size
-        if self._size >= self.segment_size_bytes:
+        if rotate and self._size >= self.segment_size_bytes:
             try:
                 self._rotate()
             except OSError as exc:
@@ -271,10 +295,12 @@ class Appender:
                 logger.warning("%s: cannot start the next segment: %s", self.directory, exc)
         return lsn
 
-    def _rotate(self) -> None:
-        """Start the next segment (the caller holds ``_lock``)."""
+    def _rotate(self, next_sequence: int | None = None) -> None:
+        """Start the next segment, or segment ``next_sequence`` (the caller holds
+        ``_lock``)."""
         self._sync_fd(self._fd)
-        next_sequence = self._sequence + 1
+        if next_sequence is None:
+            next_sequence = self._sequence + 1
         path = os.path.join(self.directory, segment_name(next_sequence))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:

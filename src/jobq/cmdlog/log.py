@@ -200,6 +200,11 @@ class CommandLog:
         disk; return its LSN."""
         return self.appender.write(payloads, time_ns)
 
+    def write_at(self, sequence: int, offset: int, data: bytes) -> int:
+        """A standby's write of records copied from its primary, at the same place
+        (``Appender.write_at``); return its LSN."""
+        return self.appender.write_at(sequence, offset, data)
+
     def sync(self) -> int:
         """Write buffered records and fsync everything written; return the LSN it covers."""
         return self.appender.sync()

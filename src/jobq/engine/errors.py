@@ -27,6 +27,8 @@ class ErrorKind(enum.Enum):
     FORBIDDEN = "forbidden"
     #: the server is at a limit of what it holds (jobs, memory, schedules: ``ceiling.py``)
     FULL = "full"
+    #: a standby: changes go to its primary (jobq.server.replication; docs/ha.md)
+    READONLY = "readonly"
 
 
 class EngineError(Exception):

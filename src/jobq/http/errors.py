@@ -19,6 +19,7 @@ STATUS = {
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.FORBIDDEN: 403,
     ErrorKind.FULL: 507,
+    ErrorKind.READONLY: 409,
 }
 #: the text for an error reply that has none (workq's ``-NOT-FOUND`` and ``-TIMEOUT``)
 _DEFAULT_TEXT = {
@@ -60,4 +61,7 @@ def refusal(reply: p.ErrorReply) -> Outcome:
     """The status for the reply's kind, and the reply's text."""
     line = reply[1:].split(b"\r\n", 1)[0].decode("utf-8", "replace")
     text = line.partition(" ")[2] or _DEFAULT_TEXT.get(reply.kind, "")
+    if reply.kind is ErrorKind.READONLY:  # a standby: ``-READONLY <primary>``
+        body = {"error": f"read-only standby: changes go to the primary at {text}"}
+        return Outcome(409, json.dumps({**body, "primary": text}).encode())
     return error(STATUS[reply.kind], text)

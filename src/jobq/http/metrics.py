@@ -165,6 +165,59 @@ class JobqCollector(Collector):
         yield from self._schedules()
         yield from self._log()
         yield from self._limits()
+        yield from self._replication()
+
+    def _replication(self) -> Iterable[Metric]:
+        """Lag on either side (docs/ha.md): a standby's behind its primary, a primary's
+        standbys' behind it."""
+        replication = self.core.replication
+        if replication is None:
+            return
+        yield GaugeMetricFamily(
+            "jobq_replication_standby", "1 on a standby, 0 on a primary",
+            value=1 if replication.standby else 0,
+        )
+        if replication.standby:
+            yield GaugeMetricFamily(
+                "jobq_replication_connected", "1 while the stream from the primary is open",
+                value=1 if replication.connected else 0,
+            )
+            if replication.records_behind is not None:
+                yield GaugeMetricFamily(
+                    "jobq_replication_records_behind",
+                    "Records the primary logged that this standby does not hold yet",
+                    value=replication.records_behind,
+                )
+            yield GaugeMetricFamily(
+                "jobq_replication_seconds_behind",
+                "How far this standby's newest record is behind the primary's clock",
+                value=replication.standby_seconds_behind(),
+            )
+            yield CounterMetricFamily(
+                "jobq_replication_records_applied", "Records received from the primary",
+                value=replication.records_applied,
+            )
+            return
+        feeds = [feed.status() for feed in replication.feeds]
+        yield GaugeMetricFamily(
+            "jobq_replication_standbys", "Standbys streaming from this primary", value=len(feeds)
+        )
+        records = GaugeMetricFamily(
+            "jobq_replication_standby_records_behind",
+            "Records a standby has not acknowledged yet", labels=["standby"],
+        )
+        seconds = GaugeMetricFamily(
+            "jobq_replication_standby_seconds_behind",
+            "Age of the oldest record a standby has not acknowledged", labels=["standby"],
+        )
+        for feed in feeds:
+            label = str(feed["address"])
+            if isinstance(feed["records_behind"], int):
+                records.add_metric([label], feed["records_behind"])
+            if isinstance(feed["seconds_behind"], float):
+                seconds.add_metric([label], feed["seconds_behind"])
+        yield records
+        yield seconds
 
     def _jobs_by_name(self) -> Iterable[Metric]:
         engine = self.core.engine

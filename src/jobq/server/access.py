@@ -102,6 +102,7 @@ PERMISSIONS: dict[str, Role] = {
     "logs": Role.VIEWER,
     "logstate": Role.VIEWER,
     "limits": Role.VIEWER,
+    "replication": Role.VIEWER,
     # an operator's
     "pause": Role.ADMIN,
     "resume": Role.ADMIN,
@@ -116,6 +117,9 @@ PERMISSIONS: dict[str, Role] = {
     "sbackfill": Role.ADMIN,
     "sdrop": Role.ADMIN,
     "audit": Role.ADMIN,
+    # a standby's stream of the whole log (the connection checks it: replication/feed.py)
+    "replicate": Role.ADMIN,
+    "rsnapshot": Role.ADMIN,
     # internal requests (HTTP's)
     "ServerOverview": Role.VIEWER,
     "DeleteJob": Role.ADMIN,

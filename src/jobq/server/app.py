@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 
 from jobq.cmdlog.log import CommandLog
-from jobq.cmdlog.record import Record
+from jobq.cmdlog.record import VERSION_2, Record
 from jobq.cmdlog.scrub import Damage
 from jobq.config import AUTO_MAX_MEMORY, ConfigError, ServerConfig, exposure_error
 from jobq.engine.ceiling import UNLIMITED
@@ -27,6 +27,9 @@ from jobq.server.history import read_history
 from jobq.server.listeners import open_listeners
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
+from jobq.server.replication.catch_up import catch_up
+from jobq.server.replication.follower import Follower, PrimaryRefused, check_primary
+from jobq.server.replication.state import Replication
 from jobq.server.scrubbing import LogScrub, log_state_command
 from jobq.server.snapshot import position_at, remove_snapshot, vouched_place, write_snapshot
 from jobq.server.snapshotter import Snapshotter
@@ -128,6 +131,11 @@ async def _clean_periodically(core: Core, log: CommandLog, interval_ms: int) -> 
             # a rewrite reads and writes whole segments in this worker thread: hand what it
             # freed back to the OS too (memory.py), not only after the engine shrank
             await loop.run_in_executor(None, release_free_memory)
+
+
+def _address(place: tuple[str, int]) -> str:
+    host, port = place
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _save_snapshot(log_dir: str, engine: Engine, end: tuple[int, int]) -> None:
@@ -253,9 +261,20 @@ async def serve(
         ),
         started_ns=clock(),
     )
+    replica_of = config.replica_of
+    replication = Replication(
+        None if replica_of is None else _address(replica_of)
+    )
+    replica_token = config.replica_token or config.auth_token
+    if replica_of is not None:
+        # before anything is written: a primary that would not stream is one line, no file
+        await check_primary(
+            replication, *replica_of, replica_token, (config.segment_size_bytes, VERSION_2)
+        )
     log: CommandLog | None = None
-    if not config.in_memory:
-        log = CommandLog.open(
+
+    def open_log() -> CommandLog:
+        return CommandLog.open(
             str(config.log_dir),
             sync=config.sync,  # type: ignore[arg-type]
             sync_interval_ms=config.sync_interval_ms,
@@ -265,6 +284,14 @@ async def serve(
             lock_wait_s=LOCK_WAIT_S,
             accept_gap=config.accept_log_gap,
         )
+
+    if replica_of is not None:
+        await catch_up(
+            replication, replica_of, replica_token, str(config.log_dir),
+            (config.segment_size_bytes, VERSION_2), open_log,
+        )
+    if not config.in_memory:
+        log = open_log()
         stats = restore(log, engine, clock())
         logger.info(
             "replayed %d records from %s: %d jobs in %.3f s%s",
@@ -302,6 +329,23 @@ async def serve(
     core.memory_ceiling = _ceiling(config, engine)
     core.dispatcher.extensions.handlers["limits"] = limits_command(core)
     core.set_access(access)
+    follower: Follower | None = None
+    if log is not None:
+        core.replication = replication
+        core.dispatcher.replication_status = replication.status
+        core.command_observers.append(lambda commands: replication.written(len(commands)))
+        if replica_of is not None:
+            core.follows_primary = True
+            core.dispatcher.read_only_primary = replication.primary
+
+            def refused(exc: PrimaryRefused) -> None:
+                core.fatal_error = exc
+                stop_event.set()
+
+            follower = Follower(
+                core, log, replication, replica_of, replica_token,
+                sync_always=config.sync == "always", on_fatal=refused,
+            )
     core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
     core.workers.missed_heartbeats = config.worker_missed_heartbeats
     core.replay_seconds = stats.seconds if log is not None else 0.0
@@ -350,6 +394,7 @@ async def serve(
             pass  # not the main thread (tests): the caller sets ``stop``
     if access is not None:
         access.on_change.append(gate.tokens_changed)
+        access.on_change.append(lambda: replication.tokens_changed(access))
         if config.auth_file is not None or config.auth_token_file is not None:
             try:
                 loop.add_signal_handler(signal.SIGHUP, access.reload)
@@ -376,6 +421,7 @@ async def serve(
             tls_cert=config.tls_cert,
             tls_key=config.tls_key,
         )
+    following = None if follower is None else asyncio.create_task(follower.run())
     if on_listening is not None:
         on_listening(host, port)
     if snapshotter is not None:
@@ -399,6 +445,10 @@ async def serve(
         logger.info("stopping: no new connections, flushing the command log")
         if stop_http is not None:
             await stop_http()
+        if following is not None:
+            following.cancel()
+        for feed in list(replication.feeds):
+            feed.stop()
         for server in servers:
             server.close()
         gate.close()

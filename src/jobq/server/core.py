@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from jobq.server.audit import AuditTrail
     from jobq.server.ceiling import MemoryCeiling
     from jobq.server.gate import Gate
+    from jobq.server.replication.state import Replication
     from jobq.server.scrubbing import LogScrub
     from jobq.server.snapshotter import Snapshotter
     from jobq.server.tokens import Access
@@ -211,6 +212,12 @@ class Core:
         #: the memory ceiling, refreshed once per batch and by housekeeping (set by the app;
         #: ``ceiling.py``: it reads the RSS at most every 100 ms)
         self.memory_ceiling: MemoryCeiling | None = None
+        #: replication: a primary's standbys, or the primary a standby follows (set by the
+        #: app; ``replication/``)
+        self.replication: Replication | None = None
+        #: a standby: its engine only applies its primary's records; no timer, TTR or
+        #: schedule runs here (``replication/follower.py``)
+        self.follows_primary = False
         engine.begin()
 
     def set_access(self, access: Access | None) -> None:
@@ -311,6 +318,8 @@ class Core:
     # ------------------------------------------------------------------ time
 
     def _arm_timer(self) -> None:
+        if self.follows_primary:
+            return  # a standby's deadlines are its primary's
         deadline_ns = self.engine.next_deadline_ns()
         if deadline_ns is None or self._closed:
             return
@@ -334,7 +343,9 @@ class Core:
         next loop iteration, after the requests that came meanwhile, and adds to the same
         batch, which is written once it acknowledges something (a request ran: its flush
         is scheduled), holds ``BURST_BATCH_COMMANDS`` commands, or the burst ended; the
-        collector's full collections wait meanwhile (``collector.py``)."""
+        collector's full collections wait meanwhile (``collector.py``). Not on a standby."""
+        if self.follows_primary:
+            return
         now_ns = self.clock()
         engine = self.engine
         engine.tick(now_ns)

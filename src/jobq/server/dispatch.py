@@ -25,7 +25,7 @@ from jobq.engine.job import Job, Status
 from jobq.engine.machine import Engine
 from jobq.engine.waiters import JobResult, Outcome, WakeValue
 from jobq.server import protocol as p
-from jobq.server.access import Forbidden, Principal, Role, check
+from jobq.server.access import Forbidden, Principal, Role, check, needed_role
 from jobq.server.attempt_logs import AttemptLogs
 from jobq.server.audit import AuditTrail
 from jobq.server.extensions import BadRequest, Deferred, Extensions, data_reply, lease_reply
@@ -48,6 +48,8 @@ _ERROR_REPLIES: dict[type[EngineError], Callable[[EngineError], p.ErrorReply]] =
 
 #: the role never checked (a module constant: read for every request of a server with tokens)
 _ADMIN = Role.ADMIN
+#: the role of reads: all a standby runs
+_VIEWER = Role.VIEWER
 
 #: the requests that queue a job for workers: ``add``, and ``schedule`` (an add with a time)
 _QUEUED_JOB = p.Add | p.Schedule
@@ -100,6 +102,11 @@ class Dispatcher:
         #: whether callers are checked against the permission table (a server that
         #: authenticates): then a request that no principal vouches for is refused
         self.checks_access = False
+        #: on a standby, the primary's ``host:port``: requests beyond a viewer's (changes)
+        #: are refused with ``-READONLY <primary>`` (HTTP 409); None on a primary
+        self.read_only_primary: str | None = None
+        #: the replication status for ``/api/server`` (None: a server without a log)
+        self.replication_status: Callable[[], dict[str, object]] | None = None
         self.extensions = Extensions(
             engine, history or (lambda job_id, created_ns: []), self.audit
         )
@@ -111,6 +118,7 @@ class Dispatcher:
         #: what workers' handlers logged, by job and attempt (in memory unless given)
         self.attempt_logs = attempt_logs if attempt_logs is not None else AttemptLogs(engine)
         self.extensions.handlers.update(self.attempt_logs.handlers)
+        self.extensions.handlers["replication"] = self._replication
         self._handlers: dict[type[p.Request], Callable[[p.Request, object, int], bytes | None]] = {
             p.Add: self._add,
             p.Schedule: self._add,
@@ -139,6 +147,8 @@ class Dispatcher:
         try:
             if self.checks_access and (principal is None or principal.role is not _ADMIN):
                 check(principal, request)
+            if self.read_only_primary is not None and needed_role(request) > _VIEWER:
+                return p.read_only(self.read_only_primary)
             self.extensions.caller = principal
             handler = self._handlers.get(type(request))
             if handler is not None:  # a workq or internal request (none is an Extension)
@@ -284,8 +294,18 @@ class Dispatcher:
                 "jobs_total": len(engine.jobs),
                 "schedules": len(engine.schedules),
                 "evicted_jobs": info.evicted_jobs,
+                **(
+                    {}
+                    if self.replication_status is None
+                    else {"replication": self.replication_status()}
+                ),
             }
         )
+
+    def _replication(self, data: bytes, token: object, now_ns: int) -> bytes | None:
+        """``replication``: the server's role and lag (docs/ha.md); ``{}`` without a log."""
+        status = self.replication_status
+        return data_reply({} if status is None else status())
 
     def _delete_job(self, r: p.Request, token: object, now_ns: int) -> bytes | None:
         assert isinstance(r, DeleteJob)

@@ -321,6 +321,51 @@ def _check(
     return loaded, header.position
 
 
+def read_for_standby(log_dir: str) -> tuple[bytes, int, int] | None:
+    """The snapshot file's bytes and its place ``(sequence, offset)``, if its place is still
+    in the log (a primary sends them to a standby catching up: ``docs/ha.md``); else None.
+    One read of the file: a snapshot written meanwhile replaces it whole."""
+    try:
+        with open(os.path.join(log_dir, SNAPSHOT_NAME), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    read = _read_header(data)
+    if isinstance(read, str) or _check_position(log_dir, read[0].position) is not None:
+        return None
+    position = read[0].position
+    return data, position.sequence, position.offset
+
+
+def place_from_primary(log_dir: str, data: bytes, position: LogPosition) -> None:
+    """Write ``data``, a primary's snapshot file (:func:`read_for_standby`), as this log's
+    snapshot at ``position`` (the same place in this log's copy of the segment: its inode
+    and tail are this log's). ValueError if ``data`` is not a whole snapshot."""
+    read = _read_header(data)
+    if isinstance(read, str):
+        raise ValueError(f"the primary's snapshot: {read}")
+    _header, end = read
+    body = data[end + 4 :]
+    if google_crc32c.value(body).to_bytes(4, "big") != data[end : end + 4]:
+        raise ValueError("the primary's snapshot: CRC32C mismatch")
+    header = _encoder.encode(SnapshotHeader(VERSION, position))
+    temporary_path = os.path.join(log_dir, f"{TEMPORARY_PREFIX}{os.getpid()}")
+    try:
+        with open(temporary_path, "wb") as f:
+            f.write(MAGIC)
+            f.write(len(header).to_bytes(4, "big"))
+            f.write(google_crc32c.value(header).to_bytes(4, "big"))
+            f.write(header)
+            f.write(data[end:])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary_path, os.path.join(log_dir, SNAPSHOT_NAME))
+    except BaseException:
+        _remove(temporary_path)
+        raise
+    fsync_directory(log_dir)
+
+
 def vouched_place(log_dir: str) -> tuple[int, int] | None:
     """The place ``(sequence, offset)`` of the snapshot in ``log_dir``, read from its header
     alone, if that place is still in the log: the bytes before it are whole records (the

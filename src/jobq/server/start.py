@@ -31,6 +31,7 @@ def run_server(config: ServerConfig) -> int:
     from jobq.server.app import configure_logging, serve
     from jobq.server.listeners import ListenError
     from jobq.server.replay import ReplayError
+    from jobq.server.replication.follower import PrimaryRefused
 
     configure_logging()
     try:
@@ -38,6 +39,9 @@ def run_server(config: ServerConfig) -> int:
     except ConfigError as exc:  # a tokens file that does not parse, an open address...
         print(f"jobq server: {exc}", file=sys.stderr)
         return 2
+    except PrimaryRefused as exc:  # a standby whose primary cannot be followed
+        print(f"jobq server: {exc}", file=sys.stderr)
+        return 2 if exc.misuse else 1
     except (CmdlogError, ReplayError, ListenError) as exc:
         print(f"jobq server: {exc}", file=sys.stderr)
         return 1

@@ -25,8 +25,9 @@ from collections import deque
 from typing import cast
 
 from jobq.auth import AUTH_REQUIRED, INVALID_TOKEN
+from jobq.engine.errors import ErrorKind
 from jobq.server import protocol as p
-from jobq.server.access import Principal
+from jobq.server.access import Principal, Role
 from jobq.server.auth import Auth, register_auth_command
 from jobq.server.core import Core, Slot
 from jobq.server.gate import (
@@ -36,9 +37,16 @@ from jobq.server.gate import (
     MAX_UNAUTHENTICATED_REQUESTS,
     Gate,
 )
+from jobq.server.replication.feed import Feed, check_request
+from jobq.server.replication.wire import (
+    Replicate,
+    ReplicateSnapshot,
+    register_replicate_command,
+)
 from jobq.server.tokens import digest
 
 register_auth_command()
+register_replicate_command()
 
 logger = logging.getLogger("jobq.server")
 
@@ -116,6 +124,8 @@ class Connection(asyncio.Protocol):
         #: bytes of replies built and not yet handed to the transport (a request runs only
         #: while this is under ``WRITE_HIGH_WATER_BYTES``); 0 whenever no slot is left
         self.unsent = 0
+        #: a standby's replication stream, once ``replicate`` made this connection one
+        self.feed: Feed | None = None
 
     # -- asyncio callbacks
 
@@ -138,6 +148,9 @@ class Connection(asyncio.Protocol):
         if self.closing:
             return
         self.idle_sweeps = 0
+        if self.feed is not None:
+            self.feed.received(data)
+            return
         self.parser.feed(data)
         if not self.turn_scheduled:  # else its turn comes
             self._process()
@@ -161,6 +174,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self.feed is not None:
+            self.feed.stop()
         self.gate.release(self)
         for slot in self.slots:
             if slot.waiting:
@@ -168,10 +183,14 @@ class Connection(asyncio.Protocol):
         self.slots.clear()
 
     def pause_writing(self) -> None:
+        if self.feed is not None:
+            self.feed.writable(False)
         self.writing_paused = True
         self._update_reading()
 
     def resume_writing(self) -> None:
+        if self.feed is not None:
+            self.feed.writable(True)
         self.writing_paused = False
         self._update_reading()
         if not self.turn_scheduled:
@@ -268,6 +287,10 @@ class Connection(asyncio.Protocol):
             if self.gatekeeping or isinstance(event, Auth):
                 self._screen(event, slot)
                 continue
+            if type(event) is Replicate or type(event) is ReplicateSnapshot:
+                if self._replicate(event, slot):
+                    return
+                continue
             size = core.execute(self, event, slot, self.principal)
             self.unsent += size
             if slot.waiting:
@@ -318,6 +341,42 @@ class Connection(asyncio.Protocol):
         self.held_slot = slot
         self.blocked = True
         self.core.loop.call_later(delay_s, self._answer_held, slot)
+
+    def _replicate(self, request: Replicate | ReplicateSnapshot, slot: Slot) -> bool:
+        """``replicate``: refuse it, answer a check, or turn this connection into a
+        replication stream (``replication/feed.py``); whether it did the last."""
+        core = self.core
+        replication = core.replication
+        refusal: bytes | None
+        if replication is None:
+            refusal = p.client_error(p.UNKNOWN_COMMAND)
+        elif core.access is not None and (
+            self.principal is None or self.principal.role is not Role.ADMIN
+        ):
+            refusal = p.client_error("replicate needs the admin role", ErrorKind.FORBIDDEN)
+        elif len(self.slots) > 1 or self.parser.buffered_bytes:
+            refusal = p.client_error("replicate: send it alone, and wait for its answer")
+        else:
+            refusal = check_request(replication, core.log, request)
+        if refusal is not None or (isinstance(request, Replicate) and request.sequence == 0):
+            reply = refusal
+            if reply is None:
+                assert replication is not None
+                reply = f"+OK {replication.server_id}\r\n".encode()
+            self._answer(slot, reply)
+            return False
+        assert replication is not None and core.log is not None
+        self.slots.clear()
+        transport = self.transport
+        assert transport is not None
+        peer = transport.get_extra_info("peername")
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) > 1 else ""
+        feed = Feed(replication, core.log, transport, request, where, self.token_digest)
+        self.feed = feed
+        self.gate.release(self)  # a stream is not a client's connection
+        transport.resume_reading()
+        feed.start()
+        return True
 
     def _count_refusal(self) -> None:
         """A request before ``auth`` (or one that did not parse) was refused."""

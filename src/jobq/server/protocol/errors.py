@@ -48,6 +48,7 @@ __all__ = [
     "client_error",
     "error_text_bytes",
     "not_found",
+    "read_only",
     "server_error",
     "timeout",
 ]
@@ -136,6 +137,11 @@ class ErrorReply(bytes):
 def client_error(text: str, kind: ErrorKind = ErrorKind.INVALID) -> ErrorReply:
     """``-CLIENT-ERROR <text>``: a refused command; ``kind`` says why (a conflict, ...)."""
     return ErrorReply(_error_line(CLIENT_ERROR, text), kind)
+
+
+def read_only(primary: str) -> ErrorReply:
+    """``-READONLY <host:port>``: a standby refuses a change; it goes to that primary."""
+    return ErrorReply(f"-READONLY {primary}\r\n".encode(), ErrorKind.READONLY)
 
 
 def server_error(text: str, kind: ErrorKind = ErrorKind.UNAVAILABLE) -> ErrorReply:

@@ -408,6 +408,7 @@ EXTENSION_COMMANDS = (
     "logappend",
     "logs",
     "logstate",
+    "replication",
 )
 
 

@@ -1,0 +1,114 @@
+"""What a server knows of replication: its role, its id, and the lag on either side
+(docs/ha.md, "Lag"). The primary counts the records it writes and keeps when recent
+batches were written, to tell each standby's lag in records and seconds; a standby keeps
+what its primary's last heartbeat said."""
+
+from __future__ import annotations
+
+import bisect
+import secrets
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from jobq.server.replication.feed import Feed
+    from jobq.server.tokens import Access
+
+#: batches remembered for the seconds of lag (older ones: the lag is at least that old)
+BATCH_TIMES_KEPT: Final = 65_536
+_NS_PER_S = 1_000_000_000
+
+
+class Replication:
+    """A server's replication state: a primary's feeds, or a standby's view of its primary.
+
+    ``primary``: ``host:port`` of the primary this server follows (None: it is a primary).
+    """
+
+    def __init__(self, primary: str | None = None) -> None:
+        #: a random id per process: a standby refuses a primary with its own id (itself)
+        self.server_id = secrets.token_hex(8)
+        self.primary = primary
+        # -- a primary's side
+        #: records written since the start (the log's batches, counted once written)
+        self.records_written = 0
+        #: (records written after the batch, monotonic ns when it was written)
+        self._batch_counts: deque[int] = deque(maxlen=BATCH_TIMES_KEPT)
+        self._batch_times: deque[int] = deque(maxlen=BATCH_TIMES_KEPT)
+        self.feeds: set[Feed] = set()
+        # -- a standby's side
+        self.connected = False
+        #: the place after the last record this standby holds
+        self.position: tuple[int, int] = (0, 0)
+        #: the primary's end and clock at its last heartbeat, and the records behind it said
+        self.primary_end: tuple[int, int] = (0, 0)
+        self.primary_now_ns = 0
+        self.records_behind: int | None = None
+        #: the logged time of the newest record applied
+        self.applied_ns = 0
+        #: records received and applied since the start
+        self.records_applied = 0
+        #: streams opened to the primary (more than one: it reconnected)
+        self.streams_opened = 0
+        #: why the last stream ended, if it did
+        self.last_error: str | None = None
+
+    @property
+    def standby(self) -> bool:
+        return self.primary is not None
+
+    # -- the primary's side
+
+    def written(self, records: int) -> None:
+        """A batch of ``records`` records is in the log (a core command observer)."""
+        self.records_written += records
+        self._batch_counts.append(self.records_written)
+        self._batch_times.append(time.monotonic_ns())
+        for feed in self.feeds:
+            feed.written()
+
+    def seconds_since_record(self, index: int) -> float:
+        """How long ago record number ``index`` (from 0, counted since the start) was
+        written; 0 when it was not yet."""
+        if index >= self.records_written:
+            return 0.0
+        counts = self._batch_counts
+        where = bisect.bisect_right(counts, index)
+        if where >= len(counts):
+            return 0.0
+        return (time.monotonic_ns() - self._batch_times[where]) / _NS_PER_S
+
+    def tokens_changed(self, access: Access) -> None:
+        """The tokens were reloaded: streams whose token was revoked end."""
+        for feed in list(self.feeds):
+            feed.tokens_changed(access)
+
+    # -- the standby's side
+
+    def standby_seconds_behind(self) -> float:
+        """How far the records this standby holds are behind its primary's clock: 0 when
+        it holds the primary's end, else the age of its newest record then."""
+        if self.position == self.primary_end or not self.primary_now_ns:
+            return 0.0
+        return max(0.0, (self.primary_now_ns - self.applied_ns) / _NS_PER_S)
+
+    def status(self) -> dict[str, object]:
+        """For ``/api/server``, ``jobq status`` and ``/metrics``."""
+        if self.primary is not None:
+            return {
+                "role": "standby",
+                "primary": self.primary,
+                "connected": self.connected,
+                "position": list(self.position),
+                "primary_end": list(self.primary_end),
+                "records_behind": self.records_behind,
+                "seconds_behind": round(self.standby_seconds_behind(), 3),
+                "records_applied": self.records_applied,
+                "last_error": self.last_error,
+            }
+        return {
+            "role": "primary",
+            "records_written": self.records_written,
+            "standbys": [feed.status() for feed in sorted(self.feeds, key=id)],
+        }
