@@ -17,13 +17,15 @@ import random
 import sys
 import threading
 import time
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from jobq.cli import main
-from jobq.client import Client
+from jobq.client import Client, ClientError, ConnectionLost
 from tests.harness import RunningServer
 from tests.server.procs import ServerProcess
 
@@ -32,7 +34,9 @@ from .conftest import LONG, scaled
 from .load import Ledger, all_jobs, run_client
 
 INJECTOR = (sys.executable, "-m", "tests.fault.injector")
-CLIENTS = 3
+CLIENTS = 2
+#: clients that add and delete, so that segments go half dead and the cleaner rewrites them
+CHURNERS = 2
 SYNC_INTERVAL_MS = 200
 #: on top of the interval: thread wake-ups and the fsync itself on a loaded 2-core machine
 SLACK_S = 0.6
@@ -41,11 +45,59 @@ SLACK_S = 0.6
 SEGMENT_BYTES = 8192
 CLEAN_INTERVAL_MS = 300
 SNAPSHOT_MIN_RECORDS = 300
+#: the short form's sample: boundaries with a directory operation pending, and others
+SHORT_BUSY_STATES = 8
+SHORT_OTHER_STATES = 6
+
+
+CHURN = "churn"
+
+
+@dataclass
+class Churn:
+    """What the churn client (adds and deletes) was told, with ``time.monotonic()``."""
+
+    added: dict[str, float] = field(default_factory=dict)
+    delete_sent: set[str] = field(default_factory=set)
+    deleted: dict[str, float] = field(default_factory=dict)
+
+
+def run_churn(
+    address: str, ledger: Ledger, churn: Churn, rng: random.Random, stop: threading.Event
+) -> None:
+    """Add jobs to ``churn`` and delete them again: dead records, for the cleaner to drop
+    (``.rw`` rewrites and renames in the recording), and deletions that must stay done."""
+    try:
+        client = Client.from_address(address, timeout_s=5)
+    except OSError:
+        return
+    queued: list[str] = []
+    try:
+        while not stop.is_set():
+            if len(queued) < 5 or rng.random() < 0.4:
+                job_id = str(uuid.UUID(int=rng.getrandbits(128)))
+                with ledger.lock:
+                    ledger.sent.add(job_id)
+                client.add(CHURN, b"c" * rng.randint(0, 200), id=job_id)
+                churn.added[job_id] = time.monotonic()
+                queued.append(job_id)
+            else:
+                job_id = queued.pop(rng.randrange(len(queued)))
+                churn.delete_sent.add(job_id)
+                client.delete(job_id)
+                churn.deleted[job_id] = time.monotonic()
+    except (OSError, ConnectionLost):
+        pass  # the server was killed
+    except ClientError as exc:
+        with ledger.lock:
+            ledger.errors.append(repr(exc))
+    finally:
+        client.close()
 
 
 def record(
     tmp_path: Path, sync: str, seed: int, seconds: float
-) -> tuple[crashstates.Trace, Ledger]:
+) -> tuple[crashstates.Trace, Ledger, Churn]:
     """Run a traced server under load for ``seconds``, SIGKILL it; the trace and ledger."""
     data_dir = tmp_path / "recorded"
     trace = tmp_path / "io.trace"
@@ -59,16 +111,21 @@ def record(
         launcher=INJECTOR,
         env={"JOBQ_FAULT_IO_TRACE": str(trace), "JOBQ_FAULT_IO_DIR": str(data_dir / "cmdlog")},
     )  # fmt: skip
-    ledger = Ledger()
+    ledger, churn = Ledger(), Churn()
     stop = threading.Event()
     rng = random.Random(seed)
+    address = f"127.0.0.1:{server.port}"
     clients = [
         threading.Thread(
-            target=run_client,
-            args=(f"127.0.0.1:{server.port}", ledger, random.Random(rng.getrandbits(64)), stop),
+            target=run_client, args=(address, ledger, random.Random(rng.getrandbits(64)), stop)
         )
         for _ in range(CLIENTS)
     ]
+    for _ in range(CHURNERS):
+        churner = random.Random(rng.getrandbits(64))
+        clients.append(
+            threading.Thread(target=run_churn, args=(address, ledger, churn, churner, stop))
+        )
     try:
         for thread in clients:
             thread.start()
@@ -80,12 +137,20 @@ def record(
         for thread in clients:
             thread.join(10)
     assert not ledger.errors, f"unexpected refusals: {ledger.errors[:5]}"
-    return crashstates.parse(trace, killed_t), ledger
+    return crashstates.parse(trace, killed_t), ledger, churn
 
 
-def missing(ledger: Ledger, jobs: dict[str, dict[str, object]], cutoff: float) -> list[str]:
+def missing(
+    ledger: Ledger, churn: Churn, jobs: dict[str, dict[str, object]], cutoff: float
+) -> list[str]:
     """Commands acknowledged before ``cutoff`` (``time.monotonic()``) that ``jobs`` lacks."""
     lost = []
+    for job_id, added_t in churn.added.items():
+        if added_t < cutoff and job_id not in churn.delete_sent and job_id not in jobs:
+            lost.append(f"add of {job_id}")
+    for job_id, deleted_t in churn.deleted.items():
+        if deleted_t < cutoff and job_id in jobs:
+            lost.append(f"delete of {job_id} (the job is back)")
     for job_id, acks in ledger.jobs.items():
         job = jobs.get(job_id)
         if acks.added_at is not None and acks.added_at < cutoff and job is None:
@@ -125,12 +190,23 @@ def recover(
 
 
 def states(trace: crashstates.Trace, rng: random.Random) -> list[tuple[int, str]]:
-    """The (boundary, mode) pairs to check: the long form all of them, the short a sample
-    that always holds the last boundary and one with a directory operation pending."""
+    """The (boundary, mode) pairs to check: the long form all of them, the short a seeded
+    sample: the last boundary, some whose window holds a creation, rename or unlink (a
+    rotation, a cleaner's rewrite, a snapshot), and some others."""
     count = len(trace.boundaries)
     if LONG:
         return [(n, mode) for n in range(count) for mode in ("durable", "random")]
-    chosen = {count - 1, *rng.sample(range(count), min(count, scaled(10, 0)))}
+    entries = [event.index for event in trace.dir_ops]
+    busy = [
+        n
+        for n, b in enumerate(trace.boundaries)
+        if any(b.end < index < b.until for index in entries)
+    ]
+    chosen = {
+        count - 1,
+        *rng.sample(busy, min(len(busy), SHORT_BUSY_STATES)),
+        *rng.sample(range(count), min(count, SHORT_OTHER_STATES)),
+    }
     return [(n, rng.choice(("durable", "random", "random", "all"))) for n in sorted(chosen)]
 
 
@@ -139,15 +215,17 @@ def test_every_crash_state_recovers_what_was_acknowledged(
     tmp_path: Path, seed: int, sync: str
 ) -> None:
     rng = random.Random(seed)
-    trace, ledger = record(tmp_path, sync, seed, scaled(1.5, 4.0))
+    trace, ledger, churn = record(tmp_path, sync, seed, scaled(1.5, 4.0))
     ops = {event.op for event in trace.events}
+    renamed = {e.fields["src"].rpartition(".")[2] for e in trace.events if e.op == "rename"}
     assert {"create", "write", "fsync", "dirsync", "rename"} <= ops, ops
+    assert "rw" in renamed, "no cleaner rewrite was recorded: the test proves less than it says"
     slack_s = 0.0 if sync == "always" else SYNC_INTERVAL_MS / 1000 + SLACK_S
     checked = 0
     for number, mode in states(trace, rng):
         crash = crashstates.state(trace, number, mode, random.Random(rng.getrandbits(64)))
         jobs = recover(crash, tmp_path / f"state-{number}-{mode}", sync)
-        lost = missing(ledger, jobs, crash.boundary.until_t - slack_s)
+        lost = missing(ledger, churn, jobs, crash.boundary.until_t - slack_s)
         assert not lost, f"{crash.how}: acknowledged and lost: {lost[:5]}"
         invented = sorted(set(jobs) - ledger.sent)
         assert not invented, f"{crash.how}: jobs no client sent: {invented[:5]}"
