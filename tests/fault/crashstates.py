@@ -12,6 +12,8 @@ The model (what the file system promises, no more; ALICE's "ordered metadata" mo
   after it, any prefix of the later ones, in order (a journaling file system commits
   metadata in order). A file whose creation is not durable is gone with its bytes; a
   rename not durable leaves the old name and file.
+* The directory itself exists once its parent was fsynced after it was made (else the
+  server finds no log at all).
 * A file is an inode, not a name: the cleaner's rename of ``.rw`` over a segment swaps
   which inode the name holds, and each holds its own bytes.
 
@@ -56,6 +58,10 @@ class Boundary:
     #: ``time.monotonic()`` once the next fsync returned (for the last boundary: the
     #: kill's): an acknowledgement before it must survive every state of this boundary
     until_t: float
+    #: when the next fsync began (for the last boundary: the kill, or an fsync it cut
+    #: short): what the ``interval`` policy's promise is measured from (an fsync that
+    #: takes long delays every later one, and no policy can help that)
+    until_begin_t: float
 
 
 @dataclass
@@ -72,6 +78,10 @@ class Trace:
     dir_ops: list[Event] = field(default_factory=list)
     #: (begin, end) of each directory fsync
     dir_syncs: list[tuple[int, int]] = field(default_factory=list)
+    #: the directory's creation (None: it existed before the recording) and the (begin,
+    #: end) of each fsync of its parent, which makes the creation durable
+    mkdir: int | None = None
+    parent_syncs: list[tuple[int, int]] = field(default_factory=list)
     boundaries: list[Boundary] = field(default_factory=list)
 
 
@@ -90,7 +100,8 @@ def parse(path: Path, ended_t: float) -> Trace:
     current: dict[int, int] = {}  # inode -> file id (inode numbers are reused)
     begins: dict[int, list[int]] = {}  # file id -> begin indexes not yet ended
     dir_begins: list[int] = []
-    ends: list[tuple[int, float]] = []
+    parent_begins: list[int] = []
+    ends: list[tuple[int, float, float]] = []  # (end index, end t, begin t)
     for event in events:
         op, f = event.op, event.fields
         if op == "create":
@@ -113,26 +124,41 @@ def parse(path: Path, ended_t: float) -> Trace:
             fid = current.get(f["ino"], -1)
             pending = begins.get(fid)
             if fid >= 0 and pending:
-                trace.syncs[fid].append((pending.pop(0), event.index))
-                ends.append((event.index, f["t"]))
+                begin = pending.pop(0)
+                trace.syncs[fid].append((begin, event.index))
+                ends.append((event.index, f["t"], events[begin].fields["t"]))
         elif op == "dirsync_begin":
             dir_begins.append(event.index)
         elif op == "dirsync" and dir_begins:
-            trace.dir_syncs.append((dir_begins.pop(0), event.index))
-            ends.append((event.index, f["t"]))
+            begin = dir_begins.pop(0)
+            trace.dir_syncs.append((begin, event.index))
+            ends.append((event.index, f["t"], events[begin].fields["t"]))
+        elif op == "mkdir":
+            trace.mkdir = event.index
+        elif op == "parentsync_begin":
+            parent_begins.append(event.index)
+        elif op == "parentsync" and parent_begins:
+            begin = parent_begins.pop(0)
+            trace.parent_syncs.append((begin, event.index))
+            ends.append((event.index, f["t"], events[begin].fields["t"]))
+    # an fsync the kill cut short: the last boundary's crash is in it
+    unfinished = [events[i].fields["t"] for i in [*parent_begins, *dir_begins]]
+    unfinished += [events[i].fields["t"] for pending in begins.values() for i in pending]
+    last = (len(events), ended_t, min([ended_t, *unfinished]))
     # boundary -1: before any fsync (the empty directory)
-    points = [(-1, float("-inf")), *ends]
-    for number, (end, t) in enumerate(points):
-        following = points[number + 1] if number + 1 < len(points) else (len(events), ended_t)
-        trace.boundaries.append(Boundary(end, t, following[0], following[1]))
+    points = [(-1, float("-inf"), float("-inf")), *ends]
+    for number, (end, t, _) in enumerate(points):
+        following = points[number + 1] if number + 1 < len(points) else last
+        trace.boundaries.append(Boundary(end, t, following[0], following[1], following[2]))
     return trace
 
 
 @dataclass
 class CrashState:
-    """One state: the files by name, and how it was drawn (for a failure's message)."""
+    """One state: the files by name (None: not even the directory), and how it was drawn
+    (for a failure's message)."""
 
-    files: dict[str, bytes]
+    files: dict[str, bytes] | None
     boundary: Boundary
     how: str
 
@@ -188,6 +214,15 @@ def state(trace: Trace, number: int, mode: str, rng: random.Random) -> CrashStat
             return candidates
         return rng.randint(0, candidates)
 
+    # the directory itself: made durable by an fsync of its parent
+    made = trace.mkdir
+    if (
+        made is not None
+        and _durable_begin(trace.parent_syncs, end) < made
+        and (made >= until or keep_count(1) == 0)
+    ):
+        how = f"boundary {number} (event {end}), {mode}: the directory's creation is lost"
+        return CrashState(None, boundary, how)
     # the directory: entries up to its last fsync, then a prefix of the later ones
     dir_durable = _durable_begin(trace.dir_syncs, end)
     dir_pending = [e for e in trace.dir_ops if dir_durable <= e.index < until]
@@ -235,7 +270,11 @@ def state(trace: Trace, number: int, mode: str, rng: random.Random) -> CrashStat
 
 
 def materialise(crash: CrashState, directory: Path) -> None:
-    """Write the state's files into the new directory ``directory``."""
+    """Write the state's files into the new directory ``directory`` (for a state without
+    the directory, make only its parent)."""
+    if crash.files is None:
+        directory.parent.mkdir(parents=True)
+        return
     directory.mkdir(parents=True)
     for name, content in crash.files.items():
         (directory / name).write_bytes(content)

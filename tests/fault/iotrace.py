@@ -10,7 +10,9 @@ file written through Python's buffered ``open()`` (the snapshot) is caught up at
 the bytes beyond what the recorder saw are recorded as one write just before the fsync.
 
 Events, one JSON object a line, in the order they happened (a forked snapshotter child
-appends to the same file, so its events interleave in time order):
+appends to the same file, so its events interleave in time order), each with ``t``, the
+``time.monotonic()`` when it was recorded (after the operation; an fsync's end: after it
+returned):
 
 ``{"op": "create", "name", "ino"}``
     a directory entry ``name`` for a new inode (recorded right after the create)
@@ -18,11 +20,13 @@ appends to the same file, so its events interleave in time order):
     bytes (base64) written at ``off`` of inode ``ino``
 ``{"op": "trunc", "ino", "size"}``
 ``{"op": "rename", "src", "dst"}`` / ``{"op": "unlink", "name"}``
-``{"op": "fsync_begin", "ino"}`` ... ``{"op": "fsync", "ino", "t"}``
+``{"op": "fsync_begin", "ino"}`` ... ``{"op": "fsync", "ino"}``
     an fsync of a file: what was recorded before the begin is durable once the end is
-    recorded (``t``: ``time.monotonic()`` after it returned)
-``{"op": "dirsync_begin"}`` ... ``{"op": "dirsync", "t"}``
+    recorded
+``{"op": "dirsync_begin"}`` ... ``{"op": "dirsync"}``
     the same for the directory: its entries (creates, renames, unlinks) before the begin
+``{"op": "mkdir"}``, ``{"op": "parentsync_begin"}`` ... ``{"op": "parentsync"}``
+    the directory itself was made, and its parent fsynced (which makes that durable)
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ from typing import Any
 
 _original = {
     name: getattr(os, name)
-    for name in ("open", "write", "pwrite", "ftruncate", "fsync", "replace", "rename", "unlink")
+    for name in (
+        "open", "write", "pwrite", "ftruncate", "fsync", "replace", "rename", "unlink", "mkdir"
+    )
 }
 
 
@@ -55,6 +61,7 @@ class Recorder:
         #: name -> inode of the directory's entries the recorder saw made
         self._names: dict[str, int] = {}
         self._dir_ino: int | None = None
+        self._parent_ino: int | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -65,6 +72,7 @@ class Recorder:
                 self.trace_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
             )
             self._pid = os.getpid()
+        event["t"] = time.monotonic()
         _original["write"](self._fd, (json.dumps(event) + "\n").encode())
 
     def _after_fork(self) -> None:
@@ -181,29 +189,38 @@ class Recorder:
     def fsync(self, fd: int) -> None:
         with self._lock:
             st = os.fstat(fd)
-            is_dir = stat.S_ISDIR(st.st_mode) and self._is_directory(fd, st.st_ino)
-            ino = None if is_dir else self._inode(fd)
-            if is_dir:
-                self._emit({"op": "dirsync_begin"})
+            kind = self._directory_kind(st) if stat.S_ISDIR(st.st_mode) else None
+            ino = None if stat.S_ISDIR(st.st_mode) else self._inode(fd)
+            if kind is not None:
+                self._emit({"op": f"{kind}_begin"})
             elif ino is not None:
                 self._catch_up(fd, ino)
                 self._emit({"op": "fsync_begin", "ino": ino})
         _original["fsync"](fd)
-        if is_dir or ino is not None:
-            now = time.monotonic()
+        if kind is not None or ino is not None:
             with self._lock:
-                if is_dir:
-                    self._emit({"op": "dirsync", "t": now})
+                if kind is not None:
+                    self._emit({"op": kind})
                 else:
-                    self._emit({"op": "fsync", "ino": ino, "t": now})
+                    self._emit({"op": "fsync", "ino": ino})
 
-    def _is_directory(self, fd: int, ino: int) -> bool:
+    def _directory_kind(self, st: os.stat_result) -> str | None:
+        """``dirsync`` for the directory, ``parentsync`` for its parent, else None."""
         if self._dir_ino is None:
             try:
                 self._dir_ino = os.stat(self.directory).st_ino
+                self._parent_ino = os.stat(os.path.dirname(self.directory)).st_ino
             except OSError:
-                return False
-        return ino == self._dir_ino
+                return None
+        if st.st_ino == self._dir_ino:
+            return "dirsync"
+        return "parentsync" if st.st_ino == self._parent_ino else None
+
+    def mkdir(self, path: Any, mode: int = 0o777, **kwargs: Any) -> None:
+        with self._lock:
+            _original["mkdir"](path, mode, **kwargs)
+            if not isinstance(path, int) and os.path.abspath(os.fsdecode(path)) == self.directory:
+                self._emit({"op": "mkdir"})
 
     def replace(self, src: Any, dst: Any, **kwargs: Any) -> None:
         self._rename("replace", src, dst, **kwargs)
@@ -248,7 +265,6 @@ def install(trace_path: str, directory: str) -> Recorder:
     """Start recording the changes to ``directory``'s files into ``trace_path``."""
     from jobq.cmdlog import appender, cleaner, log
 
-    os.makedirs(directory, exist_ok=True)
     recorder = Recorder(trace_path, directory)
     os.register_at_fork(after_in_child=recorder._after_fork)
     for name in _original:
