@@ -85,6 +85,10 @@ class Trace:
     boundaries: list[Boundary] = field(default_factory=list)
 
 
+#: the file id standing for the directory and for its parent in fsync pairing
+_DIRECTORIES = {"dirsync_begin": -1, "dirsync": -1, "parentsync_begin": -2, "parentsync": -2}
+
+
 def parse(path: Path, ended_t: float) -> Trace:
     """Read a trace file (a last line cut short by the kill is ignored); ``ended_t``: the
     ``time.monotonic()`` of the kill that ended the recording (the last boundary's
@@ -98,10 +102,10 @@ def parse(path: Path, ended_t: float) -> Trace:
         events.append(Event(len(events), fields.pop("op"), fields))
     trace = Trace(events)
     current: dict[int, int] = {}  # inode -> file id (inode numbers are reused)
-    begins: dict[int, list[int]] = {}  # file id -> begin indexes not yet ended
-    dir_begins: list[int] = []
-    parent_begins: list[int] = []
+    # fsyncs begun and not yet ended, by (thread, file id; -1: the directory, -2: its parent)
+    begun: dict[tuple[str, int], int] = {}
     ends: list[tuple[int, float, float]] = []  # (end index, end t, begin t)
+    pairs = {-1: trace.dir_syncs, -2: trace.parent_syncs}
     for event in events:
         op, f = event.op, event.fields
         if op == "create":
@@ -112,38 +116,25 @@ def parse(path: Path, ended_t: float) -> Trace:
             trace.syncs[fid] = []
             trace.dir_ops.append(event)
         elif op in ("write", "trunc"):
-            fid = current.get(f["ino"], -1)
+            fid = current.get(f["ino"], -3)
             if fid >= 0:
                 trace.data_ops[fid].append(event)
         elif op in ("rename", "unlink"):
             trace.dir_ops.append(event)
-        elif op == "fsync_begin":
-            fid = current.get(f["ino"], -1)
-            begins.setdefault(fid, []).append(event.index)
-        elif op == "fsync":
-            fid = current.get(f["ino"], -1)
-            pending = begins.get(fid)
-            if fid >= 0 and pending:
-                begin = pending.pop(0)
-                trace.syncs[fid].append((begin, event.index))
-                ends.append((event.index, f["t"], events[begin].fields["t"]))
-        elif op == "dirsync_begin":
-            dir_begins.append(event.index)
-        elif op == "dirsync" and dir_begins:
-            begin = dir_begins.pop(0)
-            trace.dir_syncs.append((begin, event.index))
-            ends.append((event.index, f["t"], events[begin].fields["t"]))
         elif op == "mkdir":
             trace.mkdir = event.index
-        elif op == "parentsync_begin":
-            parent_begins.append(event.index)
-        elif op == "parentsync" and parent_begins:
-            begin = parent_begins.pop(0)
-            trace.parent_syncs.append((begin, event.index))
+        elif op in ("fsync_begin", "dirsync_begin", "parentsync_begin"):
+            target = current.get(f["ino"], -3) if op == "fsync_begin" else _DIRECTORIES[op]
+            begun[f["who"], target] = event.index
+        elif op in ("fsync", "dirsync", "parentsync"):
+            target = current.get(f["ino"], -3) if op == "fsync" else _DIRECTORIES[op]
+            begin = begun.pop((f["who"], target), None)
+            if begin is None or target == -3:
+                continue
+            (trace.syncs[target] if target >= 0 else pairs[target]).append((begin, event.index))
             ends.append((event.index, f["t"], events[begin].fields["t"]))
     # an fsync the kill cut short: the last boundary's crash is in it
-    unfinished = [events[i].fields["t"] for i in [*parent_begins, *dir_begins]]
-    unfinished += [events[i].fields["t"] for pending in begins.values() for i in pending]
+    unfinished = [events[i].fields["t"] for i in begun.values()]
     last = (len(events), ended_t, min([ended_t, *unfinished]))
     # boundary -1: before any fsync (the empty directory)
     points = [(-1, float("-inf"), float("-inf")), *ends]

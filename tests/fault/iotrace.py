@@ -20,9 +20,9 @@ returned):
     bytes (base64) written at ``off`` of inode ``ino``
 ``{"op": "trunc", "ino", "size"}``
 ``{"op": "rename", "src", "dst"}`` / ``{"op": "unlink", "name"}``
-``{"op": "fsync_begin", "ino"}`` ... ``{"op": "fsync", "ino"}``
-    an fsync of a file: what was recorded before the begin is durable once the end is
-    recorded
+``{"op": "fsync_begin", "ino", "who"}`` ... ``{"op": "fsync", "ino", "who"}``
+    an fsync of a file by thread ``who`` (``pid:thread``): what was recorded before the
+    begin is durable once the end is recorded
 ``{"op": "dirsync_begin"}`` ... ``{"op": "dirsync"}``
     the same for the directory: its entries (creates, renames, unlinks) before the begin
 ``{"op": "mkdir"}``, ``{"op": "parentsync_begin"}`` ... ``{"op": "parentsync"}``
@@ -187,22 +187,25 @@ class Recorder:
                 self._sizes[ino] = size
 
     def fsync(self, fd: int) -> None:
+        # an fsync's begin and end name the thread that made it, so that two fsyncs of one
+        # file running at once (a commit and the snapshotter's child) pair up right
+        who = f"{os.getpid()}:{threading.get_ident()}"
         with self._lock:
             st = os.fstat(fd)
             kind = self._directory_kind(st) if stat.S_ISDIR(st.st_mode) else None
             ino = None if stat.S_ISDIR(st.st_mode) else self._inode(fd)
             if kind is not None:
-                self._emit({"op": f"{kind}_begin"})
+                self._emit({"op": f"{kind}_begin", "who": who})
             elif ino is not None:
                 self._catch_up(fd, ino)
-                self._emit({"op": "fsync_begin", "ino": ino})
+                self._emit({"op": "fsync_begin", "ino": ino, "who": who})
         _original["fsync"](fd)
         if kind is not None or ino is not None:
             with self._lock:
                 if kind is not None:
-                    self._emit({"op": kind})
+                    self._emit({"op": kind, "who": who})
                 else:
-                    self._emit({"op": "fsync", "ino": ino})
+                    self._emit({"op": "fsync", "ino": ino, "who": who})
 
     def _directory_kind(self, st: os.stat_result) -> str | None:
         """``dirsync`` for the directory, ``parentsync`` for its parent, else None."""
