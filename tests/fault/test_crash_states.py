@@ -5,10 +5,11 @@ the log directories a power cut could leave are rebuilt from the recording
 
 For each crash state: the server starts; every command acknowledged before the next fsync
 returned is there (``sync=always``), or every one acknowledged more than the interval plus
-slack before it (``sync=interval``); no job is there that no client sent; ``jobq log
-verify`` is clean after the start. The short form checks a seeded sample of states; the
-long form (``make fault``) every boundary, both with nothing unsynced kept and with a
-seeded mix of kept, dropped and torn writes.
+slack before the next fsync began (``sync=interval``); an acknowledged deletion stays done;
+no job is there that no client sent; ``jobq log verify`` is clean after the start. The
+short form checks a seeded sample of states; the long form (``make fault``) every
+boundary, both with nothing unsynced kept and with a seeded mix of kept, dropped and torn
+writes.
 """
 
 from __future__ import annotations
