@@ -89,24 +89,31 @@ class Recorder:
         return None
 
     def _inode(self, fd: int) -> int | None:
-        """The inode of ``fd`` if it is a regular file of the directory (registering one
-        the recorder has not seen created, such as a file ``open()`` made), else None."""
+        """The inode of ``fd`` if it is a regular file of the directory, else None;
+        recording the creation of one the recorder has not seen made.
+
+        A file is known by inode *and* name: an inode number freed by one process (the
+        cleaner's rename over a segment) can be handed out again for a file another makes
+        (the snapshotter's child, forked with the recorder's tables as they were), and
+        taking it for the old file would write the snapshot into that old segment."""
         try:
             st = os.fstat(fd)
         except OSError:
             return None
         if not stat.S_ISREG(st.st_mode):
             return None
-        if st.st_ino in self._sizes:
-            return st.st_ino
         try:
             path = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             return None
+        if path.endswith(" (deleted)"):
+            return None  # unlinked: nothing written to it can matter any more
         name = self._ours(path)
         if name is None:
             return None
-        self._created(name, st.st_ino)
+        if self._names.get(name) != st.st_ino or st.st_ino not in self._sizes:
+            # made by open() (a snapshot), or by a process the recorder did not see
+            self._created(name, st.st_ino)
         return st.st_ino
 
     def _created(self, name: str, ino: int) -> None:
@@ -148,9 +155,9 @@ class Recorder:
                 st = os.fstat(fd)
                 if stat.S_ISDIR(st.st_mode):
                     return fd
-                if not existed or st.st_ino not in self._sizes:
+                if not existed:
                     self._created(name, st.st_ino)
-                if flags & os.O_TRUNC and self._sizes[st.st_ino]:
+                if flags & os.O_TRUNC and self._sizes.get(st.st_ino):
                     self._emit({"op": "trunc", "ino": st.st_ino, "size": 0})
                     self._sizes[st.st_ino] = 0
         return fd
