@@ -53,7 +53,8 @@ test: lint bytecode
 	JOBQ_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS)
 
 # The fault suite's long form (docs/fault.md): 400 kill rounds under sync=always, 150 under
-# interval, every torn offset, more flips and Spark kills. JOBQ_FAULT_SEED replays a run.
+# interval, every torn offset, more flips and Spark kills, a power cut at every fsync of a
+# recording. JOBQ_FAULT_SEED replays a run.
 fault: $(STAMP)
 	JOBQ_FAULT_LONG=1 $(PY) -m pytest -q -p no:cacheprovider --timeout 3600 tests/fault
 

@@ -24,6 +24,7 @@ from jobq.cmdlog import (
     LogLockedError,
     UnknownVersionError,
 )
+from jobq.cmdlog import log as log_module
 from jobq.cmdlog.record import HEADER_LEN, encode_header, encode_record
 
 from .conftest import CountingFsync, read_all
@@ -288,6 +289,28 @@ def test_directory_under_a_regular_file_is_a_clear_error(tmp_path: Path) -> None
         CommandLog.open(a_file)
     with pytest.raises(LogDirectoryError, match="no such directory"):
         CommandLog.open(tmp_path / "missing", create=False)
+
+
+def test_a_new_log_directory_is_made_durable_with_its_parents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each directory made for the log is fsynced into its parent (else a power cut may
+    lose the log directory with every fsynced segment in it); an existing one is not."""
+    synced: list[Path] = []
+    real = log_module.fsync_directory
+
+    def fsync_directory(directory: str) -> None:
+        synced.append(Path(directory))
+        real(directory)
+
+    monkeypatch.setattr(log_module, "fsync_directory", fsync_directory)
+    log_dir = tmp_path / "data" / "deeper" / "cmdlog"
+    CommandLog.open(log_dir).close()
+    # the parent of each directory made, top down; then the log's own (its first segment)
+    assert synced == [tmp_path, tmp_path / "data", tmp_path / "data" / "deeper", log_dir]
+    synced.clear()
+    CommandLog.open(log_dir).close()
+    assert synced == []
 
 
 def test_every_error_is_a_cmdlog_error() -> None:

@@ -17,6 +17,10 @@ unless its variable is set:
     after every fsync of a log segment, append ``<file> <size>`` to PATH: the segment is
     known durable up to ``size`` (taken before the fsync, so a lower bound). The suite
     uses it to simulate a power cut under ``--cmdlog-sync interval``.
+``JOBQ_FAULT_IO_TRACE=PATH`` (with ``JOBQ_FAULT_IO_DIR=DIR``)
+    record every write, truncation, creation, rename, unlink and fsync of the files in
+    DIR, and of DIR itself, into PATH (``iotrace.py``): the crash-state suite rebuilds
+    from it what a power cut may leave at each fsync (``crashstates.py``).
 ``JOBQ_FAULT_WRITE_ERRORS=PATH``
     while PATH exists, every write of the log raises ``OSError(ENOSPC)``: the fallback
     for the disk-full test where a tmpfs cannot be mounted.
@@ -160,6 +164,10 @@ def install(environ: dict[str, str]) -> None:
             raise SystemExit(f"unknown JOBQ_FAULT_KILL {kill!r}")
     if environ.get("JOBQ_FAULT_SYNC_TRACE"):
         _install_sync_trace(environ["JOBQ_FAULT_SYNC_TRACE"])
+    if environ.get("JOBQ_FAULT_IO_TRACE"):
+        from tests.fault import iotrace
+
+        iotrace.install(environ["JOBQ_FAULT_IO_TRACE"], environ["JOBQ_FAULT_IO_DIR"])
     if environ.get("JOBQ_FAULT_WRITE_ERRORS"):
         _install_write_errors(environ["JOBQ_FAULT_WRITE_ERRORS"])
     if environ.get("JOBQ_FAULT_BURST_BATCH"):

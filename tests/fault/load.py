@@ -42,6 +42,8 @@ class Ledger:
     counts: dict[str, int] = field(default_factory=dict)
     #: refusals a client did not expect (LeaseLost for a job it holds...): each is a bug
     errors: list[str] = field(default_factory=list)
+    #: the id of every job a client sent an ``add`` for, acknowledged or not
+    sent: set[str] = field(default_factory=set)
 
     def job(self, job_id: str) -> JobAcks:
         return self.jobs.setdefault(job_id, JobAcks())
@@ -63,6 +65,8 @@ def run_client(address: str, ledger: Ledger, rng: random.Random, stop: threading
             roll = rng.random()
             if roll < 0.35 or (not held and roll < 0.5):
                 job_id = str(uuid.UUID(int=rng.getrandbits(128)))
+                with ledger.lock:
+                    ledger.sent.add(job_id)
                 client.add(WORK, b"x" * rng.randint(0, 64), id=job_id, ttr_ms=600_000)
                 now = time.monotonic()
                 with ledger.lock:

@@ -295,9 +295,27 @@ def _prepare_directory(directory: str, create: bool) -> None:
     if not create:
         raise LogDirectoryError(directory, "no such directory")
     try:
-        os.makedirs(directory, exist_ok=True)
+        _make_directories(directory)
     except OSError as exc:
         raise LogDirectoryError(directory, _describe(exc)) from exc
+
+
+def _make_directories(directory: str) -> None:
+    """Make ``directory`` and its missing parents, durably: a new directory's entry is in its
+    parent, which is fsynced, as for any file made in the log. Otherwise a power cut could
+    lose the log directory itself, with every segment fsynced in it (the crash-state suite,
+    ``tests/fault/test_crash_states.py``, found that)."""
+    missing = []
+    path = os.path.abspath(directory)
+    while not os.path.lexists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    os.makedirs(directory, exist_ok=True)
+    for made in reversed(missing):
+        fsync_directory(os.path.dirname(made))
 
 
 def _recover(
