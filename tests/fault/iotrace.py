@@ -173,9 +173,11 @@ class Recorder:
     def write(self, fd: int, data: Any) -> int:
         with self._lock:
             ino = self._inode(fd)
-            offset = os.lseek(fd, 0, os.SEEK_CUR) if ino is not None else 0
             done: int = _original["write"](fd, data)
             if ino is not None and done:
+                # where the bytes went, from the offset after the write: an O_APPEND fd
+                # (the manifest's edits) writes at the end, not at its offset before
+                offset = os.lseek(fd, 0, os.SEEK_CUR) - done
                 self._record_write(ino, offset, bytes(memoryview(data)[:done]))
         return done
 
@@ -273,7 +275,7 @@ def _rebind_defaults(function: Any, recorder: Recorder) -> None:
 
 def install(trace_path: str, directory: str) -> Recorder:
     """Start recording the changes to ``directory``'s files into ``trace_path``."""
-    from jobq.cmdlog import appender, cleaner, log
+    from jobq.cmdlog import appender, cleaner, log, manifest
 
     recorder = Recorder(trace_path, directory)
     os.register_at_fork(after_in_child=recorder._after_fork)
@@ -284,6 +286,7 @@ def install(trace_path: str, directory: str) -> Recorder:
         cleaner.Cleaner.__init__,
         log.CommandLog.open.__func__,
         log.CommandLog.__init__,
+        manifest.Manifest.__init__,
     ):
         _rebind_defaults(function, recorder)
     return recorder
