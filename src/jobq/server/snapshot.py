@@ -18,6 +18,7 @@ import logging
 import mmap
 import os
 from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 import google_crc32c
 import msgspec
@@ -206,10 +207,7 @@ def write_snapshot(
     temporary_path = os.path.join(log_dir, temporary)
     try:
         with open(temporary_path, "wb") as f:
-            f.write(MAGIC)
-            f.write(len(header).to_bytes(4, "big"))
-            f.write(google_crc32c.value(header).to_bytes(4, "big"))
-            f.write(header)
+            _write_head(f, header)
             f.write(google_crc32c.value(body).to_bytes(4, "big"))
             f.write(body)
             f.flush()
@@ -352,10 +350,7 @@ def place_from_primary(log_dir: str, data: bytes, position: LogPosition) -> None
     temporary_path = os.path.join(log_dir, f"{TEMPORARY_PREFIX}{os.getpid()}")
     try:
         with open(temporary_path, "wb") as f:
-            f.write(MAGIC)
-            f.write(len(header).to_bytes(4, "big"))
-            f.write(google_crc32c.value(header).to_bytes(4, "big"))
-            f.write(header)
+            _write_head(f, header)
             f.write(data[end:])
             f.flush()
             os.fsync(f.fileno())
@@ -430,3 +425,11 @@ def _remove(path: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def _write_head(f: BinaryIO, header: bytes) -> None:
+    """A snapshot file's start: the magic, the header's length and CRC32C, the header."""
+    f.write(MAGIC)
+    f.write(len(header).to_bytes(4, "big"))
+    f.write(google_crc32c.value(header).to_bytes(4, "big"))
+    f.write(header)
