@@ -25,6 +25,7 @@ from jobq.cmdlog import (
     UnknownVersionError,
 )
 from jobq.cmdlog import log as log_module
+from jobq.cmdlog import segment as segment_module
 from jobq.cmdlog.record import HEADER_LEN, encode_header, encode_record
 
 from .conftest import CountingFsync, read_all
@@ -304,6 +305,7 @@ def test_a_new_log_directory_is_made_durable_with_its_parents(
         real(directory)
 
     monkeypatch.setattr(log_module, "fsync_directory", fsync_directory)
+    monkeypatch.setattr(segment_module, "fsync_directory", fsync_directory)  # a new segment
     log_dir = tmp_path / "data" / "deeper" / "cmdlog"
     CommandLog.open(log_dir).close()
     # the parent of each directory made, top down; then the log's own (its first segment)

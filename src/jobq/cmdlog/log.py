@@ -27,10 +27,10 @@ from jobq.cmdlog.record import (
     VERSION_2,
     PayloadRun,
     Record,
-    encode_header,
 )
 from jobq.cmdlog.segment import (
     FIRST_SEQUENCE,
+    create_segment,
     fsync_directory,
     list_segments,
     read_header,
@@ -358,14 +358,7 @@ def _recover(
         if segments:
             read_header(os.path.join(directory, segments[-1][1]), newest=False)
         sequence = max(FIRST_SEQUENCE, newest_recorded + 1)
-        path = os.path.join(directory, segment_name(sequence))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, encode_header(write_version))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_directory(directory)
+        create_segment(directory, sequence, write_version)
     else:
         sequence, name = segments[-1]
         place = whole_until(directory) if whole_until is not None else None

@@ -11,7 +11,7 @@ import re
 from typing import Final
 
 from jobq.cmdlog.errors import BadMagicError, EmptySegmentError
-from jobq.cmdlog.record import HEADER_LEN, MAGIC, parse_header
+from jobq.cmdlog.record import HEADER_LEN, MAGIC, encode_header, parse_header
 
 #: the suffix of a segment being rewritten by the cleaner
 REWRITE_SUFFIX: Final = ".rw"
@@ -82,3 +82,17 @@ def fsync_directory(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def create_segment(directory: str, sequence: int, version: int) -> str:
+    """A new, empty segment ``sequence`` in ``directory`` (just its header), durable with
+    its directory entry; its path. Fails if the file exists."""
+    path = os.path.join(directory, segment_name(sequence))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, encode_header(version))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_directory(directory)
+    return path

@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from jobq.cmdlog.errors import CmdlogError
 from jobq.cmdlog.log import CommandLog
-from jobq.cmdlog.record import HEADER_LEN, decode_payloads, encode_header
-from jobq.cmdlog.segment import fsync_directory, list_segments, segment_name
+from jobq.cmdlog.record import HEADER_LEN, decode_payloads
+from jobq.cmdlog.segment import create_segment, list_segments
 from jobq.server.replication import wire
 from jobq.server.replication.follower import (
     CONNECT_TIMEOUT_S,
@@ -74,7 +74,7 @@ async def catch_up(
         return  # streamed whole from the primary's first segment
     data, sequence, offset = fetched
     os.makedirs(log_dir, exist_ok=True)
-    _start_segment(log_dir, sequence, log_settings[1])
+    create_segment(log_dir, sequence, log_settings[1])
     log = open_log()
     try:
         await _copy_until(log, replication, address, token, log_settings, (sequence, offset))
@@ -105,18 +105,6 @@ async def _fetch_snapshot(
         return data, int(sequence), int(offset)
     finally:
         writer.close()
-
-
-def _start_segment(log_dir: str, sequence: int, version: int) -> None:
-    """An empty segment ``sequence`` (its header), the first of a log caught up anew."""
-    path = os.path.join(log_dir, segment_name(sequence))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, encode_header(version))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_directory(log_dir)
 
 
 async def _copy_until(
