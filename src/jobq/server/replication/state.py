@@ -61,8 +61,15 @@ class Replication:
     # -- the primary's side
 
     def written(self, records: int) -> None:
-        """A batch of ``records`` records is in the log (a core command observer)."""
+        """A batch of ``records`` records is in the log (a core command observer). Batch
+        times are kept only while a standby streams (they measure its lag): a primary with
+        none spends nothing a batch on them and holds none (65,536 kept were ~5 MiB)."""
         self.records_written += records
+        if not self.feeds:
+            if self._batch_counts:
+                self._batch_counts.clear()
+                self._batch_times.clear()
+            return
         self._batch_counts.append(self.records_written)
         self._batch_times.append(time.monotonic_ns())
         for feed in self.feeds:
