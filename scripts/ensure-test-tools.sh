@@ -1,12 +1,14 @@
 #!/bin/sh
 # Install the Debian packages the tests use, if they are not there yet: chromium for the web
-# UI tests (tests/web), jq for the docs' shell examples (tests/docs). Idempotent; needs root
-# (or sudo) and apt. The web UI tests skip with a reason when chromium cannot be installed.
+# UI tests (tests/web), jq for the docs' shell examples (tests/docs), etcd-server for the
+# failover tests (tests/replication). Idempotent; needs root (or sudo) and apt. The web UI
+# tests skip with a reason when chromium cannot be installed.
 set -e
 CHROMIUM="${JOBQ_CHROMIUM:-/usr/bin/chromium}"
 missing=""
 [ -x "$CHROMIUM" ] || missing="$missing chromium"
 command -v jq >/dev/null 2>&1 || missing="$missing jq"
+command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
 if [ -z "$missing" ]; then
     exit 0
 fi
