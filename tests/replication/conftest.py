@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.harness import RunningServer, wait_for
+from tests.replication.etcd import etcd  # noqa: F401 (a fixture, for the election tests)
 
 
 def standby_of(primary: RunningServer, data_dir: Path, **config: Any) -> RunningServer:
