@@ -120,6 +120,16 @@ class ServerConfig(msgspec.Struct, frozen=True):
     replica_of: tuple[str, int] | None = None
     #: the token a standby gives its primary (default: its own ``auth_token``)
     replica_token: str | None = None
+    #: etcd's client URLs, comma-separated: the primary is elected through an etcd lease
+    #: (docs/ha.md, server/replication/election.py); None: no election
+    ha_etcd: str | None = None
+    #: the election lease's TTL, seconds
+    ha_lease_ttl_s: int = 5
+    #: the name the election's keys are under (``/jobq/<cluster>/``)
+    ha_cluster: str = "default"
+    #: HOST, PORT the other servers and clients reach this server's workq port at; None:
+    #: the listen address (as bound)
+    ha_advertise: tuple[str, int] | None = None
 
     @property
     def log_dir(self) -> Path:

@@ -7,6 +7,8 @@ settings' parsers, so that ``jobq server`` starts without loading the other comm
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +90,10 @@ def build_config(
     max_memory: str | None = None,
     replica_of: str | None = None,
     replica_token: str | None = None,
+    ha_etcd: str | None = None,
+    ha_lease_ttl: int | None = None,
+    ha_cluster: str | None = None,
+    ha_advertise: str | None = None,
 ) -> ServerConfig:
     """The server's settings from its options' values (named as the options; integers come
     checked against their ranges by click); :class:`ConfigError` says what is wrong."""
@@ -124,6 +130,8 @@ def build_config(
     idle_timeout_ms = parse_duration_ms(idle_timeout) if idle_timeout else 0
     max_memory_bytes = AUTO_MAX_MEMORY if max_memory is None else parse_max_memory(max_memory)
     primary = _replica_of(replica_of, (host, port), in_memory)
+    ha = _ha_options(ha_etcd, ha_lease_ttl, ha_cluster, ha_advertise, (host, port),
+                     replica_of=primary is not None, in_memory=in_memory)
     return ServerConfig(
         host=host,
         port=port,
@@ -161,6 +169,7 @@ def build_config(
         max_memory_bytes=max_memory_bytes,
         replica_of=primary,
         replica_token=replica_token or None,
+        **ha,
     )
 
 
@@ -182,6 +191,56 @@ def _replica_of(
     if port == listen[1] and same_host:
         raise ConfigError(f"--replica-of {text} is this server's own address")
     return host, port
+
+
+def _ha_options(
+    etcd: str | None, ttl_s: int | None, cluster: str | None, advertise: str | None,
+    listen: tuple[str, int], *, replica_of: bool, in_memory: bool,
+) -> dict[str, Any]:
+    """The election's settings (``--ha-*``, docs/ha.md) as :class:`ServerConfig`'s
+    fields; :class:`ConfigError` for a combination that cannot run."""
+    if etcd is None:
+        for name, value in (("--ha-lease-ttl", ttl_s), ("--ha-cluster", cluster),
+                            ("--ha-advertise", advertise)):
+            if value is not None:
+                raise ConfigError(f"{name} goes with --ha-etcd")
+        return {}
+    from jobq.server.replication.election import DEFAULT_CLUSTER, DEFAULT_LEASE_TTL_S
+    from jobq.server.replication.etcd_kv import parse_endpoints
+
+    try:
+        parse_endpoints(etcd)
+    except ValueError as exc:
+        raise ConfigError(f"invalid --ha-etcd: {exc}") from None
+    if replica_of:
+        raise ConfigError("--ha-etcd elects the primary, which the others follow: drop "
+                          "--replica-of")
+    if in_memory:
+        raise ConfigError("--ha-etcd needs a command log: drop --in-memory")
+    name = DEFAULT_CLUSTER if cluster is None else cluster
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+        raise ConfigError(f"invalid --ha-cluster {name!r}: letters, digits, '.', '_' and "
+                          "'-', at most 64")
+    address = parse_listen(advertise) if advertise is not None else None
+    unreachable = address if address is not None else listen
+    if _unspecified(unreachable[0]) or (address is not None and address[1] == 0):
+        what = f"--ha-advertise {advertise}" if address else f"--listen {listen[0]}"
+        raise ConfigError(f"{what} is not an address others can reach: give "
+                          "--ha-advertise HOST:PORT")
+    return {
+        "ha_etcd": etcd,
+        "ha_lease_ttl_s": DEFAULT_LEASE_TTL_S if ttl_s is None else ttl_s,
+        "ha_cluster": name,
+        "ha_advertise": address,
+    }
+
+
+def _unspecified(host: str) -> bool:
+    """0.0.0.0, ::, or no host at all: where one listens, not what others dial."""
+    try:
+        return not host or ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
 
 
 def check_tls(
@@ -463,6 +522,35 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
     default=None,
     help="The token to give the primary with --replica-of (default: --auth-token) "
     "[env: JOBQ_REPLICA_TOKEN].",
+)
+@click.option(
+    "--ha-etcd",
+    default=None,
+    metavar="URL[,URL]",
+    help="Elect the primary through a lease in this etcd (its client URLs); the others "
+    "follow it as standbys (docs/ha.md).",
+)
+@click.option(
+    "--ha-lease-ttl",
+    type=click.IntRange(min=1, max=3600),
+    default=None,
+    metavar="SECONDS",
+    help="With --ha-etcd: the lease's TTL; a primary cut off from etcd stops acknowledging "
+    "writes within it, and another takes over after it  [default: 5]",
+)
+@click.option(
+    "--ha-cluster",
+    default=None,
+    metavar="NAME",
+    help="With --ha-etcd: the servers that elect one primary share this name  "
+    "[default: default]",
+)
+@click.option(
+    "--ha-advertise",
+    default=None,
+    metavar="HOST:PORT",
+    help="With --ha-etcd: the address the others reach this server's --listen port at  "
+    "[default: the --listen address]",
 )
 def server_command(**options: Any) -> None:
     """Run the job server (a drop-in for workq-server)."""

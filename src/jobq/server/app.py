@@ -242,6 +242,8 @@ async def serve(
     )
     if refusal is not None:
         raise ConfigError(refusal)
+    if config.ha_etcd is not None:  # (server/replication/election.py has the Elector)
+        raise ConfigError("--ha-etcd: the election is not wired into the server yet")
     access = (
         Access(
             token=config.auth_token, token_file=config.auth_token_file,

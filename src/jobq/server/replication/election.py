@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobq.server.replication.etcd_kv import EtcdKV, EtcdUnavailable, KeyValue
+from jobq.server.replication.etcd_kv import EtcdKV, EtcdUnavailable, KeyValue, check_reachable
 
 logger = logging.getLogger("jobq.election")
 
@@ -151,12 +151,8 @@ class Elector:
     def start(self) -> None:
         """Register with etcd and start the election's threads; :class:`EtcdUnavailable`
         (naming the URL) if etcd does not answer, with nothing started."""
-        kv = self._kv()
-        try:
-            kv.check()
-        except EtcdUnavailable as exc:
-            raise EtcdUnavailable(f"cannot reach etcd at {self.endpoints}: {exc}") from None
-        self._new_lease(kv)
+        check_reachable(self.endpoints, timeout_s=max(0.5, min(2.0, self.timing.ttl_s / 3)))
+        self._new_lease(self._kv())
         for name, target in (("election", self._run), ("keep-alive", self._keep_alive_loop),
                              ("watchdog", self._watchdog)):
             thread = threading.Thread(target=target, name=f"jobq-{name}", daemon=True)

@@ -12,6 +12,7 @@ not shared between threads): the elector makes one per thread.
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -58,6 +59,15 @@ def parse_endpoints(text: str) -> list[tuple[str, str, int]]:
     return endpoints
 
 
+def check_reachable(endpoints: str, timeout_s: float = 2.0) -> None:
+    """Raise :class:`EtcdUnavailable` (``cannot reach etcd at URL: why``, one line) unless
+    one of the URLs answers."""
+    try:
+        EtcdKV(endpoints, timeout_s).check()
+    except EtcdUnavailable as exc:
+        raise EtcdUnavailable(f"cannot reach etcd at {endpoints}: {exc}") from None
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
@@ -102,10 +112,11 @@ class EtcdKV:
                 return reply
             except (etcd_exceptions.ConnectionFailedError,
                     etcd_exceptions.ConnectionTimeoutError) as exc:
-                errors.append(f"{client.base_url}: {_reason(exc)}")
+                where = f"{client.base_url}: " if len(self._clients) > 1 else ""
+                errors.append(where + _reason(exc))
                 self._current = (self._current + 1) % len(self._clients)
             except (etcd_exceptions.Etcd3Exception, ValueError) as exc:
-                raise EtcdUnavailable(f"{client.base_url}: {_reason(exc)}") from exc
+                raise EtcdUnavailable(_reason(exc)) from exc
         raise EtcdUnavailable("; ".join(errors))
 
     def check(self) -> None:
@@ -168,8 +179,15 @@ class EtcdKV:
 
 
 def _reason(exc: Exception) -> str:
-    """The first line of what went wrong, without requests' nested reprs."""
-    text = str(exc).strip() or type(exc).__name__
+    """What went wrong, in one short line: etcd's own message for an error reply, else the
+    gist of requests' (nested) connection error."""
+    detail = getattr(exc, "detail_text", None) or ""
+    try:
+        reply = json.loads(detail)
+        detail = str(reply.get("message") or reply.get("error") or detail)
+    except (ValueError, AttributeError):
+        pass
+    text = (detail or str(exc)).strip() or type(exc).__name__
     if "Connection refused" in text:
         return "connection refused"
     if "timed out" in text.lower():
