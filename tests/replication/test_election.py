@@ -226,7 +226,7 @@ def test_a_longer_log_that_does_not_campaign_is_waited_for_then_passed_over(
     kv = EtcdKV(etcd.url, 1)
     lease_id, _ = kv.grant(30)
     kv.put("/jobq/test/members/s9", '{"id": "s9", "address": "127.0.0.1:1", '
-           '"position": [9, 9, 9]}', lease_id)
+           '"state": "candidate", "position": [9, 9, 9]}', lease_id)
     recorder = Recorder("s0")
     started = time.monotonic()
     start(electors, elector(etcd.url, recorder, defer_s=1.0))

@@ -58,7 +58,8 @@ class Timing:
     margin_s: float | None = None
     #: how often a follower reads the leader key (and the holder checks it is still its own)
     poll_s: float | None = None
-    #: how long a candidate that sees no leader waits for the others to publish their positions
+    #: the longest a candidate waits for a live member that has not yet seen the leader go
+    #: (and so has not published its position since)
     settle_s: float | None = None
     #: how long a candidate defers to a live member with a longer log that does not take the
     #: lease before it campaigns all the same
@@ -68,13 +69,18 @@ class Timing:
         return self.margin_s if self.margin_s is not None else max(0.25, ttl_s / 10)
 
     def poll(self, ttl_s: float) -> float:
-        return self.poll_s if self.poll_s is not None else min(0.2, ttl_s / 10)
+        return self.poll_s if self.poll_s is not None else min(0.1, ttl_s / 10)
 
     def settle(self, ttl_s: float) -> float:
-        return self.settle_s if self.settle_s is not None else 3 * self.poll(ttl_s)
+        return self.settle_s if self.settle_s is not None else ttl_s
 
     def defer(self, ttl_s: float) -> float:
         return self.defer_s if self.defer_s is not None else 2 * ttl_s
+
+
+#: a member's state, in its key: it follows (or leads) a primary and its position may be
+#: old, or it saw no primary and its position is as of then
+FOLLOWING, CANDIDATE = "following", "candidate"
 
 
 @dataclass(frozen=True)
@@ -82,13 +88,14 @@ class Member:
     server_id: str
     address: str
     position: Position
+    state: str
 
 
 def _member(item: KeyValue) -> Member | None:
     try:
         data = json.loads(item.value)
         position = tuple(int(p) for p in data["position"])
-        return Member(str(data["id"]), str(data["address"]), position)
+        return Member(str(data["id"]), str(data["address"]), position, str(data["state"]))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -127,12 +134,17 @@ class Elector:
         #: the (address, epoch) last followed
         self.following: tuple[str, int] | None = None
         self._stopping = False
+        #: the member key's value as last put, and the state in it
         self._published: str | None = None
+        self._published_state = ""
         self._no_leader_since: float | None = None
         self._etcd_error: str | None = None
         #: the lease a fenced holder led on: revoked (best effort) so that its key goes now
         self._abandoned_lease = 0
         self._threads: list[threading.Thread] = []
+        self._started_at = 0.0
+        #: no primary seen since the start (a cluster starting: see ``_candidate_step``)
+        self._never_followed = True
 
     # -- the server's side ------------------------------------------------------------------
 
@@ -152,6 +164,7 @@ class Elector:
         """Register with etcd and start the election's threads; :class:`EtcdUnavailable`
         (naming the URL) if etcd does not answer, with nothing started."""
         check_reachable(self.endpoints, timeout_s=max(0.5, min(2.0, self.timing.ttl_s / 3)))
+        self._started_at = self.clock()
         self._new_lease(self._kv())
         for name, target in (("election", self._run), ("keep-alive", self._keep_alive_loop),
                              ("watchdog", self._watchdog)):
@@ -197,16 +210,16 @@ class Elector:
             self._ttl_s = float(ttl_s)
             self._valid_until = sent + ttl_s - self.timing.margin(ttl_s)
             self._cond.notify_all()
-        self._published = None
-        self._publish(kv)
+        self._published, self._published_state = None, ""
+        self._publish(kv, FOLLOWING)
 
-    def _publish(self, kv: EtcdKV) -> None:
-        """Put this server's member key (its address and log position) if it changed."""
-        value = json.dumps({"id": self.server_id, "address": self.address,
+    def _publish(self, kv: EtcdKV, state: str) -> None:
+        """Put this server's member key (its address, log position, state) if it changed."""
+        value = json.dumps({"id": self.server_id, "address": self.address, "state": state,
                             "position": list(self.callbacks.position())})
         if value != self._published:
             kv.put(self.member_key, value, self._lease_id)
-            self._published = value
+            self._published, self._published_state = value, state
 
     def _wait(self, seconds: float) -> None:
         with self._cond:
@@ -255,18 +268,22 @@ class Elector:
                     self._valid_until = 0.0
             elif leader.value != self.address:  # (else: this server before a restart)
                 self._follow(leader)
-            if self._published is None:
-                self._publish(kv)
+            if self._published_state != FOLLOWING:
+                self._publish(kv, FOLLOWING)  # once per election
             return
         now = self.clock()
         if self._no_leader_since is None:
             self._no_leader_since = now
             logger.info("no primary holds the lease: campaigning")
-        self._publish(kv)
+        self._publish(kv, CANDIDATE)
         waited_s = now - self._no_leader_since
-        if waited_s < self.timing.settle(self._ttl_s):
-            return  # the others publish their positions meanwhile
-        better = self._outranked(kv)
+        members = [m for m in map(_member, kv.get_prefix(self.members_prefix)) if m]
+        unseen = [m for m in members if m.state != CANDIDATE and m.server_id != self.server_id]
+        if unseen and waited_s < self.timing.settle(self._ttl_s):
+            return  # they publish their positions once they see no primary either
+        if self._never_followed and now - self._started_at < self.timing.settle(self._ttl_s):
+            return  # at a start with no primary, the others starting too register meanwhile
+        better = self._outranked(members)
         if better is not None:
             if waited_s < self.timing.settle(self._ttl_s) + self.timing.defer(self._ttl_s):
                 return
@@ -279,15 +296,14 @@ class Elector:
         elif holder is not None:
             self._follow(holder)
 
-    def _outranked(self, kv: EtcdKV) -> Member | None:
+    def _outranked(self, members: list[Member]) -> Member | None:
         """A live member that should win before this one: a longer log (Raft's rule: the
         epoch of the last record first, then the place in the log), or as long a log and a
         smaller server id. With ``--sync-replicas N`` an acknowledged record is on N
         standbys, not on all: the longest log among the live members holds it."""
         mine = self.callbacks.position()
-        for item in kv.get_prefix(self.members_prefix):
-            member = _member(item)
-            if member is None or member.server_id == self.server_id:
+        for member in members:
+            if member.server_id == self.server_id:
                 continue
             if member.position > mine or (
                 member.position == mine and member.server_id < self.server_id
@@ -296,6 +312,7 @@ class Elector:
         return None
 
     def _follow(self, leader: KeyValue) -> None:
+        self._never_followed = False
         if self.following != (leader.value, leader.create_revision):
             self.following = (leader.value, leader.create_revision)
             logger.info("following the primary %s (epoch %d)", leader.value,
@@ -311,8 +328,13 @@ class Elector:
             self.epoch = epoch
             self.following = None
             self._no_leader_since = None
+            self._never_followed = False
             logger.info("this server holds the lease: primary of epoch %d", epoch)
-            self.callbacks.promote(epoch)
+            try:
+                self.callbacks.promote(epoch)
+            except Exception:
+                logger.exception("the promotion to epoch %d failed", epoch)
+                self._step_down("the promotion failed")
             self._cond.notify_all()
 
     def _step_down(self, why: str) -> None:
