@@ -7,7 +7,7 @@ its log position) on a lease of its own, kept alive every TTL/3. The leader key
 "create if absent" transaction; the key's create revision is the **epoch**, which grows with
 every election. The holder is the primary (``promote(epoch)``); the others follow it
 (``follow(address, epoch)``) and campaign when the key goes, the one with the longest log
-first (Raft's "most up-to-date log" rule: see :meth:`Elector._outranked`).
+first (Raft's "most up-to-date log" rule: ``candidates.py``).
 
 The holder **fences** itself (``fence()``) once it can no longer be sure that it holds the
 lease: at the monotonic time the last successful keep-alive was *sent* plus the TTL etcd
@@ -22,21 +22,26 @@ called one at a time, never concurrently; ``fence`` must take effect before it r
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jobq.server.replication.candidates import (
+    CANDIDATE,
+    FOLLOWING,
+    Position,
+    member_value,
+    outranked,
+    parse_member,
+)
 from jobq.server.replication.etcd_kv import EtcdKV, EtcdUnavailable, KeyValue, check_reachable
 
 logger = logging.getLogger("jobq.election")
 
 DEFAULT_LEASE_TTL_S = 5
 DEFAULT_CLUSTER = "default"
-#: a log position as the server compares them: (epoch of its last record, segment, offset)
-Position = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -76,28 +81,6 @@ class Timing:
 
     def defer(self, ttl_s: float) -> float:
         return self.defer_s if self.defer_s is not None else 2 * ttl_s
-
-
-#: a member's state, in its key: it follows (or leads) a primary and its position may be
-#: old, or it saw no primary and its position is as of then
-FOLLOWING, CANDIDATE = "following", "candidate"
-
-
-@dataclass(frozen=True)
-class Member:
-    server_id: str
-    address: str
-    position: Position
-    state: str
-
-
-def _member(item: KeyValue) -> Member | None:
-    try:
-        data = json.loads(item.value)
-        position = tuple(int(p) for p in data["position"])
-        return Member(str(data["id"]), str(data["address"]), position, str(data["state"]))
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 class Elector:
@@ -160,6 +143,20 @@ class Elector:
         loop before the watchdog's thread: this check needs no thread to have run."""
         return self._leading and self.clock() < self._valid_until
 
+    def status(self) -> dict[str, object]:
+        """What ``jobq status`` and ``/api/server`` may show of the election."""
+        with self._cond:
+            following = self.following
+            return {
+                "etcd": self.endpoints,
+                "leader_key": self.leader_key,
+                "leading": self._leading,
+                "epoch": self.epoch if self._leading else (following or ("", 0))[1],
+                "following": None if following is None else following[0],
+                "lease_ttl_s": self._ttl_s,
+                "etcd_error": self._etcd_error,
+            }
+
     def start(self) -> None:
         """Register with etcd and start the election's threads; :class:`EtcdUnavailable`
         (naming the URL) if etcd does not answer, with nothing started."""
@@ -215,8 +212,7 @@ class Elector:
 
     def _publish(self, kv: EtcdKV, state: str) -> None:
         """Put this server's member key (its address, log position, state) if it changed."""
-        value = json.dumps({"id": self.server_id, "address": self.address, "state": state,
-                            "position": list(self.callbacks.position())})
+        value = member_value(self.server_id, self.address, state, self.callbacks.position())
         if value != self._published:
             kv.put(self.member_key, value, self._lease_id)
             self._published, self._published_state = value, state
@@ -277,13 +273,13 @@ class Elector:
             logger.info("no primary holds the lease: campaigning")
         self._publish(kv, CANDIDATE)
         waited_s = now - self._no_leader_since
-        members = [m for m in map(_member, kv.get_prefix(self.members_prefix)) if m]
+        members = [m for m in map(parse_member, kv.get_prefix(self.members_prefix)) if m]
         unseen = [m for m in members if m.state != CANDIDATE and m.server_id != self.server_id]
         if unseen and waited_s < self.timing.settle(self._ttl_s):
             return  # they publish their positions once they see no primary either
         if self._never_followed and now - self._started_at < self.timing.settle(self._ttl_s):
             return  # at a start with no primary, the others starting too register meanwhile
-        better = self._outranked(members)
+        better = outranked(members, self.server_id, self.callbacks.position())
         if better is not None:
             if waited_s < self.timing.settle(self._ttl_s) + self.timing.defer(self._ttl_s):
                 return
@@ -295,21 +291,6 @@ class Elector:
             self._lead(holder.create_revision)
         elif holder is not None:
             self._follow(holder)
-
-    def _outranked(self, members: list[Member]) -> Member | None:
-        """A live member that should win before this one: a longer log (Raft's rule: the
-        epoch of the last record first, then the place in the log), or as long a log and a
-        smaller server id. With ``--sync-replicas N`` an acknowledged record is on N
-        standbys, not on all: the longest log among the live members holds it."""
-        mine = self.callbacks.position()
-        for member in members:
-            if member.server_id == self.server_id:
-                continue
-            if member.position > mine or (
-                member.position == mine and member.server_id < self.server_id
-            ):
-                return member
-        return None
 
     def _follow(self, leader: KeyValue) -> None:
         self._never_followed = False

@@ -188,8 +188,9 @@ def _reason(exc: Exception) -> str:
     except (ValueError, AttributeError):
         pass
     text = (detail or str(exc)).strip() or type(exc).__name__
-    if "Connection refused" in text:
-        return "connection refused"
+    for gist in ("Connection refused", "Connection reset", "Connection aborted"):
+        if gist in text:
+            return gist.lower()
     if "timed out" in text.lower():
         return "timed out"
     return text.splitlines()[0][:200]
