@@ -17,9 +17,9 @@ from jobq.server.replication.etcd_kv import KeyValue
 
 #: a log position as the server compares them: (epoch of its last record, segment, offset)
 Position = tuple[int, ...]
-#: a member's state, in its key: it follows (or leads) a primary and the position in its
-#: key may be old, or it saw no primary and published its position as of then
-FOLLOWING, CANDIDATE = "following", "candidate"
+#: a member's state, in its key: it follows a primary, or leads, and the position in its
+#: key may be old; or it saw no primary and published its position as of then
+FOLLOWING, LEADING, CANDIDATE = "following", "leading", "candidate"
 
 
 @dataclass(frozen=True)

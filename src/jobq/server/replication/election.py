@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from jobq.server.replication.candidates import (
     CANDIDATE,
     FOLLOWING,
+    LEADING,
     Position,
     member_value,
     outranked,
@@ -253,6 +254,8 @@ class Elector:
         key = kv.get(self.leader_key)
         if key is None or key.create_revision != self.epoch:
             self._step_down("the leader key is no longer this server's")
+        elif self._published_state != LEADING:
+            self._publish(kv, LEADING)  # (its position as a candidate goes old)
 
     def _candidate_step(self, kv: EtcdKV) -> None:
         leader = kv.get(self.leader_key)
