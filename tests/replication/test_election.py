@@ -174,6 +174,19 @@ def test_a_revoked_lease_fences_its_holder(etcd: RunningEtcd, electors: list[Ele
     assert second > first
 
 
+def test_a_holder_that_resigns_is_fenced_and_another_leads(
+    etcd: RunningEtcd, electors: list[Elector]
+) -> None:
+    recorders = [Recorder("s1"), Recorder("s2")]
+    start(electors, *(elector(etcd.url, r) for r in recorders))
+    leader = the_leader(electors)
+    first = leader.epoch
+    leader.resign()
+    assert not leader.leading and recorders[electors.index(leader)].told("fence")
+    # its lease is let go at once: the other (or itself again) leads, a later epoch
+    wait_for(lambda: any(e.leading and e.epoch > first for e in electors), 5, "a new term")
+
+
 def test_etcd_gone_fences_the_holder_and_the_standbys_keep_following(
     etcd: RunningEtcd, electors: list[Elector]
 ) -> None:

@@ -189,6 +189,11 @@ class Elector:
             except EtcdUnavailable as exc:
                 logger.warning("cannot revoke the election lease (it runs out): %s", exc)
 
+    def resign(self) -> None:
+        """Give the lead up (fenced, the lease let go): for a server that won the lease
+        but cannot take the primary's role. It campaigns again as any candidate."""
+        self._step_down("the server gave the lead up")
+
     # -- for tests: how the keep-alive reaches etcd -----------------------------------------
 
     def renew(self, kv: EtcdKV, lease_id: int) -> int:
