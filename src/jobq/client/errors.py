@@ -89,11 +89,34 @@ class ReplyTimeout(ConnectionLost):
     """The reply did not arrive within the client's timeout; the connection was closed."""
 
 
+class OutcomeUnknown(ConnectionLost):
+    """A client of several servers lost its connection after it sent a request that is not
+    safe to send twice (``lease``, ``cancel``...): it may or may not have run, and it was
+    not sent again (:mod:`jobq.client.failover` says which requests are)."""
+
+
+class NoPrimary(ConnectionLost):
+    """A client of several servers found no primary before its deadline: the servers it
+    reached were standbys, and the primary they named could not be reached."""
+
+
+class ReadOnly(JobqError):
+    """``-READONLY <host:port>``: a standby refused a change; ``primary`` is the address it
+    names. A client of several servers sends the change there instead."""
+
+    kind = "READONLY"
+
+    @property
+    def primary(self) -> str:
+        return self.text
+
+
 _ERRORS: dict[str, type[JobqError]] = {
     p.CLIENT_ERROR: ClientError,
     p.SERVER_ERROR: ServerError,
     p.TIMEOUT: JobTimeout,
     p.NOT_FOUND: NotFound,
+    ReadOnly.kind: ReadOnly,
 }
 
 
