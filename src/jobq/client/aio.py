@@ -164,6 +164,7 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
             raise self._cannot_connect(exc) from exc
         conn = _AsyncConn(reader, writer, self._greeting, tls is not None)
         self._conn = conn
+        self.connections += 1
         return conn
 
     async def _usable_conn(self, trip: Trip | None = None) -> _AsyncConn:

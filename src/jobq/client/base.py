@@ -117,6 +117,8 @@ class ClientBase(Operations, Generic[C, L]):
         )
         self._lock: L = self._new_lock()
         self._conn: C | None = None
+        #: connections opened so far (a worker announces itself again on a new one)
+        self.connections = 0
 
     @property
     def addresses(self) -> list[Address]:

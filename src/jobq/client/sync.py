@@ -151,6 +151,7 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
                 raise self._cannot_connect(exc) from exc
         conn = _SyncConn(sock, self._greeting)
         self._conn = conn
+        self.connections += 1
         return conn
 
     def _usable_conn(self, trip: Trip | None = None) -> _SyncConn:
