@@ -132,7 +132,9 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
             self._conn = None
         _close_socket(conn.sock)
 
-    def _connect(self, address: Address | None = None, timeout_s: float | None = None) -> _SyncConn:
+    def _connect(
+        self, address: Address | None = None, timeout_s: float | None = None
+    ) -> _SyncConn:
         """A new connection to ``address`` (default: the one the client is at)."""
         if address is not None:
             self._at(address)
