@@ -109,9 +109,8 @@ _CLIENT_OPTIONS = (
         default=DEFAULT_SERVER,
         show_default="127.0.0.1:9922 or $JOBQ_SERVER",
         metavar="HOST:PORT[,...]",
-        help="The jobq server; several, comma-separated, to follow the primary among a "
-        f"primary and its standbys (each request looks for it up to ${FAILOVER_ENV}, "
-        "default 15s).",
+        help="The jobq server; or a primary and its standbys, comma-separated, to follow "
+        f"the primary (each request for up to ${FAILOVER_ENV}, default 15s).",
     ),
     click.option(
         "--auth-token",
