@@ -21,6 +21,7 @@ from jobq.client import Client
 from jobq.worker import JobContext, Registry, Runtime
 from tests.harness import wait_for
 from tests.ports import free_port
+from tests.worker.conftest import stop_process, worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,3 +106,14 @@ def test_a_worker_carries_on_when_the_primary_moves(tmp_path: Path) -> None:
         runtime.stop(grace_s=0)
         for proc in procs:
             end(proc)
+
+
+def test_jobq_worker_takes_a_list(address: str, client: Client) -> None:
+    """``jobq worker --server DEAD,LIVE``: past the address nothing listens on."""
+    job_id = client.submit("talker", '{"n": 1}', ttr_ms=60_000)
+    proc = worker_process(f"127.0.0.1:{free_port()},{address}", "--names", "talker")
+    try:
+        wait_for(lambda: client.job(job_id)["status"] == "succeeded", 30.0, "succeeded")
+    finally:
+        out = stop_process(proc)
+    assert "Traceback" not in out, out

@@ -123,7 +123,8 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
     async def connect(self) -> None:
         """As :meth:`Client.connect`: connect and authenticate now."""
         async with self._lock:
-            conn = await self._usable_conn()
+            trip = None if self._rotation is None else Trip((), self.failover_s)
+            conn = await self._usable_conn(trip)
             if conn.greeting is not None:
                 await self._run(conn, ())
 

@@ -93,7 +93,8 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         with the token: a wrong address raises ConnectionLost and a refused token
         AuthenticationFailed at once. An open connection is kept."""
         with self._lock:
-            conn = self._usable_conn()
+            trip = None if self._rotation is None else Trip((), self.failover_s)
+            conn = self._usable_conn(trip)
             if conn.greeting is not None:
                 self._run(conn, ())
 
