@@ -204,13 +204,19 @@ class Trip:
     The client runs ``trip.pending()`` on a connection, then hands the outcomes to
     :meth:`settle` (or the break to :meth:`broke`) until :meth:`done`."""
 
+    __slots__ = (
+        "_backoff_s", "calls", "deadline", "failover_s", "failures", "hops", "redirects",
+        "resent", "results", "waiting",
+    )
+
     def __init__(self, calls: Sequence[Call[Any]], failover_s: float) -> None:
-        self.calls = list(calls)
+        self.calls = calls
         self.failover_s = failover_s
         self.deadline = time.monotonic() + failover_s
-        self.results: list[Any] = [None] * len(calls)
-        #: indices of the calls not answered yet
-        self.waiting = list(range(len(calls)))
+        #: the outcomes, in the calls' order (complete once :meth:`done`)
+        self.results: list[Any] = []
+        #: indices of the calls not answered yet; None: all of them (the first try)
+        self.waiting: list[int] | None = None
         #: indices of the calls sent on a connection that broke before their reply
         self.resent: set[int] = set()
         self.hops = 0
@@ -220,11 +226,19 @@ class Trip:
         #: why each address could not be reached, for the error if none can be
         self.failures: dict[Address, str] = {}
 
-    def pending(self) -> list[Call[Any]]:
+    def pending(self) -> Sequence[Call[Any]]:
+        if self.waiting is None:
+            return self.calls
         return [self.calls[i] for i in self.waiting]
 
     def done(self) -> bool:
-        return not self.waiting
+        return self.waiting is not None and not self.waiting
+
+    def _all_waiting(self) -> list[int]:
+        if self.waiting is None:
+            self.waiting = list(range(len(self.calls)))
+            self.results = [None] * len(self.calls)
+        return self.waiting
 
     def remaining_s(self) -> float:
         return self.deadline - time.monotonic()
@@ -267,7 +281,7 @@ class Trip:
     def broke(self, exc: ConnectionLost, at: Address) -> None:
         """The connection to ``at`` broke (or timed out) after the pending calls were sent:
         returns if they may all be sent again, else raises :class:`OutcomeUnknown`."""
-        for index in self.waiting:
+        for index in self._all_waiting():
             request = self.calls[index].request
             if resend_rule(request) is Resend.NEVER:
                 raise OutcomeUnknown(
@@ -275,15 +289,23 @@ class Trip:
                     f"was sent ({exc}): it may or may not have been applied, and is not sent "
                     f"again"
                 ) from exc
-        self.resent.update(self.waiting)
+        self.resent.update(self._all_waiting())
         self.failures[at] = str(exc)
 
     def settle(self, outcomes: list[Any]) -> ReadOnly | None:
         """Keep the outcomes of the pending calls, except those a standby refused: they
         stay pending, and the refusal (naming the primary) is returned."""
+        if self.waiting is None:  # the first try: most often, every call answered
+            for outcome in outcomes:
+                if isinstance(outcome, ReadOnly):
+                    break
+            else:
+                self.results = outcomes
+                self.waiting = []
+                return None
         refusal: ReadOnly | None = None
         still: list[int] = []
-        for index, outcome in zip(self.waiting, outcomes, strict=True):
+        for index, outcome in zip(self._all_waiting(), outcomes, strict=True):
             if isinstance(outcome, ReadOnly):
                 refusal = outcome
                 still.append(index)
