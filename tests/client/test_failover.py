@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,7 +27,13 @@ from jobq.client import (
 )
 from jobq.client.failover import MAX_HOPS, Resend, resend_rule
 from jobq.server import protocol as p
-from tests.client.fake_server import SERVER_REPLY, FakeServer, answer, read_then_close
+from tests.client.fake_server import (
+    SERVER_REPLY,
+    FakeServer,
+    answer,
+    read_then_close,
+    silent,
+)
 from tests.harness import TOKEN, RunningServer
 from tests.replication.conftest import caught_up, standby_of
 from tests.tls import CertFiles
@@ -208,6 +215,20 @@ def test_a_finish_sent_again_that_finds_no_lease_says_so(
         pytest.raises(LeaseLost, match="the first try may have been applied"),
     ):
         c.xcomplete(JOB, "w1", b"done")
+
+
+def test_close_from_another_thread_ends_the_request(
+    fake_factory: Callable[..., FakeServer],
+) -> None:
+    hung = fake_factory(silent)
+    good = fake_factory(answer(SERVER_REPLY))
+    with Client([f"127.0.0.1:{hung.port}", f"127.0.0.1:{good.port}"], timeout_s=30) as c:
+        threading.Timer(0.3, c.close).start()
+        started = time.monotonic()
+        with pytest.raises(ConnectionLost):
+            c.inspect_server()  # a read, which a break alone would send to the next
+        assert time.monotonic() - started < 10
+    assert good.requests == []
 
 
 def test_the_async_client_follows_too(pair: tuple[RunningServer, RunningServer]) -> None:

@@ -123,7 +123,7 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
     async def connect(self) -> None:
         """As :meth:`Client.connect`: connect and authenticate now."""
         async with self._lock:
-            trip = None if self._rotation is None else Trip((), self.failover_s)
+            trip = None if self._rotation is None else self._trip(())
             conn = await self._usable_conn(trip)
             if conn.greeting is not None:
                 await self._run(conn, ())
@@ -214,7 +214,7 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
         """As :meth:`Client._follow`."""
         rotation = self._rotation
         assert rotation is not None
-        trip = Trip(calls, self.failover_s)
+        trip = self._trip(calls)
         while not trip.done():
             conn = await self._usable_conn(trip)
             at = (self.host, self.port)

@@ -31,6 +31,7 @@ from jobq.client.failover import (
     DEFAULT_FAILOVER_S,
     Address,
     Rotation,
+    Trip,
     addresses_of,
     parse_addresses,
 )
@@ -119,12 +120,21 @@ class ClientBase(Operations, Generic[C, L]):
         self._conn: C | None = None
         #: connections opened so far (a worker announces itself again on a new one)
         self.connections = 0
+        #: calls of ``close()`` so far: a request that sees it change gives up (several
+        #: servers: it neither sends again nor looks for another server)
+        self._closes = 0
 
     @property
     def addresses(self) -> list[Address]:
         """The servers this client talks to: one, or the list it follows the primary
         across (a primary a standby named that is not in the list is tried too)."""
         return [(self.host, self.port)] if self._rotation is None else self._rotation.addresses
+
+    def _trip(self, calls: Sequence[Call[Any]]) -> Trip:
+        """A new trip for ``calls`` among the client's servers."""
+        trip = Trip(calls, self.failover_s)
+        trip.closes = self._closes
+        return trip
 
     def _at(self, address: Address) -> None:
         """Make ``address`` the one the client is at (its messages name it)."""

@@ -205,8 +205,8 @@ class Trip:
     :meth:`settle` (or the break to :meth:`broke`) until :meth:`done`."""
 
     __slots__ = (
-        "_backoff_s", "calls", "deadline", "failover_s", "failures", "hops", "redirects",
-        "resent", "results", "waiting",
+        "_backoff_s", "calls", "closes", "deadline", "failover_s", "failures", "hops",
+        "redirects", "resent", "results", "waiting",
     )
 
     def __init__(self, calls: Sequence[Call[Any]], failover_s: float) -> None:
@@ -220,6 +220,9 @@ class Trip:
         #: indices of the calls sent on a connection that broke before their reply
         self.resent: set[int] = set()
         self.hops = 0
+        #: the client's count of ``close()`` calls when the trip began: a close from
+        #: another thread ends the trip (it does not send again or look further)
+        self.closes = 0
         self._backoff_s = FIRST_BACKOFF_S
         #: what the redirects said, for the error if no primary answers
         self.redirects: list[str] = []

@@ -84,6 +84,7 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
 
     def close(self) -> None:
         """Close the connection. A request blocked in another thread raises ConnectionLost."""
+        self._closes += 1
         conn, self._conn = self._conn, None
         if conn is not None:
             _close_socket(conn.sock)
@@ -93,7 +94,7 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         with the token: a wrong address raises ConnectionLost and a refused token
         AuthenticationFailed at once. An open connection is kept."""
         with self._lock:
-            trip = None if self._rotation is None else Trip((), self.failover_s)
+            trip = None if self._rotation is None else self._trip(())
             conn = self._usable_conn(trip)
             if conn.greeting is not None:
                 self._run(conn, ())
@@ -180,6 +181,8 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         assert rotation is not None
         while True:
             for address in list(rotation.order()):
+                if self._closes != trip.closes:
+                    raise ConnectionLost("the client was closed")
                 try:
                     return self._connect(address, trip.connect_timeout_s(self.timeout_s))
                 except ConnectionLost as exc:
@@ -209,13 +212,15 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         """:meth:`_call_many` across several servers (:mod:`jobq.client.failover`)."""
         rotation = self._rotation
         assert rotation is not None
-        trip = Trip(calls, self.failover_s)
+        trip = self._trip(calls)
         while not trip.done():
             conn = self._usable_conn(trip)
             at = (self.host, self.port)
             try:
                 outcomes = self._run(conn, trip.pending())
             except ConnectionLost as exc:
+                if self._closes != trip.closes:
+                    raise  # closed by another thread: as with one server
                 trip.broke(exc, at)  # raises unless every pending call may be sent again
                 rotation.move_on()
                 if trip.remaining_s() <= 0:
