@@ -23,6 +23,7 @@ from jobq.client import (
     NoPrimary,
     OutcomeUnknown,
     ReadOnly,
+    ServerError,
     parse_addresses,
 )
 from jobq.client.failover import MAX_HOPS, Resend, resend_rule
@@ -164,6 +165,45 @@ def test_two_standbys_naming_each_other_end_in_no_primary(
     # bounded: MAX_HOPS redirects in a row, then a wait before the next round
     assert a.connections + b.connections < 100
     assert len(a.requests) + len(b.requests) >= MAX_HOPS
+
+
+def test_a_deposed_primary_s_refusal_of_a_change_in_flight(
+    fake_factory: Callable[..., FakeServer],
+) -> None:
+    """A primary that acknowledged a change on this connection and then refuses one was
+    deposed: the refused change may be in its log (docs/ha.md, a fenced primary's batch in
+    flight), so it goes to the new primary only if it is safe to send twice."""
+    def deposed_for(new: FakeServer) -> FakeServer:
+        readonly = f"-READONLY 127.0.0.1:{new.port}\r\n".encode()
+        return fake_factory(answer(p.ok(), readonly))
+
+    new = fake_factory(answer(p.ok()))
+    with Client([f"127.0.0.1:{deposed_for(new).port}", dead_address()]) as c:
+        c.delete(JOB)  # acknowledged: the server is the primary
+        with pytest.raises(OutcomeUnknown, match="stopped being the primary with `delete`"):
+            c.delete(uuid.UUID(int=12))
+        assert new.requests == []
+        assert c.port == new.port  # the next request goes to the primary it named
+    # an add is sent to the new primary, which has it already: the first try made it
+    new = fake_factory(answer(b"-CLIENT-ERROR Duplicate job\r\n"))
+    with Client([f"127.0.0.1:{deposed_for(new).port}", dead_address()]) as c:
+        c.delete(JOB)
+        assert c.add("q", b"x", id=JOB) == str(JOB)
+        assert c.port == new.port
+
+
+def test_a_primary_fenced_without_a_successor_is_passed(
+    fake_factory: Callable[..., FakeServer],
+) -> None:
+    fenced = b"-SERVER-ERROR Not the primary: fenced (the new primary is not known yet)\r\n"
+    old = fake_factory(answer(fenced))
+    new = fake_factory(answer(p.ok()))
+    with Client([f"127.0.0.1:{old.port}", f"127.0.0.1:{new.port}"]) as c:
+        c.delete(JOB)  # refused before it ran (nothing acknowledged here): sent on
+        assert c.port == new.port
+    alone = fake_factory(answer(fenced))
+    with Client("127.0.0.1", alone.port) as c, pytest.raises(ServerError, match="fenced"):
+        c.delete(JOB)
 
 
 # -- a connection that breaks after the request was sent

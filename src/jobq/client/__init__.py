@@ -74,7 +74,8 @@ converts); :mod:`~jobq.client.sync` (``Client``) and :mod:`~jobq.client.aio`
 (``AsyncClient``) run them, on what :mod:`~jobq.client.base` gives both.
 :mod:`~jobq.client.calls` holds what a call is, :mod:`~jobq.client.arguments` the checking
 of arguments, :mod:`~jobq.client.models` the result types, :mod:`~jobq.client.errors`
-the exceptions and :mod:`~jobq.client.tls` the TLS context. Import from ``jobq.client``.
+the exceptions, :mod:`~jobq.client.tls` the TLS context and :mod:`~jobq.client.failover`
+what a client of several servers does. Import from ``jobq.client``.
 """
 
 from jobq.client.aio import AsyncClient
@@ -103,6 +104,7 @@ from jobq.client.errors import (
     LeaseLost,
     NoPrimary,
     NotFound,
+    NotPrimary,
     OutcomeUnknown,
     ReadOnly,
     ReplyTimeout,
@@ -168,6 +170,7 @@ __all__ = [
     "LogPage",
     "NoPrimary",
     "NotFound",
+    "NotPrimary",
     "OutcomeUnknown",
     "QueueInfo",
     "ReadOnly",

@@ -25,7 +25,7 @@ from jobq.client.base import (
 )
 from jobq.client.calls import Call, T
 from jobq.client.errors import ConnectionLost, JobqError
-from jobq.client.failover import Address, Trip
+from jobq.client.failover import Address, Trip, changed, named
 from jobq.client.logs import LogLines
 from jobq.client.models import Heartbeat, HeartbeatReply
 from jobq.client.operations import heartbeat_calls, log_append_calls
@@ -37,7 +37,7 @@ _TLS_SETTLE_TURNS = 3
 
 
 class _AsyncConn:
-    __slots__ = ("greeting", "parser", "reader", "tls", "writer")
+    __slots__ = ("acked_change", "greeting", "parser", "reader", "tls", "writer")
 
     def __init__(
         self,
@@ -48,6 +48,7 @@ class _AsyncConn:
     ) -> None:
         self.reader = reader
         self.writer = writer
+        self.acked_change = False
         self.parser = p.ReplyParser()
         self.greeting = greeting
         self.tls = tls
@@ -218,19 +219,27 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
         while not trip.done():
             conn = await self._usable_conn(trip)
             at = (self.host, self.port)
+            pending = trip.pending()
             try:
-                outcomes = await self._run(conn, trip.pending())
+                outcomes = await self._run(conn, pending)
             except ConnectionLost as exc:
                 trip.broke(exc, at)  # raises unless every pending call may be sent again
                 rotation.move_on()
                 if trip.remaining_s() <= 0:
                     raise trip.unreachable(rotation) from exc
                 continue
-            refusal = trip.settle(outcomes)
+            if not conn.acked_change:
+                conn.acked_change = changed(pending, outcomes)
+            refusal = trip.settle(outcomes, at, conn.acked_change)
             if refusal is not None:
-                self._drop(conn)
+                self._drop(conn)  # not the primary (any more)
+                if trip.done():  # what it refused may have been applied: not sent again
+                    primary = named(refusal)
+                    self._at(primary) if primary is not None else rotation.move_on()
+                    break
                 primary = trip.redirect(refusal, at)
                 if primary is None:
+                    rotation.move_on()
                     await asyncio.sleep(trip.backoff_s())
                 else:
                     self._at(primary)

@@ -49,11 +49,14 @@ RECV_BYTES = 65_536
 
 
 class Connection(Protocol):
-    """What the shared steps need of a client's connection: its reply parser, and the
-    ``auth`` call still to send first on it (None once sent, or without a token)."""
+    """What the shared steps need of a client's connection: its reply parser, the
+    ``auth`` call still to send first on it (None once sent, or without a token), and
+    whether it saw a change acknowledged (:mod:`jobq.client.failover`)."""
 
     parser: p.ReplyParser
     greeting: Call[None] | None
+    #: a change was acknowledged on it (the server was the primary then)
+    acked_change: bool
 
 
 #: a client's connection

@@ -11,9 +11,13 @@ servers"):
   the call's deadline (``failover_s`` from the call's start, 15 s by default). Nothing was
   sent, so every request may go on this way.
 - **A change refused with** ``-READONLY <host:port>`` (a standby) is sent to the primary it
-  names: it was not applied. At most :data:`MAX_HOPS` redirects follow each other; then
-  (a standby naming a primary that is down, two standbys naming each other) the client
-  waits as above and starts again from the list, until the deadline.
+  names: it was not applied. ``-SERVER-ERROR Not the primary`` (a deposed primary that
+  knows no successor) sends it to the next address. At most :data:`MAX_HOPS` redirects
+  follow each other; then (a standby naming a primary that is down, two standbys naming
+  each other) the client waits as above and starts again from the list, until the
+  deadline. A refusal from a server that acknowledged a change on the same connection (it
+  was the primary, and was deposed: a fenced primary refuses the changes of its batches in
+  flight, which may be in its log) counts as a broken connection, below.
 - **A connection that breaks after a request was sent**: the request may or may not have
   run. It is sent again (to the next address) only if sending it twice cannot do twice
   what once does (:func:`resend_rule`); otherwise :class:`~jobq.client.errors.OutcomeUnknown`
@@ -59,6 +63,7 @@ from jobq.client.errors import (
     ConnectionLost,
     LeaseLost,
     NoPrimary,
+    NotPrimary,
     OutcomeUnknown,
     ReadOnly,
 )
@@ -78,6 +83,8 @@ MIN_CONNECT_S = 0.5
 DUPLICATE_JOB = "Duplicate job"
 
 Address = tuple[str, int]
+#: a refusal of a change for not being sent to the primary
+Refusal = ReadOnly | NotPrimary
 
 
 def parse_addresses(text: str) -> list[Address]:
@@ -147,6 +154,15 @@ def resend_rule(request: p.Request) -> Resend:
     elif isinstance(request, p.Result):
         return Resend.SAFE
     return Resend.SAFE if needed_role(request) <= Role.VIEWER else Resend.NEVER
+
+
+def changed(calls: Sequence[Call[Any]], outcomes: Sequence[Any]) -> bool:
+    """Whether a server acknowledged one of ``calls`` that changes something (so it was
+    the primary when it did)."""
+    for call, outcome in zip(calls, outcomes, strict=False):
+        if not isinstance(outcome, BaseException) and needed_role(call.request) > Role.VIEWER:
+            return True
+    return False
 
 
 def command_word(request: p.Request) -> str:
@@ -295,22 +311,39 @@ class Trip:
         self.resent.update(self._all_waiting())
         self.failures[at] = str(exc)
 
-    def settle(self, outcomes: list[Any]) -> ReadOnly | None:
-        """Keep the outcomes of the pending calls, except those a standby refused: they
-        stay pending, and the refusal (naming the primary) is returned."""
+    def settle(self, outcomes: list[Any], at: Address, was_primary: bool) -> Refusal | None:
+        """Keep the outcomes of the pending calls, except those refused for not being sent
+        to the primary (``-READONLY``, ``Not the primary``): they stay pending, and the
+        refusal is returned. ``was_primary``: the server at ``at`` acknowledged a change on
+        this connection, so it was the primary and was deposed: a change it refused may
+        have been logged before (a fenced primary's batch in flight, docs/ha.md), and is
+        sent again only if :func:`resend_rule` allows (else the call's outcome is
+        :class:`OutcomeUnknown`, and the refusal is returned all the same: the server is
+        not the primary)."""
         if self.waiting is None:  # the first try: most often, every call answered
             for outcome in outcomes:
-                if isinstance(outcome, ReadOnly):
+                if isinstance(outcome, ReadOnly | NotPrimary):
                     break
             else:
                 self.results = outcomes
                 self.waiting = []
                 return None
-        refusal: ReadOnly | None = None
+        refusal: Refusal | None = None
         still: list[int] = []
         for index, outcome in zip(self._all_waiting(), outcomes, strict=True):
-            if isinstance(outcome, ReadOnly):
+            if isinstance(outcome, ReadOnly | NotPrimary):
+                request = self.calls[index].request
+                rule = resend_rule(request)
                 refusal = outcome
+                if rule is Resend.NEVER and was_primary:
+                    self.results[index] = OutcomeUnknown(
+                        f"{shown(at)} stopped being the primary with `{command_word(request)}`"
+                        f" in flight ({outcome}): it may or may not have been applied, and "
+                        f"is not sent again"
+                    )
+                    continue
+                if rule is not Resend.NEVER:
+                    self.resent.add(index)  # it may be in a deposed primary's log
                 still.append(index)
                 continue
             if index in self.resent:
@@ -321,11 +354,14 @@ class Trip:
             self.hops = 0
         return refusal
 
-    def redirect(self, refusal: ReadOnly, at: Address) -> Address | None:
-        """The primary to try after ``at`` refused with ``refusal``, or None when the hops
-        in a row are used up (the caller waits :meth:`backoff_s` and starts again from
-        its list). Raises :class:`NoPrimary` once the deadline has passed."""
-        self.redirects.append(f"{shown(at)} is a standby of {refusal.primary}")
+    def redirect(self, refusal: Refusal, at: Address) -> Address | None:
+        """The primary to try after ``at`` refused with ``refusal``, or None when it names
+        none or the hops in a row are used up (the caller moves on to its next address,
+        after :meth:`backoff_s`). Raises :class:`NoPrimary` once the deadline has passed."""
+        if isinstance(refusal, ReadOnly):
+            self.redirects.append(f"{shown(at)} is a standby of {refusal.primary}")
+        else:
+            self.redirects.append(f"{shown(at)}: {refusal.text}")
         del self.redirects[:-MAX_HOPS]
         if self.remaining_s() <= 0:
             raise NoPrimary(
@@ -336,10 +372,7 @@ class Trip:
         if self.hops > MAX_HOPS:
             self.hops = 0
             return None
-        try:
-            primary = parse_address(refusal.primary)
-        except ValueError:
-            return None
+        primary = named(refusal)
         return None if primary == at else primary
 
     def _after_resend(self, index: int, outcome: Any) -> Any:
@@ -362,3 +395,11 @@ class Trip:
                 f"may have been applied)"
             )
         return outcome
+
+
+def named(refusal: Refusal) -> Address | None:
+    """The primary a refusal names, if it names one."""
+    try:
+        return parse_address(refusal.primary)
+    except ValueError:  # none named ("-READONLY ", "Not the primary")
+        return None

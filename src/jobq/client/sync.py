@@ -29,7 +29,7 @@ from jobq.client.base import (
 )
 from jobq.client.calls import Call, T
 from jobq.client.errors import ConnectionLost, JobqError
-from jobq.client.failover import Address, Trip
+from jobq.client.failover import Address, Trip, changed, named
 from jobq.client.logs import DEFAULT_FOLLOW_POLL_S, LogLines, LogPage, follow
 from jobq.client.models import Heartbeat, HeartbeatReply
 from jobq.client.operations import heartbeat_calls, log_append_calls
@@ -38,10 +38,11 @@ from jobq.server import protocol as p
 
 
 class _SyncConn:
-    __slots__ = ("greeting", "parser", "sock", "tls")
+    __slots__ = ("acked_change", "greeting", "parser", "sock", "tls")
 
     def __init__(self, sock: socket.socket, greeting: Call[None] | None) -> None:
         self.sock = sock
+        self.acked_change = False
         self.parser = p.ReplyParser()
         self.greeting = greeting
         self.tls = isinstance(sock, ssl.SSLSocket)
@@ -216,8 +217,9 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         while not trip.done():
             conn = self._usable_conn(trip)
             at = (self.host, self.port)
+            pending = trip.pending()
             try:
-                outcomes = self._run(conn, trip.pending())
+                outcomes = self._run(conn, pending)
             except ConnectionLost as exc:
                 if self._closes != trip.closes:
                     raise  # closed by another thread: as with one server
@@ -226,11 +228,18 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
                 if trip.remaining_s() <= 0:
                     raise trip.unreachable(rotation) from exc
                 continue
-            refusal = trip.settle(outcomes)
+            if not conn.acked_change:
+                conn.acked_change = changed(pending, outcomes)
+            refusal = trip.settle(outcomes, at, conn.acked_change)
             if refusal is not None:
-                self._drop(conn)
+                self._drop(conn)  # not the primary (any more)
+                if trip.done():  # what it refused may have been applied: not sent again
+                    primary = named(refusal)
+                    self._at(primary) if primary is not None else rotation.move_on()
+                    break
                 primary = trip.redirect(refusal, at)
                 if primary is None:
+                    rotation.move_on()
                     time.sleep(trip.backoff_s())
                 else:
                     self._at(primary)
