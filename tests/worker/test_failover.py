@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobq.client import Client
+from jobq.client import Client, NotFound
 from jobq.worker import JobContext, Registry, Runtime
 from tests.harness import wait_for
 from tests.ports import free_port
@@ -46,6 +46,14 @@ def server_process(port: int, data_dir: Path, *args: str) -> subprocess.Popen[by
 
     wait_for(listening, 30.0, f"a server on port {port}")
     return proc
+
+
+def status(client: Client, job_id: str) -> str | None:
+    """The job's status, None while the server does not know it (yet)."""
+    try:
+        return str(client.job(job_id)["status"])
+    except NotFound:
+        return None
 
 
 def end(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
@@ -77,7 +85,7 @@ def test_a_worker_carries_on_when_the_primary_moves(tmp_path: Path) -> None:
             job_id = on_a.submit("long", b"", ttr_ms=60_000)
         runtime.start()
         with Client.from_address(b) as on_b:  # the lease has reached the standby
-            wait_for(lambda: on_b.job(job_id)["status"] == "running", 10.0, "running on B")
+            wait_for(lambda: status(on_b, job_id) == "running", 10.0, "running on B")
         end(procs[0], signal.SIGKILL)
         end(procs[1])
         procs.append(server_process(b_port, tmp_path / "b"))  # B's log, now a primary
