@@ -257,6 +257,21 @@ def test_a_finish_sent_again_that_finds_no_lease_says_so(
         c.xcomplete(JOB, "w1", b"done")
 
 
+def test_a_server_that_does_not_answer_is_passed_for_a_read(
+    fake_factory: Callable[..., FakeServer],
+) -> None:
+    hung = fake_factory(silent, silent)  # a paused process: it takes connections only
+    good = fake_factory(answer(SERVER_REPLY, p.ok()))
+    with Client([f"127.0.0.1:{hung.port}", f"127.0.0.1:{good.port}"], timeout_s=0.3) as c:
+        assert c.inspect_server().active_clients == 1
+        assert c.port == good.port
+    with (
+        Client([f"127.0.0.1:{hung.port}", f"127.0.0.1:{good.port}"], timeout_s=0.3) as c,
+        pytest.raises(OutcomeUnknown, match="broke after `delete` was sent"),
+    ):
+        c.delete(JOB)  # a change: no reply in time is no answer either way
+
+
 def test_close_from_another_thread_ends_the_request(
     fake_factory: Callable[..., FakeServer],
 ) -> None:
