@@ -361,3 +361,44 @@ def test_the_token_and_tls_go_to_every_address(certificate: CertFiles) -> None:
         assert time.monotonic() - started < 5
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["fenced-naming-b", "fenced-alone"])
+def test_the_clients_follow_a_promotion(tmp_path: Path, named: bool) -> None:
+    """A primary deposed (fenced, naming its successor or not yet) and its standby promoted
+    a moment later, as the election does: a producer's write and a worker's lease go on
+    at the new primary. Needs ``jobq promote`` (the promote branch of issue 26)."""
+    if not hasattr(Client, "promote"):
+        pytest.skip("jobq promote is not in this tree yet")
+    primary = RunningServer(tmp_path / "a", segment_size_bytes=4096)
+    standby = standby_of(primary, tmp_path / "b", segment_size_bytes=4096)
+    addresses = [primary.tcp_address, standby.tcp_address]
+    promoter: threading.Thread | None = None
+    try:
+        with Client(addresses) as producer, Client(addresses) as worker:
+            producer.add("q", b"leased", ttr_ms=60_000)
+            lease = worker.xlease("q", worker_id="w1", wait_timeout_ms=1000)
+            caught_up(primary, standby)
+            roles = primary.core.roles  # type: ignore[union-attr]
+            primary.in_loop(lambda: roles.fence(standby.tcp_address if named else None))
+
+            def promote() -> None:
+                time.sleep(0.3)
+                with standby.client() as direct:
+                    direct.promote()  # type: ignore[attr-defined]
+
+            promoter = threading.Thread(target=promote)
+            promoter.start()
+            job_id = producer.add("q", b"after")
+            assert producer.port == standby.port
+            assert worker.heartbeat(lease.id, "w1").action == "continue"
+            worker.xcomplete(lease.id, "w1", b"done")
+            assert worker.port == standby.port
+        with standby.client() as direct:
+            assert direct.job(job_id)["status"] == "pending"
+            assert direct.job(lease.id)["status"] == "succeeded"
+    finally:
+        if promoter is not None:
+            promoter.join()
+        standby.stop()
+        primary.stop()
