@@ -114,7 +114,9 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
         await self.close()
 
     async def close(self) -> None:
-        """Close the connection; a closed client reconnects if used again."""
+        """Close the connection; a closed client reconnects if used again (a request of
+        another task blocked on it raises ConnectionLost)."""
+        self._closes += 1
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.writer.close()
@@ -188,6 +190,8 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
         assert rotation is not None
         while True:
             for address in list(rotation.order()):
+                if self._closes != trip.closes:
+                    raise ConnectionLost("the client was closed")
                 try:
                     return await self._connect(address, trip.connect_timeout_s(self.timeout_s))
                 except ConnectionLost as exc:
@@ -223,6 +227,8 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
             try:
                 outcomes = await self._run(conn, pending)
             except ConnectionLost as exc:
+                if self._closes != trip.closes:
+                    raise  # closed by another task: as with one server
                 trip.broke(exc, at)  # raises unless every pending call may be sent again
                 rotation.move_on()
                 if trip.remaining_s() <= 0:
@@ -235,7 +241,10 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
                 self._drop(conn)  # not the primary (any more)
                 if trip.done():  # what it refused may have been applied: not sent again
                     primary = named(refusal)
-                    self._at(primary) if primary is not None else rotation.move_on()
+                    if primary is None:
+                        rotation.move_on()
+                    else:
+                        self._at(primary)
                     break
                 primary = trip.redirect(refusal, at)
                 if primary is None:

@@ -235,7 +235,10 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
                 self._drop(conn)  # not the primary (any more)
                 if trip.done():  # what it refused may have been applied: not sent again
                     primary = named(refusal)
-                    self._at(primary) if primary is not None else rotation.move_on()
+                    if primary is None:
+                        rotation.move_on()
+                    else:
+                        self._at(primary)
                     break
                 primary = trip.redirect(refusal, at)
                 if primary is None:
