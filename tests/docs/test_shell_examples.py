@@ -508,6 +508,9 @@ def walks_the_standby(ex: Example, world: World) -> None:
             f"standby of {primary} (streaming)" in out for out in outputs.values()
         ), outputs
         assert any('"role": "standby"' in out for out in outputs.values()), outputs
+        # a list that starts with the standby: the submit went to the primary
+        followed = next(out for key, out in outputs.items() if f"{standby}," in adapt(key))
+        assert followed.strip(), outputs
         refused = subprocess.run(
             ["bash", "-c", f"jobq submit reports.daily --server {standby}"],
             cwd=world.workdir, env=world.env, capture_output=True, text=True, timeout=60,
@@ -603,6 +606,8 @@ CHECKS: dict[str, Check] = {
     "jobq submit reports.daily --server 127.0.0.1:9922": walks_the_standby,
     "jobq jobs list --server 127.0.0.1:9923": walks_the_standby,
     "jobq status --server 127.0.0.1:9923": walks_the_standby,
+    "jobq submit reports.daily --server 127.0.0.1:9923,127.0.0.1:9922": walks_the_standby,
+    "JOBQ_SERVER=127.0.0.1:9923,127.0.0.1:9922 jobq jobs list": walks_the_standby,
     "curl -s localhost:8081/api/server | jq .replication": walks_the_standby,
     "jobq log repair --dry-run /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq log repair /var/lib/jobq/cmdlog": repairs_a_log,
