@@ -349,6 +349,13 @@ def read_for_standby(log_dir: str) -> tuple[bytes, int, int] | None:
     return data, position.sequence, position.offset
 
 
+def snapshot_epochs(data: bytes) -> list[tuple[int, int, int]]:
+    """The epochs in the header of ``data``, a snapshot file's bytes (none if it has no
+    header to read)."""
+    read = _read_header(data)
+    return [] if isinstance(read, str) else [tuple(e) for e in read[0].epochs]  # type: ignore[misc]
+
+
 def place_from_primary(log_dir: str, data: bytes, position: LogPosition) -> None:
     """Write ``data``, a primary's snapshot file (:func:`read_for_standby`), as this log's
     snapshot at ``position`` (the same place in this log's copy of the segment: its inode
