@@ -3,11 +3,14 @@ writes taken, leases carried over), refusals, and a fenced primary acknowledging
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
+from jobq.cli.status import replication_line
 from jobq.client import ClientError, JobqError
 from jobq.cmdlog.segment import segment_name
 from jobq.engine.extensions import Epoch
@@ -136,5 +139,47 @@ def test_the_epoch_record_is_the_first_of_the_new_primary(
         assert len(records) == at[0] + 2  # then the add
         engine = standby.core.engine  # type: ignore[union-attr]
         assert engine.epochs == [(3, *end)]
+    finally:
+        standby.stop()
+
+
+def test_the_election_s_promote_waits_for_the_epoch_on_disk(
+    primary: RunningServer, tmp_path: Path
+) -> None:
+    standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
+    try:
+        with primary.client() as client:
+            client.add("q", b"x")
+        caught_up(primary, standby)
+        primary.stop()
+        roles = _roles(standby)
+        loop = standby._loop
+        assert loop is not None
+        epoch = asyncio.run_coroutine_threadsafe(roles.promote(41), loop).result(10)
+        assert epoch == 41 and roles.role == "primary"
+        log = standby.core.log  # type: ignore[union-attr]
+        assert log is not None
+        assert any(r.payload[0] == Epoch.TYPE for r in log.records())
+        with standby.client() as client:
+            status = client.replication()
+        assert (status["role"], status["epoch"]) == ("primary", 41)
+        assert replication_line(status) == "primary, epoch 41, 0 standbys"
+    finally:
+        standby.stop()
+
+
+def test_promote_over_http(primary: RunningServer, tmp_path: Path) -> None:
+    standby = standby_of(
+        primary, tmp_path / "standby", segment_size_bytes=4096, with_http=True
+    )
+    try:
+        with httpx.Client(base_url=standby.http_url) as http:
+            answer = http.post("/api/server/promote", params={"epoch": 2})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["epoch"] == 2
+            again = http.post("/api/server/promote")
+            assert again.status_code == 409
+            assert "already the primary" in again.json()["error"]
+            assert http.get("/api/server").json()["replication"]["epoch"] == 2
     finally:
         standby.stop()

@@ -184,7 +184,11 @@ class Roles:
         loop = asyncio.get_running_loop()
         while self.log.position() == after:
             if self.core.engine.epoch != new_epoch:
-                raise RoleRefused("the command log did not take the epoch record")
+                # the write failed and the engine dropped the record: not a primary
+                self.fence()
+                raise RoleRefused(
+                    f"the command log did not take the epoch record: {self.core.log_error}"
+                )
             await asyncio.sleep(0.001)
         await loop.run_in_executor(None, self.log.sync)
         return new_epoch
