@@ -107,3 +107,29 @@ def test_a_standby_refuses_a_primary_of_an_older_epoch(tmp_path: Path) -> None:
         assert not list(tmp_path.glob("promoted/cmdlog.replaced-*"))
     finally:
         stale.stop()
+
+
+def test_a_standby_of_a_deposed_primary_follows_the_new_one(tmp_path: Path) -> None:
+    old = RunningServer(tmp_path / "old", segment_size_bytes=4096)
+    new = standby_of(old, tmp_path / "new", segment_size_bytes=4096)
+    other = standby_of(old, tmp_path / "other", segment_size_bytes=4096)
+    try:
+        _add(old, 0, 20)
+        caught_up(old, new)
+        caught_up(old, other)
+        assert old.core is not None and old.core.roles is not None
+        old.in_loop(old.core.roles.fence)
+        with new.client() as client:
+            client.promote()
+        _follow(old, f"127.0.0.1:{new.port}")
+        # the other standby's stream ends; the old primary answers -READONLY <new>
+        assert other.core is not None and other.core.roles is not None
+        roles = other.core.roles
+        wait_for(lambda: roles.primary == f"127.0.0.1:{new.port}", 20.0, "the redirect")
+        _add(new, 100, 10)
+        caught_up(new, other)
+        assert state(other) == state(new)
+        assert other.core.engine.epoch == 1
+    finally:
+        for server in (other, new, old):
+            server.stop()

@@ -49,6 +49,8 @@ def check_request(
         return p.client_error("replicate: this is the standby itself")
     if replication.primary is not None:
         return p.read_only(replication.primary)
+    if replication.fenced:
+        return p.client_error("replicate: this server is not the primary any more (fenced)")
     if log is None:
         return p.client_error("replicate: this server keeps no command log (--in-memory)")
     appender = log.appender

@@ -176,6 +176,7 @@ class Follower:
         sync_always: bool,
         on_fatal: Callable[[PrimaryRefused], None],
         on_catch_up: Callable[[], None] | None = None,
+        on_redirect: Callable[[str], None] | None = None,
     ) -> None:
         self.core = core
         self.log = log
@@ -185,6 +186,7 @@ class Follower:
         self.sync_always = sync_always
         self.on_fatal = on_fatal
         self.on_catch_up = on_catch_up
+        self.on_redirect = on_redirect
         appender = log.appender
         self.log_settings = (appender.segment_size_bytes, appender.write_version)
         #: how many streams were opened (tests: a reconnection)
@@ -238,6 +240,8 @@ class Follower:
                 f"({line.partition('replicate: ')[2]}): restart this standby, which then "
                 "catches up from the primary's engine snapshot"
             )
+        if line.startswith("-READONLY ") and self.on_redirect is not None:
+            self.on_redirect(line.partition(" ")[2])  # deposed: it names its primary
         if not line.startswith("+STREAM"):
             refused = explain_refusal(self.address, line)
             # a primary deposed meanwhile (it follows another now), or one of an older

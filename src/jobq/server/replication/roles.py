@@ -21,7 +21,9 @@ election both call it, on the server's event loop:
     (``-READONLY <primary>`` once known, else a server error), timers stop. The election
     calls it when its lease may have passed to another server, before that can happen.
 ``await follow(primary, epoch=None)``
-    Become (or stay) a standby of ``primary`` (``host:port``): a primary is fenced first,
+    Become (or stay) a standby of ``primary`` (``host:port``; a standby whose primary
+    answers ``-READONLY <another>``, deposed, follows that one by itself): a primary is
+    fenced first,
     its client connections closed (waits would never end: a standby runs no timer) and its
     streams to standbys ended. The stream then starts from this log's end; ``epoch``, if
     given, is the least epoch that primary must have (an older one is retried). A log
@@ -116,6 +118,7 @@ class Roles:
             self.core, self.log, self.replication, address, self.token,
             sync_always=self.sync_always, on_fatal=self._on_fatal,
             on_catch_up=lambda: self._catch_up(address),
+            on_redirect=self._redirect,
         )
         self._following = asyncio.get_running_loop().create_task(self.follower.run())
 
@@ -135,6 +138,15 @@ class Roles:
         )
         self._stop_following()
         self._restart(address)
+
+    def _redirect(self, primary: str) -> None:
+        """The primary followed was deposed and follows ``primary`` now: follow it too."""
+        try:
+            address = parse_address(primary)
+        except ValueError:
+            return
+        logger.warning("the primary at %s follows %s now: following it", self.primary, primary)
+        asyncio.get_running_loop().create_task(self.follow(address))
 
     # -- promotion
 
@@ -196,7 +208,10 @@ class Roles:
     # -- being deposed
 
     def fence(self, primary: str | None = None) -> None:
-        """Acknowledge nothing from now on (see the module's docstring); synchronous."""
+        """Acknowledge nothing from now on (see the module's docstring); synchronous. A
+        standby acknowledges nothing anyway: there it changes nothing."""
+        if self.role == STANDBY:
+            return
         core = self.core
         core.fenced = True
         core.follows_primary = True  # no timer, TTR or schedule runs from here on
