@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from jobq.cmdlog.log import CommandLog
@@ -14,7 +15,13 @@ from jobq.engine.extensions import Epoch
 from jobq.engine.job import Status
 from jobq.engine.machine import Command, Engine
 from jobq.server.replay import replay, restore
-from jobq.server.snapshot import position_at, write_snapshot
+from jobq.server.snapshot import (
+    SNAPSHOT_NAME,
+    LogPosition,
+    _write_head,
+    position_at,
+    write_snapshot,
+)
 from tests.engine.helpers import MS, T0, Clock, add, jid
 
 
@@ -145,3 +152,41 @@ def test_the_snapshot_header_keeps_the_epochs(tmp_path: Path) -> None:
             stats = restore(cmdlog, restored, clock.now_ns)
         assert stats.snapshot is not None
         assert restored.epochs == [(3, 1, 8), (8, 1, 90)] and restored.epoch == 8
+
+
+class _HeaderBefore(msgspec.Struct, array_like=True):
+    """The snapshot header as written before epochs."""
+
+    version: int
+    position: LogPosition
+
+
+def test_headers_before_and_after_epochs_read_both_ways(tmp_path: Path) -> None:
+    engine = Engine(started_ns=T0)
+    engine.begin()
+    engine.begin_epoch(epoch=2, after=(1, 8), now_ns=T0)
+    commands, _ = engine.drain()
+    engine.commit()
+    directory = str(tmp_path / "cmdlog")
+    with CommandLog.open(directory, sync="os") as cmdlog:
+        cmdlog.write([encode_command(c) for c in commands], T0)
+        end = cmdlog.position()
+    position = position_at(directory, *end)
+    write_snapshot(directory, engine, position)
+    path = Path(directory) / SNAPSHOT_NAME
+    data = path.read_bytes()
+    # a reader before epochs skips the new trailing field
+    size = int.from_bytes(data[8:12], "big")
+    header = data[16 : 16 + size]
+    assert msgspec.msgpack.decode(header, type=_HeaderBefore).position == position
+    # a header written before epochs reads as none (the records after it still count)
+    old = msgspec.msgpack.encode(_HeaderBefore(3, position))
+    body = data[16 + size :]
+    with open(path, "wb") as f:
+        _write_head(f, old)
+        f.write(body)
+    with CommandLog.open(directory, sync="os") as cmdlog:
+        restored = Engine(started_ns=T0)
+        stats = restore(cmdlog, restored, T0)
+    assert stats.snapshot is not None
+    assert restored.epochs == [] and restored.epoch == 0
