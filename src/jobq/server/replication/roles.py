@@ -31,6 +31,10 @@ election both call it, on the server's event loop:
     cleaner removed its place) is replaced: the server restarts in this process, behind
     the same listening addresses, as a standby that catches up from the primary's engine
     snapshot (``app.serve``; its log moved aside to ``cmdlog.replaced-<time>/``).
+
+A server whose role an election has not decided yet starts fenced: ``serve``'s ``on_core``
+callback runs before any timer starts, and may call ``core.roles.fence()``. A restart in
+the process makes a new core and a new ``Roles`` (``on_core`` is called again).
 """
 
 from __future__ import annotations
