@@ -14,6 +14,7 @@ from jobq.cli.status import replication_line
 from jobq.client import ClientError, JobqError
 from jobq.cmdlog.segment import segment_name
 from jobq.engine.extensions import Epoch
+from jobq.server.core import Core
 from jobq.server.replication.roles import Roles
 from tests.harness import RunningServer, wait_for
 from tests.replication.conftest import caught_up, standby_of, state
@@ -183,3 +184,22 @@ def test_promote_over_http(primary: RunningServer, tmp_path: Path) -> None:
             assert http.get("/api/server").json()["replication"]["epoch"] == 2
     finally:
         standby.stop()
+
+
+def test_a_server_can_start_fenced_and_be_promoted(tmp_path: Path) -> None:
+    def fence(core: Core) -> None:
+        assert core.roles is not None
+        core.roles.fence()
+
+    server = RunningServer(tmp_path / "undecided", on_core=fence)
+    try:
+        roles = _roles(server)
+        assert roles.role == "fenced"
+        with server.client() as client:
+            with pytest.raises(JobqError, match="Not the primary"):
+                client.add("q", b"x")
+            assert client.promote()["epoch"] == 1
+            client.add("q", b"x")
+        assert roles.role == "primary"
+    finally:
+        server.stop()
