@@ -1,9 +1,9 @@
-"""A failover by hand on loopback: the primary, a process, is SIGKILLed with records its
-standby never received (the standby, in this process, stopped following just before);
-``jobq promote`` (a process) makes the standby the primary (every record it had is there,
-a lease taken before the kill goes on, a schedule due meanwhile fires once); the old
-primary, restarted as a process with ``--replica-of`` the new one, moves its diverged
-tail aside and rejoins with the new primary's state."""
+"""A failover by hand with real processes on loopback: the primary is SIGKILLed with
+records its standby never received (the link between them cut just before, by a relay);
+``jobq promote`` makes the standby the primary (every record it had is there, a lease
+taken before the kill goes on, a schedule due meanwhile fires once); the old primary,
+restarted with ``--replica-of`` the new one, moves its diverged tail aside and rejoins
+with the new primary's state."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from jobq.client import Client
-from tests.harness import RunningServer, wait_for
+from tests.harness import wait_for
+from tests.replication.proxy import Relay
 from tests.server.procs import ServerProcess
 
-Server = ServerProcess | RunningServer
+Server = ServerProcess
 
 
 def _client(server: Server) -> Client:
@@ -54,12 +55,13 @@ def _runs(server: Server, name: str) -> list[str]:
 
 def test_promote_after_a_kill_and_the_old_primary_rejoins(tmp_path: Path) -> None:
     primary = ServerProcess(tmp_path / "a", "--cmdlog-seg-size", "4096")
-    standby = RunningServer(
-        tmp_path / "b", segment_size_bytes=4096, replica_of=("127.0.0.1", primary.port)
+    relay = Relay(primary.port)
+    standby = ServerProcess(
+        tmp_path / "b", "--cmdlog-seg-size", "4096", "--replica-of", f"127.0.0.1:{relay.port}"
     )
     rejoined: ServerProcess | None = None
     try:
-        at = datetime.now(UTC) + timedelta(seconds=4)
+        at = datetime.now(UTC) + timedelta(seconds=6)
         with _client(primary) as client:
             for i in range(60):
                 client.add("q", b"x" * 40, id=uuid.UUID(int=i), ttr_ms=60_000)
@@ -67,15 +69,15 @@ def test_promote_after_a_kill_and_the_old_primary_rejoins(tmp_path: Path) -> Non
             client.create_schedule("once", at=at, args={"name": "report"}, catchup_ms=60_000)
         _caught_up(standby, primary)
         # the standby stops receiving; the primary acknowledges more, then dies
-        assert standby.core is not None and standby.core.roles is not None
-        standby.in_loop(standby.core.roles._stop_following)
+        relay.hold()
         with _client(primary) as client:
             for i in range(100, 140):
                 client.add("q", b"lost" * 10, id=uuid.UUID(int=i))
         primary.kill()
+        assert datetime.now(UTC) < at  # the schedule comes due while there is no primary
         had = _jobs(standby)
         assert len(had) == 60
-        wait_for(lambda: datetime.now(UTC) > at + timedelta(seconds=1), 10.0)
+        wait_for(lambda: datetime.now(UTC) > at + timedelta(seconds=1), 15.0)
         assert _runs(standby, "once") == []  # a standby fires nothing
         promoted = subprocess.run(
             [sys.executable, "-m", "jobq", "promote", "--server", f"127.0.0.1:{standby.port}"],
@@ -105,7 +107,7 @@ def test_promote_after_a_kill_and_the_old_primary_rejoins(tmp_path: Path) -> Non
         assert _runs(rejoined, "once") == _runs(standby, "once")
         assert "moved the log" in rejoined.log()
     finally:
-        standby.stop()
-        for server in (primary, rejoined):
+        relay.close()
+        for server in (standby, primary, rejoined):
             if server is not None:
                 server.kill()
