@@ -182,6 +182,9 @@ def test_promote_over_http(primary: RunningServer, tmp_path: Path) -> None:
             assert again.status_code == 409
             assert "already the primary" in again.json()["error"]
             assert http.get("/api/server").json()["replication"]["epoch"] == 2
+            metrics = http.get("/metrics").text
+            assert "jobq_replication_epoch 2.0" in metrics
+            assert "jobq_replication_fenced 0.0" in metrics
     finally:
         standby.stop()
 
