@@ -4,6 +4,10 @@ writes taken, leases carried over), refusals, and a fenced primary acknowledging
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -206,3 +210,38 @@ def test_a_server_can_start_fenced_and_be_promoted(tmp_path: Path) -> None:
         assert roles.role == "primary"
     finally:
         server.stop()
+
+
+def _jobq(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jobq", *args], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "JOBQ_AUTH_TOKEN": ""},
+    )
+
+
+def test_jobq_promote_refusals_are_one_line_and_change_nothing(
+    primary: RunningServer, tmp_path: Path
+) -> None:
+    standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
+    try:
+        server = f"127.0.0.1:{primary.port}"
+        log = primary.core.log  # type: ignore[union-attr]
+        assert log is not None
+        end = primary.in_loop(log.position)
+        refused = _jobq("promote", "--server", server)
+        assert refused.returncode == 2
+        assert refused.stderr.strip().splitlines() == [
+            "jobq: this server is already the primary (epoch 0)"
+        ]
+        bad = _jobq("promote", "--epoch", "0", "--server", f"127.0.0.1:{standby.port}")
+        assert bad.returncode == 2 and "--epoch" in bad.stderr
+        assert primary.in_loop(log.position) == end
+        assert _roles(standby).role == "standby"
+        done = _jobq("promote", "--epoch", "3", "--json", "--server", f"127.0.0.1:{standby.port}")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["epoch"] == 3
+        again = _jobq("promote", "--epoch", "3", "--server", f"127.0.0.1:{standby.port}")
+        assert again.returncode == 2
+        assert "this server is already the primary (epoch 3)" in again.stderr
+    finally:
+        standby.stop()
