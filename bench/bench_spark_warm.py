@@ -34,7 +34,7 @@ from typing import Any
 
 from tests.harness import start_server
 
-from bench.spark_common import publish, wait_finished
+from bench.spark_common import publish
 from jobq.client import Client
 from jobq.spark.session import SparkOptions, configure
 from jobq.worker import Runtime
@@ -61,9 +61,12 @@ def write_csv(directory: Path, rows: int, files: int) -> None:
 
 
 def run(client: Client, name: str, payload: dict[str, Any]) -> None:
+    """Submit a job and wait for its result as a pipeline would: one blocking ``result``
+    (no polling: a poll every few ms costs the server, the client and, on two shared
+    cores, the Spark work itself)."""
     job_id = client.submit(name, json.dumps(payload), ttr_ms=600_000)
-    job = wait_finished(client, job_id, poll_s=0.005)  # a fine poll: the jobs are timed
-    assert job["status"] == "succeeded", job
+    outcome = client.result(job_id, wait_timeout_ms=600_000)
+    assert outcome.success, (outcome, client.job(job_id))
 
 
 def plain_pair(spark: Any, src: Path) -> None:

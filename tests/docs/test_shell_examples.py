@@ -479,6 +479,9 @@ def walks_the_standby(ex: Example, world: World) -> None:
 
     steps = [e for e in examples() if e.doc == "docs/ha.md"]
     servers = [e for e in steps if e.key.startswith("jobq server")]
+    # the promotion ends the walk: until then the standby is one
+    promotions = [e for e in steps if e.key.startswith("jobq promote")]
+    steps = [e for e in steps if e not in promotions]
     assert len(servers) == 2
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -508,12 +511,19 @@ def walks_the_standby(ex: Example, world: World) -> None:
             f"standby of {primary} (streaming)" in out for out in outputs.values()
         ), outputs
         assert any('"role": "standby"' in out for out in outputs.values()), outputs
+        # a list that starts with the standby: the submit went to the primary
+        followed = next(out for key, out in outputs.items() if f"{standby}," in adapt(key))
+        assert followed.strip(), outputs
         refused = subprocess.run(
             ["bash", "-c", f"jobq submit reports.daily --server {standby}"],
             cwd=world.workdir, env=world.env, capture_output=True, text=True, timeout=60,
         )
         assert refused.returncode == 1
         assert f"READONLY {primary}" in refused.stderr, refused.stderr
+        assert len(promotions) == 1
+        promoted = world.run(adapt(promotions[0].text))
+        assert f"{standby} is the primary, epoch 1 (was standby of {primary})" in promoted
+        assert world.run(f"jobq submit reports.daily --server {standby}").strip()
     finally:
         for proc in reversed(procs):
             proc.send_signal(signal.SIGTERM)
@@ -603,7 +613,10 @@ CHECKS: dict[str, Check] = {
     "jobq submit reports.daily --server 127.0.0.1:9922": walks_the_standby,
     "jobq jobs list --server 127.0.0.1:9923": walks_the_standby,
     "jobq status --server 127.0.0.1:9923": walks_the_standby,
+    "jobq submit reports.daily --server 127.0.0.1:9923,127.0.0.1:9922": walks_the_standby,
+    "JOBQ_SERVER=127.0.0.1:9923,127.0.0.1:9922 jobq jobs list": walks_the_standby,
     "curl -s localhost:8081/api/server | jq .replication": walks_the_standby,
+    "jobq promote --server 127.0.0.1:9923": walks_the_standby,
     "jobq log repair --dry-run /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq log repair /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq submit reports.daily --retry-backoff 10s,3,30m": submits_with_backoff,

@@ -81,6 +81,7 @@ VALID: dict[str, dict[str, Any]] = {
     "logappend": {"id": LEASED, "attempt": 1, "worker_id": "w1", "lines": ["a", "b"]},
     "logs": {"id": LEASED[:8], "attempt": 1, "offset": 0, "limit": 1000},
     "replication": {},
+    "promote": {"epoch": 5},  # refused: the server is a primary (replication/roles.py)
 }  # fmt: skip
 
 

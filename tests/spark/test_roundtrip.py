@@ -173,3 +173,33 @@ def test_the_catalog_lookup_agrees_with_describe(
     parted = fast[0][1]
     assert isinstance(parted, _tables.TableInfo)
     assert (parted.provider, parted.partition_by) == ("parquet", ["r"])
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_an_overwrite_import_is_what_a_new_session_reads(
+    client: Client, runtime: Any, spark: Any, spark_dir: Path, cached: bool
+) -> None:
+    """The commit forgets what Spark held of the table: a session that reads it afterwards
+    sees the new rows, whether or not the table was cached (``CACHE TABLE``: the commit
+    then refreshes the cache through Spark, not only the job session's entry)."""
+    src = spark_dir / f"refresh-{cached}"
+    src.mkdir()
+    table = f"refreshed_{str(cached).lower()}"
+
+    def import_rows(n: int, mode: str) -> None:
+        for old in src.iterdir():
+            old.unlink()
+        write_csv(src / "rows.csv", 0, n)
+        payload = {"paths": str(src / "*.csv"), "format": "csv", "table": table, "mode": mode}
+        job = run_job(client, "spark.import", {**payload, "options": {"header": "true"}})
+        assert job["status"] == "succeeded", job
+
+    import_rows(7, "create")
+    if cached:
+        spark.sql(f"CACHE TABLE {table}")
+    assert spark.newSession().table(table).count() == 7
+    import_rows(11, "overwrite")
+    try:
+        assert spark.newSession().table(table).count() == 11
+    finally:
+        spark.catalog.clearCache()

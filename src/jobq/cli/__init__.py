@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "schedules": "jobq.cli.schedules:schedules_group",
     "audit": "jobq.cli.audit:audit_command",
     "workers": "jobq.cli.workers:workers_group",
+    "promote": "jobq.cli.promote:promote_command",
 }
 
 

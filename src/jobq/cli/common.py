@@ -36,6 +36,9 @@ AUTH_TOKEN_FILE_ENV = "JOBQ_AUTH_TOKEN_FILE"
 #: the environment variables of ``--tls`` and ``--tls-ca``
 TLS_ENV = "JOBQ_TLS"
 TLS_CA_ENV = "JOBQ_TLS_CA"
+#: the environment variable of how long a request looks for the primary among several
+#: servers (a duration: ``15s``, ``1m``)
+FAILOVER_ENV = "JOBQ_FAILOVER_TIMEOUT"
 #: the most bytes read from a token file (a token has at most 4096)
 TOKEN_FILE_MAX_BYTES = 8192
 #: a job's statuses, in the order ``jobq status`` counts them
@@ -68,18 +71,33 @@ def fail(message: str, code: int = EXIT_FAILURE, *, prefix: str = "jobq") -> NoR
 @dataclass(frozen=True)
 class Remote:
     """The server a command talks to, and how: its address (``host:port``, as given, for
-    messages), the token (None: none) and the TLS context (None: plain TCP)."""
+    messages; several, comma-separated, for a primary and its standbys), the first
+    address's host and port, all of them (``addresses``), the token (None: none) and the
+    TLS context (None: plain TCP), the same for every address."""
 
     address: str
     host: str
     port: int
     token: str | None = field(repr=False)  # never shown
     tls: ssl.SSLContext | None
+    addresses: tuple[tuple[str, int], ...] = ()
+    #: how long one request looks for the primary among several servers
+    failover_s: float | None = None
 
-    def client(self) -> Client:
-        """A client for it (it connects at its first request)."""
-        from jobq.client import Client
+    @property
+    def several(self) -> bool:
+        """Whether the client follows the primary across several servers."""
+        return len(self.addresses) > 1
 
+    def client(self, failover_s: float | None = None) -> Client:
+        """A client for it (it connects at its first request); ``failover_s`` overrides
+        how long each request looks for the primary among several servers."""
+        from jobq.client import DEFAULT_FAILOVER_S, Client
+
+        wait_s = failover_s or self.failover_s or DEFAULT_FAILOVER_S
+        if self.several:
+            return Client(list(self.addresses), token=self.token, tls=self.tls,
+                          failover_s=wait_s)
         return Client(self.host, self.port, token=self.token, tls=self.tls)
 
 
@@ -90,8 +108,9 @@ _CLIENT_OPTIONS = (
         envvar="JOBQ_SERVER",
         default=DEFAULT_SERVER,
         show_default="127.0.0.1:9922 or $JOBQ_SERVER",
-        metavar="HOST:PORT",
-        help="The jobq server.",
+        metavar="HOST:PORT[,...]",
+        help="The jobq server; or a primary and its standbys, comma-separated, to follow "
+        f"the primary (each request for up to ${FAILOVER_ENV}, default 15s).",
     ),
     click.option(
         "--auth-token",
@@ -154,9 +173,18 @@ def resolve_remote(
     tls_ca: str | None,
 ) -> Remote:
     """The :class:`Remote` of the client options' values; a bad one is a usage exit."""
-    host, port = server_address(server)
+    addresses = server_addresses(server)
+    host, port = addresses[0]
     return Remote(server, host, port, resolve_token(auth_token, auth_token_file),
-                  tls_context(tls, tls_ca))
+                  tls_context(tls, tls_ca), tuple(addresses), failover_s())
+
+
+def failover_s() -> float | None:
+    """``$JOBQ_FAILOVER_TIMEOUT`` in seconds (None: not set); a bad one is a usage exit."""
+    text = os.environ.get(FAILOVER_ENV, "").strip()
+    if not text:
+        return None
+    return duration_ms(text, f"${FAILOVER_ENV}") / 1000
 
 
 def resolve_token(flag: str | None, file_flag: str | None) -> str | None:
@@ -220,11 +248,18 @@ def json_option(fn: F) -> F:
 
 
 def server_address(server: str) -> tuple[str, int]:
-    """``--server``'s host and port; a bad address is a usage exit."""
-    from jobq.client import parse_address
+    """``--server``'s host and port (the first, of several); a bad address is a usage
+    exit."""
+    return server_addresses(server)[0]
+
+
+def server_addresses(server: str) -> list[tuple[str, int]]:
+    """``--server``'s addresses (``HOST:PORT[,HOST:PORT...]``, each once); a bad one, or an
+    empty one, is a usage exit."""
+    from jobq.client import parse_addresses
 
     try:
-        return parse_address(server)
+        return parse_addresses(server)
     except ValueError as exc:
         fail(f"--server: {exc}", EXIT_USAGE)
 
@@ -264,12 +299,21 @@ def refused(remote: Remote, exc: Exception) -> NoReturn:
 def unreachable(remote: Remote, exc: Exception) -> NoReturn:
     """The exit of a client that could not talk to the server: status 1, or 2 when TLS
     failed (a certificate that cannot be verified, TLS against a plain port: settings to
-    fix, not a server to wait for)."""
+    fix, not a server to wait for). Among several servers the client's error names them
+    all, or says that a request may or may not have been applied."""
     import ssl
+
+    from jobq.client import NoPrimary, OutcomeUnknown
 
     if isinstance(exc.__cause__, ssl.SSLError):
         fail(f"TLS with {remote.address} failed: {exc.__cause__}", EXIT_USAGE)
+    if remote.several or isinstance(exc, NoPrimary | OutcomeUnknown):
+        fail(one_line(str(exc)), EXIT_FAILURE)
     fail(f"cannot reach the server at {remote.address}: {exc}", EXIT_FAILURE)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 @contextlib.contextmanager

@@ -126,13 +126,15 @@ def ceiling_line(ceiling: dict[str, Any]) -> str:
 
 
 def replication_line(replication: dict[str, Any]) -> str:
-    """The replication role and lag in one line (docs/ha.md)."""
+    """The replication role, epoch and lag in one line (docs/ha.md)."""
+    epoch = replication.get("epoch") or 0
+    at_epoch = f", epoch {epoch}" if epoch else ""
     if replication.get("role") == "standby":
         state = "streaming" if replication.get("connected") else "not connected"
         behind = replication.get("records_behind")
         records = "? records" if behind is None else f"{behind} records"
         return (
-            f"standby of {replication.get('primary')} ({state}), {records} and "
+            f"standby of {replication.get('primary')} ({state}){at_epoch}, {records} and "
             f"{replication.get('seconds_behind', 0)} s behind"
         )
     standbys = replication.get("standbys") or []
@@ -142,7 +144,12 @@ def replication_line(replication: dict[str, Any]) -> str:
         " s behind"
         for s in standbys
     ]
-    return f"primary, {len(standbys)} standbys" + (": " + "; ".join(parts) if parts else "")
+    role = "fenced primary (acknowledging nothing)" if replication.get("role") == "fenced" else (
+        "primary"
+    )
+    return f"{role}{at_epoch}, {len(standbys)} standbys" + (
+        ": " + "; ".join(parts) if parts else ""
+    )
 
 
 def _age(seconds: float) -> str:

@@ -27,6 +27,9 @@ from jobq.cli.common import (
     unreachable,
 )
 
+#: how long the check of the token looks for a server among several, at the start
+_CHECK_FAILOVER_S = 1.0
+
 
 @click.command("worker")
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
@@ -83,6 +86,7 @@ def worker_command(
     background (with --spark-lazy: when the first Spark job runs), and each job runs in a
     session of its own over it. The paths in jobs' SQL must lie under a --spark-root
     unless --spark-allow-any-path is given."""
+    from jobq.client import DEFAULT_FAILOVER_S
     from jobq.worker.registry import REGISTRY
     from jobq.worker.runtime import Runtime
 
@@ -131,6 +135,7 @@ def worker_command(
             grace_s=grace_s,
             token=server.token,
             tls=server.tls,
+            failover_s=server.failover_s or DEFAULT_FAILOVER_S,
         )
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
@@ -168,12 +173,13 @@ def _serves_spark(chosen: list[str] | None) -> bool:
 def _check_access(server: Remote) -> None:
     """Exit 2 with one line if the server refuses the token (or asks for one) or its TLS
     certificate cannot be verified, before the worker starts. A server that cannot be
-    reached is left to the worker, which retries until it can."""
+    reached is left to the worker, which retries until it can (among several servers this
+    looks for one for a moment only)."""
     import ssl
 
     from jobq.client import AuthenticationFailed, ConnectionLost, JobqError
 
-    client = server.client()
+    client = server.client(failover_s=_CHECK_FAILOVER_S)
     try:
         if server.token:
             client.connect()

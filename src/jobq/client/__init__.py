@@ -21,6 +21,17 @@ the same write as the connection's first requests; a server that refuses it rais
 ``ssl.SSLContext`` of your own. ``connect()`` opens (and authenticates) the connection
 before the first request, to learn at once that an address or token is wrong.
 
+Several servers
+---------------
+``Client(["10.0.0.1:9922", "10.0.0.2:9922"])`` (or ``Client.from_address("a:9922,b:9922")``)
+follows the primary across a primary and its standbys: a change a standby refuses
+(``-READONLY <primary>``) goes to the primary it names, a server that cannot be reached
+makes the client try the next, for up to ``failover_s`` seconds per call, and a request
+whose connection broke after it was sent is sent again only when that is safe (reads,
+heartbeats, ``add``/``submit`` by their job id, finishing a lease); otherwise it raises
+:class:`OutcomeUnknown`. :mod:`~jobq.client.failover` has the rules. With one address a
+client talks to that server only, as before (a standby's refusal raises :class:`ReadOnly`).
+
 Connections
 -----------
 A client holds one connection, opened at the first request and kept for the next ones. If
@@ -63,7 +74,8 @@ converts); :mod:`~jobq.client.sync` (``Client``) and :mod:`~jobq.client.aio`
 (``AsyncClient``) run them, on what :mod:`~jobq.client.base` gives both.
 :mod:`~jobq.client.calls` holds what a call is, :mod:`~jobq.client.arguments` the checking
 of arguments, :mod:`~jobq.client.models` the result types, :mod:`~jobq.client.errors`
-the exceptions and :mod:`~jobq.client.tls` the TLS context. Import from ``jobq.client``.
+the exceptions, :mod:`~jobq.client.tls` the TLS context and :mod:`~jobq.client.failover`
+what a client of several servers does. Import from ``jobq.client``.
 """
 
 from jobq.client.aio import AsyncClient
@@ -90,10 +102,15 @@ from jobq.client.errors import (
     JobqError,
     JobTimeout,
     LeaseLost,
+    NoPrimary,
     NotFound,
+    NotPrimary,
+    OutcomeUnknown,
+    ReadOnly,
     ReplyTimeout,
     ServerError,
 )
+from jobq.client.failover import DEFAULT_FAILOVER_S, parse_addresses
 from jobq.client.logs import LogLines, LogPage
 from jobq.client.models import (
     BulkResult,
@@ -118,6 +135,7 @@ from jobq.client.sync import Client
 _name = check_name
 
 __all__ = [
+    "DEFAULT_FAILOVER_S",
     "DEFAULT_HOST",
     "DEFAULT_LEASE_WAIT_MS",
     "DEFAULT_PORT",
@@ -150,8 +168,12 @@ __all__ = [
     "LeasedJob",
     "LogLines",
     "LogPage",
+    "NoPrimary",
     "NotFound",
+    "NotPrimary",
+    "OutcomeUnknown",
     "QueueInfo",
+    "ReadOnly",
     "ReplyTimeout",
     "RetryBackoff",
     "ServerError",
@@ -160,5 +182,6 @@ __all__ = [
     "When",
     "WorkerLease",
     "parse_address",
+    "parse_addresses",
     "rfc3339",
 ]

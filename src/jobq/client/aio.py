@@ -24,7 +24,8 @@ from jobq.client.base import (
     take_replies,
 )
 from jobq.client.calls import Call, T
-from jobq.client.errors import JobqError
+from jobq.client.errors import ConnectionLost, JobqError
+from jobq.client.failover import Address, Trip, changed, named
 from jobq.client.logs import LogLines
 from jobq.client.models import Heartbeat, HeartbeatReply
 from jobq.client.operations import heartbeat_calls, log_append_calls
@@ -36,7 +37,7 @@ _TLS_SETTLE_TURNS = 3
 
 
 class _AsyncConn:
-    __slots__ = ("greeting", "parser", "reader", "tls", "writer")
+    __slots__ = ("acked_change", "greeting", "parser", "reader", "tls", "writer")
 
     def __init__(
         self,
@@ -47,6 +48,7 @@ class _AsyncConn:
     ) -> None:
         self.reader = reader
         self.writer = writer
+        self.acked_change = False
         self.parser = p.ReplyParser()
         self.greeting = greeting
         self.tls = tls
@@ -112,7 +114,9 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
         await self.close()
 
     async def close(self) -> None:
-        """Close the connection; a closed client reconnects if used again."""
+        """Close the connection; a closed client reconnects if used again (a request of
+        another task blocked on it raises ConnectionLost)."""
+        self._closes += 1
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.writer.close()
@@ -122,7 +126,8 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
     async def connect(self) -> None:
         """As :meth:`Client.connect`: connect and authenticate now."""
         async with self._lock:
-            conn = await self._usable_conn()
+            trip = None if self._rotation is None else self._trip(())
+            conn = await self._usable_conn(trip)
             if conn.greeting is not None:
                 await self._run(conn, ())
 
@@ -143,10 +148,16 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
             self._conn = None
         conn.abort()
 
-    async def _connect(self) -> _AsyncConn:
+    async def _connect(
+        self, address: Address | None = None, timeout_s: float | None = None
+    ) -> _AsyncConn:
+        """A new connection to ``address`` (default: the one the client is at)."""
+        if address is not None:
+            self._at(address)
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         tls = self.tls
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(timeout_s):
                 if tls is None:
                     reader, writer = await asyncio.open_connection(self.host, self.port)
                 else:
@@ -157,9 +168,10 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
             raise self._cannot_connect(exc) from exc
         conn = _AsyncConn(reader, writer, self._greeting, tls is not None)
         self._conn = conn
+        self.connections += 1
         return conn
 
-    async def _usable_conn(self) -> _AsyncConn:
+    async def _usable_conn(self, trip: Trip | None = None) -> _AsyncConn:
         conn = self._conn
         if conn is not None:
             stale = conn.stale()
@@ -168,7 +180,25 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
             if stale:
                 self._drop(conn)
                 conn = None
-        return conn if conn is not None else await self._connect()
+        if conn is not None:
+            return conn
+        return await (self._connect() if trip is None else self._connect_any(trip))
+
+    async def _connect_any(self, trip: Trip) -> _AsyncConn:
+        """As :meth:`Client._connect_any`."""
+        rotation = self._rotation
+        assert rotation is not None
+        while True:
+            for address in list(rotation.order()):
+                if self._closes != trip.closes:
+                    raise ConnectionLost("the client was closed")
+                try:
+                    return await self._connect(address, trip.connect_timeout_s(self.timeout_s))
+                except ConnectionLost as exc:
+                    trip.could_not_connect(address, exc)
+            if trip.remaining_s() <= 0:
+                raise trip.unreachable(rotation)
+            await asyncio.sleep(trip.backoff_s())
 
     async def _call(self, call: Call[T]) -> T:
         outcome = (await self._call_many((call,)))[0]
@@ -181,7 +211,48 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
         if not calls:
             return []
         async with self._lock:
-            return await self._run(await self._usable_conn(), calls)
+            if self._rotation is None:
+                return await self._run(await self._usable_conn(), calls)
+            return await self._follow(calls)
+
+    async def _follow(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """As :meth:`Client._follow`."""
+        rotation = self._rotation
+        assert rotation is not None
+        trip = self._trip(calls)
+        while not trip.done():
+            conn = await self._usable_conn(trip)
+            at = (self.host, self.port)
+            pending = trip.pending()
+            try:
+                outcomes = await self._run(conn, pending)
+            except ConnectionLost as exc:
+                if self._closes != trip.closes:
+                    raise  # closed by another task: as with one server
+                trip.broke(exc, at)  # raises unless every pending call may be sent again
+                rotation.move_on()
+                if trip.remaining_s() <= 0:
+                    raise trip.unreachable(rotation) from exc
+                continue
+            if not conn.acked_change:
+                conn.acked_change = changed(pending, outcomes)
+            refusal = trip.settle(outcomes, at, conn.acked_change)
+            if refusal is not None:
+                self._drop(conn)  # not the primary (any more)
+                if trip.done():  # what it refused may have been applied: not sent again
+                    primary = named(refusal)
+                    if primary is None:
+                        rotation.move_on()
+                    else:
+                        self._at(primary)
+                    break
+                primary = trip.redirect(refusal, at)
+                if primary is None:
+                    rotation.move_on()
+                    await asyncio.sleep(trip.backoff_s())
+                else:
+                    self._at(primary)
+        return trip.results
 
     async def _run(self, conn: _AsyncConn, calls: Sequence[Call[Any]]) -> list[Any]:
         """As :meth:`Client._run`: after the connection's greeting, if it has one."""

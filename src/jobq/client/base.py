@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from jobq.auth import encode_token
-from jobq.client.arguments import DEFAULT_HOST, DEFAULT_PORT, parse_address
+from jobq.client.arguments import DEFAULT_HOST, DEFAULT_PORT
 from jobq.client.calls import Call, T, ok
 from jobq.client.errors import (
     AuthenticationFailed,
@@ -26,6 +26,14 @@ from jobq.client.errors import (
     JobqError,
     ReplyTimeout,
     error_from_reply,
+)
+from jobq.client.failover import (
+    DEFAULT_FAILOVER_S,
+    Address,
+    Rotation,
+    Trip,
+    addresses_of,
+    parse_addresses,
 )
 from jobq.client.operations import Operations
 from jobq.client.tls import CAFile, TLSOption, client_context
@@ -41,11 +49,14 @@ RECV_BYTES = 65_536
 
 
 class Connection(Protocol):
-    """What the shared steps need of a client's connection: its reply parser, and the
-    ``auth`` call still to send first on it (None once sent, or without a token)."""
+    """What the shared steps need of a client's connection: its reply parser, the
+    ``auth`` call still to send first on it (None once sent, or without a token), and
+    whether it saw a change acknowledged (:mod:`jobq.client.failover`)."""
 
     parser: p.ReplyParser
     greeting: Call[None] | None
+    #: a change was acknowledged on it (the server was the primary then)
+    acked_change: bool
 
 
 #: a client's connection
@@ -59,6 +70,12 @@ class ClientBase(Operations, Generic[C, L]):
     and the connection, opened at the first request (``_conn``, None while there is none)
     behind ``_lock``.
 
+    ``host`` may be a list of addresses (``"host:port"`` or ``(host, port)``): with two or
+    more the client follows the primary across them (:mod:`jobq.client.failover`), each
+    call looking for up to ``failover_s`` seconds; ``host``/``port`` are then the address it
+    is at. The token and TLS settings are the same for every address (TLS checks each
+    server's certificate against that server's own host).
+
     ``token`` (1-4096 printable ASCII characters, else ValueError) is sent as
     ``auth <token>`` first on each new connection. ``tls=True`` connects with TLS, trusting
     the system's CAs; ``tls_ca`` (a PEM file) trusts its certificates instead and turns TLS
@@ -67,23 +84,35 @@ class ClientBase(Operations, Generic[C, L]):
 
     def __init__(
         self,
-        host: str = DEFAULT_HOST,
+        host: str | Sequence[str | Address] = DEFAULT_HOST,
         port: int = DEFAULT_PORT,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         token: str | None = None,
         tls: TLSOption = False,
         tls_ca: CAFile | None = None,
+        failover_s: float = DEFAULT_FAILOVER_S,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
+        if failover_s <= 0:
+            raise ValueError("failover_s must be positive")
         try:
             encoded = encode_token(token)
         except ValueError as exc:
             raise ValueError(f"token: {exc}") from None
+        #: the servers to follow the primary across; None: one server only
+        self._rotation: Rotation | None = None
+        if not isinstance(host, str):
+            addresses = addresses_of(host)
+            host, port = addresses[0]
+            if len(addresses) > 1:
+                self._rotation = Rotation(addresses)
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
+        #: how long one call looks for a server that answers it (several servers only)
+        self.failover_s = failover_s
         #: the context TLS connections are made with; None: plain TCP
         self.tls: ssl.SSLContext | None = client_context(tls, tls_ca)
         #: the ``auth`` call each new connection sends first; None without a token
@@ -92,6 +121,29 @@ class ClientBase(Operations, Generic[C, L]):
         )
         self._lock: L = self._new_lock()
         self._conn: C | None = None
+        #: connections opened so far (a worker announces itself again on a new one)
+        self.connections = 0
+        #: calls of ``close()`` so far: a request that sees it change gives up (several
+        #: servers: it neither sends again nor looks for another server)
+        self._closes = 0
+
+    @property
+    def addresses(self) -> list[Address]:
+        """The servers this client talks to: one, or the list it follows the primary
+        across (a primary a standby named that is not in the list is tried too)."""
+        return [(self.host, self.port)] if self._rotation is None else self._rotation.addresses
+
+    def _trip(self, calls: Sequence[Call[Any]]) -> Trip:
+        """A new trip for ``calls`` among the client's servers."""
+        trip = Trip(calls, self.failover_s)
+        trip.closes = self._closes
+        return trip
+
+    def _at(self, address: Address) -> None:
+        """Make ``address`` the one the client is at (its messages name it)."""
+        self.host, self.port = address
+        if self._rotation is not None:
+            self._rotation.current = address
 
     def _new_lock(self) -> L:
         raise NotImplementedError
@@ -105,10 +157,15 @@ class ClientBase(Operations, Generic[C, L]):
         token: str | None = None,
         tls: TLSOption = False,
         tls_ca: CAFile | None = None,
+        failover_s: float = DEFAULT_FAILOVER_S,
     ) -> Self:
-        """A client for ``"host:port"`` (also ``"[::1]:9922"``, ``":9922"``, ``"host"``)."""
-        host, port = parse_address(address)
-        return cls(host, port, timeout_s=timeout_s, token=token, tls=tls, tls_ca=tls_ca)
+        """A client for ``"host:port"`` (also ``"[::1]:9922"``, ``":9922"``, ``"host"``), or
+        for several, comma-separated (``"a:9922,b:9922"``: it follows the primary)."""
+        addresses = parse_addresses(address)
+        return cls(
+            addresses, timeout_s=timeout_s, token=token, tls=tls, tls_ca=tls_ca,
+            failover_s=failover_s,
+        )
 
     @property
     def connected(self) -> bool:

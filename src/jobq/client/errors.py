@@ -14,6 +14,8 @@ from jobq.server import protocol as p
 
 #: the error text of :class:`LeaseLost`
 LEASE_NOT_HELD = "Lease not held"
+#: how the error text of :class:`NotPrimary` begins
+NOT_THE_PRIMARY = "Not the primary"
 
 
 class JobqError(Exception):
@@ -89,11 +91,42 @@ class ReplyTimeout(ConnectionLost):
     """The reply did not arrive within the client's timeout; the connection was closed."""
 
 
+class OutcomeUnknown(ConnectionLost):
+    """A client of several servers lost its connection after it sent a request that is not
+    safe to send twice (``lease``, ``cancel``...): it may or may not have run, and it was
+    not sent again (:mod:`jobq.client.failover` says which requests are)."""
+
+
+class NoPrimary(ConnectionLost):
+    """A client of several servers found no primary before its deadline: the servers it
+    reached were standbys, and the primary they named could not be reached."""
+
+
+class NotPrimary(ServerError):
+    """``-SERVER-ERROR Not the primary: ...``: a primary that was deposed (fenced) and knows
+    no new primary yet refused a change. A client of several servers looks for the
+    primary among its other addresses."""
+
+    primary = ""
+
+
+class ReadOnly(JobqError):
+    """``-READONLY <host:port>``: a standby refused a change; ``primary`` is the address it
+    names. A client of several servers sends the change there instead."""
+
+    kind = "READONLY"
+
+    @property
+    def primary(self) -> str:
+        return self.text
+
+
 _ERRORS: dict[str, type[JobqError]] = {
     p.CLIENT_ERROR: ClientError,
     p.SERVER_ERROR: ServerError,
     p.TIMEOUT: JobTimeout,
     p.NOT_FOUND: NotFound,
+    ReadOnly.kind: ReadOnly,
 }
 
 
@@ -108,6 +141,8 @@ _BY_TEXT: dict[str, type[ClientError]] = {
 
 def error_from_reply(reply: p.Error) -> JobqError:
     """The exception an error reply stands for."""
+    if reply.kind == p.SERVER_ERROR and reply.text.startswith(NOT_THE_PRIMARY):
+        return NotPrimary(reply.text)
     if reply.kind == p.CLIENT_ERROR:
         special = _BY_TEXT.get(reply.text.partition(":")[0])
         if special is not None:

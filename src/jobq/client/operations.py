@@ -696,6 +696,14 @@ class Operations(WorkerOperations):
         behind its primary, a primary's standbys'. ``{}`` from a server without a log."""
         return ext("replication", {}, 0.0, same)
 
+    @operation
+    def promote(epoch: int | None = None) -> Call[dict[str, Any]]:
+        """Make this standby the primary (admins only): it stops following, logs epoch
+        ``epoch`` (None: one more than any it saw) and takes writes. Answers ``role``,
+        ``epoch`` and ``was``; a primary refuses (ClientError)."""
+        body: Body = {} if epoch is None else {"epoch": check_int(epoch, "epoch")}
+        return ext("promote", body, 0.0, same)
+
     # -- the audit trail (docs/server.md, "Security")
 
     @operation

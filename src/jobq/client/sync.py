@@ -28,7 +28,8 @@ from jobq.client.base import (
     take_replies,
 )
 from jobq.client.calls import Call, T
-from jobq.client.errors import JobqError
+from jobq.client.errors import ConnectionLost, JobqError
+from jobq.client.failover import Address, Trip, changed, named
 from jobq.client.logs import DEFAULT_FOLLOW_POLL_S, LogLines, LogPage, follow
 from jobq.client.models import Heartbeat, HeartbeatReply
 from jobq.client.operations import heartbeat_calls, log_append_calls
@@ -37,10 +38,11 @@ from jobq.server import protocol as p
 
 
 class _SyncConn:
-    __slots__ = ("greeting", "parser", "sock", "tls")
+    __slots__ = ("acked_change", "greeting", "parser", "sock", "tls")
 
     def __init__(self, sock: socket.socket, greeting: Call[None] | None) -> None:
         self.sock = sock
+        self.acked_change = False
         self.parser = p.ReplyParser()
         self.greeting = greeting
         self.tls = isinstance(sock, ssl.SSLSocket)
@@ -83,6 +85,7 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
 
     def close(self) -> None:
         """Close the connection. A request blocked in another thread raises ConnectionLost."""
+        self._closes += 1
         conn, self._conn = self._conn, None
         if conn is not None:
             _close_socket(conn.sock)
@@ -92,7 +95,8 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         with the token: a wrong address raises ConnectionLost and a refused token
         AuthenticationFailed at once. An open connection is kept."""
         with self._lock:
-            conn = self._usable_conn()
+            trip = None if self._rotation is None else self._trip(())
+            conn = self._usable_conn(trip)
             if conn.greeting is not None:
                 self._run(conn, ())
 
@@ -131,9 +135,15 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
             self._conn = None
         _close_socket(conn.sock)
 
-    def _connect(self) -> _SyncConn:
+    def _connect(
+        self, address: Address | None = None, timeout_s: float | None = None
+    ) -> _SyncConn:
+        """A new connection to ``address`` (default: the one the client is at)."""
+        if address is not None:
+            self._at(address)
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+            sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
         except OSError as exc:
             raise self._cannot_connect(exc) from exc
         with contextlib.suppress(OSError):
@@ -146,9 +156,10 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
                 raise self._cannot_connect(exc) from exc
         conn = _SyncConn(sock, self._greeting)
         self._conn = conn
+        self.connections += 1
         return conn
 
-    def _usable_conn(self) -> _SyncConn:
+    def _usable_conn(self, trip: Trip | None = None) -> _SyncConn:
         conn = self._conn
         # No request is outstanding, so anything readable (EOF, reset, stray bytes) means
         # the server has dropped the connection: nothing was sent on it, reconnect once.
@@ -160,7 +171,26 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         ):
             self._drop(conn)
             conn = None
-        return conn if conn is not None else self._connect()
+        if conn is not None:
+            return conn
+        return self._connect() if trip is None else self._connect_any(trip)
+
+    def _connect_any(self, trip: Trip) -> _SyncConn:
+        """A connection to the first of the client's addresses that takes one, passing
+        through the list again after a wait until the trip's deadline."""
+        rotation = self._rotation
+        assert rotation is not None
+        while True:
+            for address in list(rotation.order()):
+                if self._closes != trip.closes:
+                    raise ConnectionLost("the client was closed")
+                try:
+                    return self._connect(address, trip.connect_timeout_s(self.timeout_s))
+                except ConnectionLost as exc:
+                    trip.could_not_connect(address, exc)
+            if trip.remaining_s() <= 0:
+                raise trip.unreachable(rotation)
+            time.sleep(trip.backoff_s())
 
     def _call(self, call: Call[T]) -> T:
         outcome = self._call_many((call,))[0]
@@ -175,7 +205,48 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
         if not calls:
             return []
         with self._lock:
-            return self._run(self._usable_conn(), calls)
+            if self._rotation is None:
+                return self._run(self._usable_conn(), calls)
+            return self._follow(calls)
+
+    def _follow(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """:meth:`_call_many` across several servers (:mod:`jobq.client.failover`)."""
+        rotation = self._rotation
+        assert rotation is not None
+        trip = self._trip(calls)
+        while not trip.done():
+            conn = self._usable_conn(trip)
+            at = (self.host, self.port)
+            pending = trip.pending()
+            try:
+                outcomes = self._run(conn, pending)
+            except ConnectionLost as exc:
+                if self._closes != trip.closes:
+                    raise  # closed by another thread: as with one server
+                trip.broke(exc, at)  # raises unless every pending call may be sent again
+                rotation.move_on()
+                if trip.remaining_s() <= 0:
+                    raise trip.unreachable(rotation) from exc
+                continue
+            if not conn.acked_change:
+                conn.acked_change = changed(pending, outcomes)
+            refusal = trip.settle(outcomes, at, conn.acked_change)
+            if refusal is not None:
+                self._drop(conn)  # not the primary (any more)
+                if trip.done():  # what it refused may have been applied: not sent again
+                    primary = named(refusal)
+                    if primary is None:
+                        rotation.move_on()
+                    else:
+                        self._at(primary)
+                    break
+                primary = trip.redirect(refusal, at)
+                if primary is None:
+                    rotation.move_on()
+                    time.sleep(trip.backoff_s())
+                else:
+                    self._at(primary)
+        return trip.results
 
     def _run(self, conn: _SyncConn, calls: Sequence[Call[Any]]) -> list[Any]:
         """The outcomes of ``calls`` on ``conn``, after its greeting if it has one to send."""

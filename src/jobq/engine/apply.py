@@ -26,6 +26,7 @@ from jobq.engine.commands import (
     TimeoutAttempt,
 )
 from jobq.engine.deadlines import DeadlineKind
+from jobq.engine.epochs import apply_epoch
 from jobq.engine.extensions import (
     AlterSchedule,
     BulkJobs,
@@ -33,6 +34,7 @@ from jobq.engine.extensions import (
     CreateSchedule,
     DependencyEnded,
     DropSchedule,
+    Epoch,
     FireSchedule,
     Heartbeat,
     LeaseBy,
@@ -486,6 +488,7 @@ APPLY: Final[dict[type, Callable[[Engine, Any, int], None]]] = {
     ScheduleRunEnded: scheduler.apply_run_ended,
     BulkJobs: apply_bulk,
     DependencyEnded: dependency_ended,
+    Epoch: apply_epoch,
 }
 
 

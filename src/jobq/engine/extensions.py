@@ -20,6 +20,7 @@ can be added later without a new type.
 | 27 | :class:`ScheduleRunEnded` | a run's job ended: how, and what the error policy decided |
 | 30 | :class:`BulkJobs` | one bulk action (pause, resume, cancel, delete) on every job it names |
 | 34 | :class:`DependencyEnded` | a job another one waits for ended: released, or canceled |
+| 35 | :class:`Epoch` | a server became the primary: its epoch, and where the log ended before |
 
 Schedule commands carry the schedule's small integer id in ``schedule``; their ``id`` is the
 job a firing created (16 bytes) or empty. A bulk action's ``id`` is empty: its jobs are in
@@ -223,6 +224,25 @@ class DependencyEnded(_Ext, kw_only=True, omit_defaults=True):
     outcome: str
 
 
+class Epoch(_Ext, kw_only=True, omit_defaults=True):
+    """A server became the primary (``jobq promote``, or an election: docs/ha.md,
+    "Epochs"): the first record it writes. ``epoch`` is larger than any before it in the
+    log; ``after_sequence`` and ``after_offset`` are where the log ended before this record
+    (the previous primary's last record that this one holds): a server whose log goes on
+    past that place under an older epoch holds records this primary never had. Applying
+    it gives every running job's lease at least one TTR from ``at_ns`` (``epochs.py``)."""
+
+    TYPE: ClassVar[int] = 35
+    id: bytes = b""
+    epoch: int
+    after_sequence: int
+    after_offset: int
+    at_ns: int
+    #: the new primary's server id and how it was made primary (promote, or an election)
+    server: str = ""
+    by: str = ""
+
+
 ScheduleCommand: TypeAlias = (
     CreateSchedule | AlterSchedule | DropSchedule | FireSchedule | ScheduleRunEnded
 )
@@ -245,6 +265,7 @@ ExtensionCommand: TypeAlias = (
     | ScheduleCommand
     | BulkJobs
     | DependencyEnded
+    | Epoch
 )
 
 EXTENSION_TYPES: dict[int, type[ExtensionCommand]] = {
@@ -260,6 +281,7 @@ EXTENSION_TYPES: dict[int, type[ExtensionCommand]] = {
         *SCHEDULE_COMMANDS,
         BulkJobs,
         DependencyEnded,
+        Epoch,
     )
 }
 
@@ -279,6 +301,7 @@ EXTENSION_NAMES: dict[int, str] = {
     27: "schedule-run-ended",
     30: "bulk",
     34: "dependency-ended",
+    35: "epoch",
 }
 
 _encoder = msgspec.msgpack.Encoder()
@@ -301,7 +324,10 @@ def decode_extension(payload: bytes | memoryview) -> ExtensionCommand:
         command: ExtensionCommand = decoder.decode(payload[1:])
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ExtensionDecodeError(str(exc)) from exc
-    if isinstance(command, BulkJobs):
+    if isinstance(command, Epoch):
+        if command.id or command.epoch < 1:
+            raise ExtensionDecodeError("an epoch record names no job and an epoch of 1 or more")
+    elif isinstance(command, BulkJobs):
         if command.id or any(len(job_id) != 16 for job_id in command.ids):
             raise ExtensionDecodeError("job id is not 16 bytes")
     elif len(command.id) != 16 and not (isinstance(command, _SchedExt) and not command.id):

@@ -34,6 +34,7 @@ def begin(engine: Engine) -> None:
         engine.schedule_runs_skipped,
         engine.schedule_runs_missed,
     )
+    engine._epoch_saved = engine.epoch
 
 
 def commit(engine: Engine) -> None:
@@ -52,6 +53,9 @@ def rollback(engine: Engine) -> list[Wakeup]:
     dropped = engine._wakeups
     engine._wakeups = []
     _rollback_schedules(engine)
+    if engine.epoch != engine._epoch_saved:  # an epoch record the log did not take
+        engine.epoch = engine._epoch_saved
+        engine.epochs = [entry for entry in engine.epochs if entry[0] <= engine.epoch]
     if journal is None:
         return dropped
     engine.evicted_jobs = engine._journal_evicted

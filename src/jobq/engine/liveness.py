@@ -17,6 +17,7 @@ from jobq.engine.extensions import (
     BulkJobs,
     CreateSchedule,
     DropSchedule,
+    Epoch,
     FireSchedule,
     Heartbeat,
     ScheduleCommand,
@@ -74,11 +75,14 @@ def _job_is_live(engine: Engine, job_id: bytes, logged_ns: int) -> bool:
 def command_is_live(engine: Engine, command: Command, logged_ns: int) -> bool:
     """Whether replay still needs this logged command (see :func:`record_is_live`); of a
     job's heartbeats only the newest, and the newest carrying a checkpoint, are; a bulk
-    action is needed while any of its jobs is."""
+    action is needed while any of its jobs is; an epoch record always is (a replay of the
+    whole log rebuilds the epochs from them: ``epochs.py``)."""
     if isinstance(command, SCHEDULE_COMMAND_TYPES):
         return _schedule_command_is_live(engine, command, logged_ns)
     if isinstance(command, BulkJobs):  # needed while any job it names is
         return any(record_is_live(engine, job_id, logged_ns) for job_id in command.ids)
+    if isinstance(command, Epoch):
+        return True
     if not record_is_live(engine, command.id, logged_ns):
         return False
     if isinstance(command, Heartbeat):
@@ -104,6 +108,8 @@ def command_keys(command: Command) -> tuple[bytes | int, ...]:
         if command.id:
             keys.append(command.id)
         return tuple(keys)
+    if isinstance(command, Epoch):
+        return ()
     return (command.id,)
 
 

@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from typing import ClassVar, Final
 
 from jobq.engine import bulk as bulk_actions
-from jobq.engine import dependencies, indexes, journal, liveness, schedule_operations, waits
+from jobq.engine import (
+    dependencies,
+    epochs,
+    indexes,
+    journal,
+    liveness,
+    schedule_operations,
+    waits,
+)
 from jobq.engine import replay as replaying
 from jobq.engine import tick as ticking
 from jobq.engine.apply import APPLY, apply_heartbeat
@@ -146,6 +154,11 @@ class Engine:
         self._replaying = False
         #: how many jobs and schedules it takes on (``ceiling.py``; set by the server)
         self.ceiling = Ceiling()
+        # -- epochs (epochs.py): the newest the log holds (0: none), and each with where
+        # the log ended before it, oldest first; the epoch at ``begin`` (journal.py)
+        self.epoch = 0
+        self.epochs: list[tuple[int, int, int]] = []
+        self._epoch_saved = 0
 
     # ------------------------------------------------------------------ transactions
 
@@ -461,6 +474,12 @@ class Engine:
     adopt_columns: ClassVar = replaying.adopt_columns
     begin_replay_from: ClassVar = replaying.begin_replay_from
     begin_replay_from_columns: ClassVar = replaying.begin_replay_from_columns
+
+    # ------------------------------------------------------------------ epochs (epochs.py)
+
+    begin_epoch: ClassVar = epochs.begin_epoch
+    adopt_epochs: ClassVar = epochs.adopt_epochs
+    epoch_began: ClassVar = epochs.epoch_began
 
     # ------------------------------------------------------------------ the cleaner (liveness.py)
 

@@ -23,6 +23,7 @@ from jobq.engine.extensions import (
     BulkJobs,
     CreateSchedule,
     DropSchedule,
+    Epoch,
     FireSchedule,
     ScheduleCommand,
     SubmitJob,
@@ -86,6 +87,8 @@ def replay(engine: Engine, command: Command, *, logged_ns: int, now_ns: int) -> 
     else:
         job = engine.jobs.get(command.id)
         if job is None:
+            if type(command) is Epoch:  # names no job (``epochs.py``)
+                APPLY[Epoch](engine, command, logged_ns)
             return
         allowed = _REPLAY_STATUSES.get(type(command))
         if allowed is not None and job.status not in allowed:

@@ -117,6 +117,13 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
             summary["principal"] = {"name": principal.name, "role": principal.role.label}
         return JSONResponse(summary)
 
+    @app.post("/api/server/promote", tags=["server"])
+    async def promote(epoch: int | None = Query(None, ge=1)) -> Response:
+        """Make this standby the primary (admins only; docs/ha.md): it logs epoch
+        ``epoch`` (default: one more than any it saw) and takes writes. 409 on a primary."""
+        body = {} if epoch is None else {"epoch": epoch}
+        return respond(await bridge.extension(core, "promote", body))
+
     @app.get("/api/audit", response_model=Audit, tags=["server"])
     async def audit(limit: int = Query(1000, ge=1, le=1000)) -> Response:
         """The audit trail (admins only): admin actions and authentication failures, oldest

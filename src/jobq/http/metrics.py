@@ -177,6 +177,14 @@ class JobqCollector(Collector):
             "jobq_replication_standby", "1 on a standby, 0 on a primary",
             value=1 if replication.standby else 0,
         )
+        yield GaugeMetricFamily(
+            "jobq_replication_epoch", "The newest epoch in this server's log (0: none)",
+            value=replication.epoch,
+        )
+        yield GaugeMetricFamily(
+            "jobq_replication_fenced", "1 on a deposed primary that acknowledges nothing",
+            value=1 if replication.fenced and not replication.standby else 0,
+        )
         if replication.standby:
             yield GaugeMetricFamily(
                 "jobq_replication_connected", "1 while the stream from the primary is open",

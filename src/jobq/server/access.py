@@ -117,6 +117,8 @@ PERMISSIONS: dict[str, Role] = {
     "sbackfill": Role.ADMIN,
     "sdrop": Role.ADMIN,
     "audit": Role.ADMIN,
+    # a role change (replication/roles.py); a standby runs it too
+    "promote": Role.ADMIN,
     # a standby's stream of the whole log (the connection checks it: replication/feed.py)
     "replicate": Role.ADMIN,
     "rsnapshot": Role.ADMIN,

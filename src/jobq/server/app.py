@@ -1,19 +1,24 @@
 """``jobq server``: open and replay the log, serve the workq protocol (over TLS when the server
 has a certificate; ``listeners.py``), clean the log, stop cleanly on SIGTERM or SIGINT, reload
-the tokens on SIGHUP."""
+the tokens on SIGHUP. A server whose log a new primary cannot build on restarts in its
+process as that primary's standby (``replication/roles.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
 
+import msgspec
+
 from jobq.cmdlog.log import CommandLog
 from jobq.cmdlog.record import VERSION_2, Record
 from jobq.cmdlog.scrub import Damage
+from jobq.cmdlog.segment import list_segments
 from jobq.config import AUTO_MAX_MEMORY, ConfigError, ServerConfig, exposure_error
 from jobq.engine.ceiling import UNLIMITED
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
@@ -27,8 +32,10 @@ from jobq.server.history import read_history
 from jobq.server.listeners import open_listeners
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
-from jobq.server.replication.catch_up import catch_up
-from jobq.server.replication.follower import Follower, PrimaryRefused, check_primary
+from jobq.server.replication.catch_up import start_anew, stream_possible
+from jobq.server.replication.follower import PrimaryRefused, check_primary
+from jobq.server.replication.promote import promote_command
+from jobq.server.replication.roles import Roles
 from jobq.server.replication.state import Replication
 from jobq.server.scrubbing import LogScrub, log_state_command
 from jobq.server.snapshot import position_at, remove_snapshot, vouched_place, write_snapshot
@@ -133,6 +140,10 @@ async def _clean_periodically(core: Core, log: CommandLog, interval_ms: int) -> 
             await loop.run_in_executor(None, release_free_memory)
 
 
+def _has_segments(log_dir: str) -> bool:
+    return os.path.isdir(log_dir) and bool(list_segments(log_dir))
+
+
 def _address(place: tuple[str, int]) -> str:
     host, port = place
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -222,6 +233,21 @@ def _ceiling(config: ServerConfig, engine: Engine) -> MemoryCeiling:
     return memory
 
 
+class _Restart:
+    """Set when the server must start again in its process as a standby of ``address``
+    (``Roles``: a log the new primary cannot build on)."""
+
+    def __init__(self) -> None:
+        self.address: tuple[str, int] | None = None
+        self.event = asyncio.Event()
+        #: where the last run listened (the next listens there again)
+        self.listening: tuple[str, int] | None = None
+
+    def __call__(self, address: tuple[str, int]) -> None:
+        self.address = address
+        self.event.set()
+
+
 async def serve(
     config: ServerConfig,
     *,
@@ -231,10 +257,34 @@ async def serve(
 ) -> int:
     """Run a server until ``stop`` is set or a signal arrives; return the exit status.
 
-    ``on_listening`` learns the address; ``on_core`` (for tests and embedding) the core.
-    A setting it cannot start with (a tokens file that does not parse, a non-loopback
-    address without a token) is a :class:`ConfigError`, raised before anything is opened.
+    ``on_listening`` learns the address; ``on_core`` (for tests and embedding) the core,
+    again after a restart in this process (``replication/roles.py``), which listens on the
+    same addresses. A setting it cannot start with (a tokens file that does not parse, a
+    non-loopback address without a token) is a :class:`ConfigError`, raised before
+    anything is opened.
     """
+    stop_event = stop or asyncio.Event()
+    while True:
+        restart = _Restart()
+        status = await _serve_once(config, on_listening, stop_event, on_core, restart)
+        if restart.address is None or stop_event.is_set():
+            return status
+        logger.warning("starting again in this process as a standby of %s",
+                       _address(restart.address))
+        changes: dict[str, object] = {"replica_of": restart.address}
+        if restart.listening is not None:
+            changes["host"], changes["port"] = restart.listening
+        config = msgspec.structs.replace(config, **changes)
+
+
+async def _serve_once(
+    config: ServerConfig,
+    on_listening: Callable[[str, int], None] | None,
+    stop_event: asyncio.Event,
+    on_core: Callable[[Core], None] | None,
+    restart: _Restart,
+) -> int:
+    """One run of :func:`serve`, until ``stop_event`` or ``restart`` is set."""
     loop = asyncio.get_running_loop()
     refusal = exposure_error(
         (config.host, config.port), config.http, authenticates=config.authenticates,
@@ -253,16 +303,20 @@ async def serve(
         else None
     )
     clock = WallClock()
-    engine = Engine(
-        retention_ms=config.retention_ms,
-        scheduler=SchedulerOptions(
-            enabled=config.scheduler,
-            pace_ms=config.scheduler_pace_ms,
-            initial_delay_ms=config.scheduler_initial_delay_ms,
-            max_per_pass=config.scheduler_max_per_pass,
-        ),
-        started_ns=clock(),
-    )
+
+    def new_engine() -> Engine:
+        return Engine(
+            retention_ms=config.retention_ms,
+            scheduler=SchedulerOptions(
+                enabled=config.scheduler,
+                pace_ms=config.scheduler_pace_ms,
+                initial_delay_ms=config.scheduler_initial_delay_ms,
+                max_per_pass=config.scheduler_max_per_pass,
+            ),
+            started_ns=clock(),
+        )
+
+    engine = new_engine()
     replica_of = config.replica_of
     replication = Replication(
         None if replica_of is None else _address(replica_of)
@@ -287,14 +341,30 @@ async def serve(
             accept_gap=config.accept_log_gap,
         )
 
-    if replica_of is not None:
-        await catch_up(
-            replication, replica_of, replica_token, str(config.log_dir),
-            (config.segment_size_bytes, VERSION_2), open_log,
+    log_settings = (config.segment_size_bytes, VERSION_2)
+    # a log just filled from the primary needs no asking whether it can go on
+    fresh = replica_of is not None and not _has_segments(str(config.log_dir))
+    if replica_of is not None and fresh:
+        await start_anew(
+            replication, replica_of, replica_token, str(config.log_dir), log_settings, open_log
         )
     if not config.in_memory:
         log = open_log()
         stats = restore(log, engine, clock())
+        if replica_of is not None and not fresh:
+            # the engine's epochs tell the primary whether this log is a prefix of its own
+            replication.epochs = lambda: engine.epochs
+            if not await stream_possible(
+                replication, replica_of, replica_token, log, log_settings
+            ):
+                log.close()
+                await start_anew(
+                    replication, replica_of, replica_token, str(config.log_dir),
+                    log_settings, open_log,
+                )
+                engine = new_engine()
+                log = open_log()
+                stats = restore(log, engine, clock())
         logger.info(
             "replayed %d records from %s: %d jobs in %.3f s%s",
             stats.records,
@@ -331,23 +401,26 @@ async def serve(
     core.memory_ceiling = _ceiling(config, engine)
     core.dispatcher.extensions.handlers["limits"] = limits_command(core)
     core.set_access(access)
-    follower: Follower | None = None
+    roles: Roles | None = None
     if log is not None:
         core.replication = replication
+        replication.epochs = lambda: engine.epochs
         core.dispatcher.replication_status = replication.status
         core.command_observers.append(lambda commands: replication.written(len(commands)))
+
+        def refused(exc: PrimaryRefused) -> None:
+            core.fatal_error = exc
+            stop_event.set()
+
+        roles = Roles(
+            core, log, replication, token=replica_token, sync_always=config.sync == "always",
+            restart=restart, on_fatal=refused,
+        )
+        core.roles = roles
+        core.dispatcher.extensions.handlers["promote"] = promote_command(roles)
         if replica_of is not None:
             core.follows_primary = True
             core.dispatcher.read_only_primary = replication.primary
-
-            def refused(exc: PrimaryRefused) -> None:
-                core.fatal_error = exc
-                stop_event.set()
-
-            follower = Follower(
-                core, log, replication, replica_of, replica_token,
-                sync_always=config.sync == "always", on_fatal=refused,
-            )
     core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
     core.workers.missed_heartbeats = config.worker_missed_heartbeats
     core.replay_seconds = stats.seconds if log is not None else 0.0
@@ -368,7 +441,6 @@ async def serve(
     core.dispatcher.extensions.handlers["logstate"] = log_state_command(lambda: core.scrub)
     if on_core is not None:
         on_core(core)
-    stop_event = stop or asyncio.Event()
     core.on_fatal = stop_event.set
     core.tick()  # deadlines that passed while the server was down
     core.start_housekeeping()
@@ -423,7 +495,9 @@ async def serve(
             tls_cert=config.tls_cert,
             tls_key=config.tls_key,
         )
-    following = None if follower is None else asyncio.create_task(follower.run())
+    restart.listening = (host, port)
+    if roles is not None and replica_of is not None:
+        roles.start_following(replica_of)
     if on_listening is not None:
         on_listening(host, port)
     if snapshotter is not None:
@@ -438,7 +512,13 @@ async def serve(
         # add up to 5 ms to every group commit
         sys.setswitchinterval(SYNC_ALWAYS_SWITCH_INTERVAL_S)
     try:
-        await stop_event.wait()
+        stopping = asyncio.ensure_future(stop_event.wait())
+        restarting = asyncio.ensure_future(restart.event.wait())
+        try:
+            await asyncio.wait((stopping, restarting), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            restarting.cancel()
     finally:
         if access is not None:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -447,8 +527,8 @@ async def serve(
         logger.info("stopping: no new connections, flushing the command log")
         if stop_http is not None:
             await stop_http()
-        if following is not None:
-            following.cancel()
+        if roles is not None:
+            roles.close()
         for feed in list(replication.feeds):
             feed.stop()
         for server in servers:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from jobq.server.audit import AuditTrail
     from jobq.server.ceiling import MemoryCeiling
     from jobq.server.gate import Gate
+    from jobq.server.replication.roles import Roles
     from jobq.server.replication.state import Replication
     from jobq.server.scrubbing import LogScrub
     from jobq.server.snapshotter import Snapshotter
@@ -218,6 +219,12 @@ class Core:
         #: a standby: its engine only applies its primary's records; no timer, TTR or
         #: schedule runs here (``replication/follower.py``)
         self.follows_primary = False
+        #: a primary that was deposed: no reply that acknowledges a change is released
+        #: from now on (each becomes ``dispatcher.fenced_reply``; ``replication/roles.py``)
+        self.fenced = False
+        #: the role changes (promote, fence, follow: ``replication/roles.py``; set by the
+        #: app; None: in memory)
+        self.roles: Roles | None = None
         engine.begin()
 
     def set_access(self, access: Access | None) -> None:
@@ -509,6 +516,9 @@ class Core:
         self._arm_timer()
 
     def _release(self, batch: Batch) -> None:
+        if self.fenced:
+            self._refuse_fenced(batch)
+            return
         # a connection's replies in a row (the requests of one turn) go out with one write:
         # its slot_ready writes every answered slot at the head of its order
         replies = batch.replies
@@ -523,6 +533,15 @@ class Core:
             assert isinstance(waiter, Slot)
             self._fill_wakeup(wakeup, Dispatcher.wake_reply(wakeup.value, waiter.request))
         self._arm_timer()
+
+    def _refuse_fenced(self, batch: Batch) -> None:
+        """A fenced primary's batch: what it acknowledges goes out as a refusal (the
+        records may be in the log: a new primary may not have them)."""
+        refusal = self.dispatcher.fenced_reply or p.server_error("Not the primary: fenced")
+        for slot, reply, changed in batch.replies:
+            self._fill(slot, refusal if changed else reply)
+        for wakeup in batch.wakeups:
+            self._fill_wakeup(wakeup, refusal)
 
     def _fill(self, slot: Slot, reply: bytes) -> None:
         slot.data = reply

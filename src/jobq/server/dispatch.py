@@ -105,6 +105,9 @@ class Dispatcher:
         #: on a standby, the primary's ``host:port``: requests beyond a viewer's (changes)
         #: are refused with ``-READONLY <primary>`` (HTTP 409); None on a primary
         self.read_only_primary: str | None = None
+        #: a fenced primary's answer to changes (``replication/roles.py``): ``-READONLY``
+        #: with the new primary once known; None unless fenced
+        self.fenced_reply: bytes | None = None
         #: the replication status for ``/api/server`` (None: a server without a log)
         self.replication_status: Callable[[], dict[str, object]] | None = None
         self.extensions = Extensions(
@@ -147,8 +150,13 @@ class Dispatcher:
         try:
             if self.checks_access and (principal is None or principal.role is not _ADMIN):
                 check(principal, request)
-            if self.read_only_primary is not None and needed_role(request) > _VIEWER:
-                return p.read_only(self.read_only_primary)
+            refusal = self.fenced_reply
+            if (
+                (refusal is not None or self.read_only_primary is not None)
+                and needed_role(request) > _VIEWER
+                and not (isinstance(request, p.Extension) and request.word == "promote")
+            ):
+                return refusal or p.read_only(self.read_only_primary or "")
             self.extensions.caller = principal
             handler = self._handlers.get(type(request))
             if handler is not None:  # a workq or internal request (none is an Extension)

@@ -4,7 +4,8 @@ snapshotter's child; a start uses it only while its place is still in the log as
 (``docs/server.md``, "Restart").
 
 File layout: ``MAGIC`` (8 bytes); the header's size and CRC32C (4 bytes each, big-endian);
-the header (MessagePack, :class:`SnapshotHeader`: the version and the place); the body's
+the header (MessagePack, :class:`SnapshotHeader`: the version, the place, and the log's
+epochs up to it, which a header written before epochs existed lacks); the body's
 CRC32C (4 bytes); the body (MessagePack): in format 3, ``Engine.export_columns`` (the jobs
 as columns, ``jobcolumns.py``, made back into jobs without a Python loop over them); in
 format 2, which a start still reads, ``Engine.export`` (the jobs as ``Job.row``); then the
@@ -69,6 +70,10 @@ class LogPosition(msgspec.Struct, array_like=True, frozen=True):
 class SnapshotHeader(msgspec.Struct, array_like=True):
     version: int
     position: LogPosition
+    #: ``Engine.epochs`` as of the place (docs/ha.md, "Epochs"): last, so that a header
+    #: without it (written before epochs) reads as none, and a reader before epochs
+    #: ignores it (MessagePack arrays: extra trailing items are skipped)
+    epochs: list[tuple[int, int, int]] = msgspec.field(default_factory=list)
 
 
 #: job rows decoded at a time (:meth:`LoadedBody.jobs`): few enough that a batch's
@@ -86,6 +91,8 @@ class LoadedBody(msgspec.Struct, array_like=True):
     next_schedule_id: int
     schedule_counters: tuple[int, int, int]
     last_fire_jobs: list[tuple[bytes, int]]
+    #: not in the body: the header's epochs (:func:`load_snapshot` sets them)
+    epochs: list[tuple[int, int, int]] = msgspec.field(default_factory=list)
 
     def batch_job_rows(self) -> None:
         """Make :attr:`job_batches`, decoded one ``Raw`` a row, one a batch (each a
@@ -114,10 +121,12 @@ class LoadedBody(msgspec.Struct, array_like=True):
             yield from map(JobRowStruct.job, _jobs_decoder.decode(batches.pop()))
 
     def adopt_schedules(self, engine: Engine) -> None:
-        """Enter the schedules and their counters into the new ``engine`` (before the jobs)."""
+        """Enter the schedules and their counters, and the epochs, into the new ``engine``
+        (before the jobs)."""
         engine.adopt_schedules(
             self.schedules, self.next_schedule_id, self.schedule_counters, self.last_fire_jobs
         )
+        engine.adopt_epochs(self.epochs)
 
     def adopt_jobs(self, engine: Engine, now_ns: int) -> None:
         """Enter the jobs into ``engine`` (nothing logged after the snapshot); once."""
@@ -136,16 +145,20 @@ class LoadedColumns(msgspec.Struct, array_like=True):
     next_schedule_id: int
     schedule_counters: tuple[int, int, int]
     last_fire_jobs: list[tuple[bytes, int]]
+    #: not in the body: the header's epochs (:func:`load_snapshot` sets them)
+    epochs: list[tuple[int, int, int]] = msgspec.field(default_factory=list)
 
     def jobs(self) -> Iterable[Job]:
         """The jobs, made as the caller takes them; once."""
         return self.job_columns.jobs()
 
     def adopt_schedules(self, engine: Engine) -> None:
-        """Enter the schedules and their counters into the new ``engine`` (before the jobs)."""
+        """Enter the schedules and their counters, and the epochs, into the new ``engine``
+        (before the jobs)."""
         engine.adopt_schedules(
             self.schedules, self.next_schedule_id, self.schedule_counters, self.last_fire_jobs
         )
+        engine.adopt_epochs(self.epochs)
 
     def adopt_jobs(self, engine: Engine, now_ns: int) -> None:
         """Enter the jobs into ``engine`` (nothing logged after the snapshot); once."""
@@ -202,7 +215,7 @@ def write_snapshot(
         columns = engine.export_columns()
         count = len(columns.jobs.ids)
         body = _encoder.encode(columns)
-    header = _encoder.encode(SnapshotHeader(version, position))
+    header = _encoder.encode(SnapshotHeader(version, position, list(engine.epochs)))
     temporary = f"{TEMPORARY_PREFIX}{os.getpid()}"
     temporary_path = os.path.join(log_dir, temporary)
     try:
@@ -316,6 +329,7 @@ def _check(
             return f"cannot decode: {exc}"
         if isinstance(loaded, LoadedBody):
             loaded.batch_job_rows()  # out of the mapping, which closes next
+    loaded.epochs = header.epochs
     return loaded, header.position
 
 
@@ -335,6 +349,13 @@ def read_for_standby(log_dir: str) -> tuple[bytes, int, int] | None:
     return data, position.sequence, position.offset
 
 
+def snapshot_epochs(data: bytes) -> list[tuple[int, int, int]]:
+    """The epochs in the header of ``data``, a snapshot file's bytes (none if it has no
+    header to read)."""
+    read = _read_header(data)
+    return [] if isinstance(read, str) else [tuple(e) for e in read[0].epochs]  # type: ignore[misc]
+
+
 def place_from_primary(log_dir: str, data: bytes, position: LogPosition) -> None:
     """Write ``data``, a primary's snapshot file (:func:`read_for_standby`), as this log's
     snapshot at ``position`` (the same place in this log's copy of the segment: its inode
@@ -342,11 +363,13 @@ def place_from_primary(log_dir: str, data: bytes, position: LogPosition) -> None
     read = _read_header(data)
     if isinstance(read, str):
         raise ValueError(f"the primary's snapshot: {read}")
-    _header, end = read
+    primary_header, end = read
     body = data[end + 4 :]
     if google_crc32c.value(body).to_bytes(4, "big") != data[end : end + 4]:
         raise ValueError("the primary's snapshot: CRC32C mismatch")
-    header = _encoder.encode(SnapshotHeader(VERSION, position))
+    header = _encoder.encode(
+        SnapshotHeader(primary_header.version, position, primary_header.epochs)
+    )
     temporary_path = os.path.join(log_dir, f"{TEMPORARY_PREFIX}{os.getpid()}")
     try:
         with open(temporary_path, "wb") as f:

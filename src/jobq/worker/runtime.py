@@ -28,6 +28,7 @@ from types import FrameType
 from typing import Any
 
 from jobq.client import (
+    DEFAULT_FAILOVER_S,
     DEFAULT_PORT,
     AccessRefused,
     AuthenticationFailed,
@@ -39,8 +40,9 @@ from jobq.client import (
     LeaseLost,
     ServerError,
     WorkerLease,
-    parse_address,
+    parse_addresses,
 )
+from jobq.client.failover import shown
 from jobq.client.tls import CAFile, TLSOption, client_context
 from jobq.worker import capture
 from jobq.worker.context import Canceled, JobContext, Paused
@@ -164,7 +166,10 @@ class _Heartbeats:
                 now = time.monotonic()
                 batch = _due_batch(jobs, now)
                 if batch:
+                    opened = client.connections
                     self._send(client, batch)
+                    if presence is not None and client.connections != opened:
+                        presence.announced = False  # another server now, or a new connection
                     now = time.monotonic()
                 if presence is not None:
                     presence.tick(client, now)
@@ -228,7 +233,9 @@ def _due_batch(jobs: list[JobContext], now: float) -> list[JobContext]:
 class Runtime:
     """Runs handlers for leased jobs (see the module doc).
 
-    :param server: ``HOST:PORT`` of the jobq server
+    :param server: ``HOST:PORT`` of the jobq server, or several (comma-separated, or a
+        list): a primary and its standbys, among which every connection follows the
+        primary (``docs/client.md``, "Several servers")
     :param handlers: a :class:`Registry` or handlers (default: the default registry)
     :param names: the job names to lease (default: every handler's name); each needs a
         handler (ValueError otherwise)
@@ -246,11 +253,13 @@ class Runtime:
         until a few of these pass without a sign of life (``docs/worker.md``)
     :param attempt_logs: capture what handlers log and print, per attempt, and ship it to
         the server (``docs/worker.md``, "Attempt logs")
+    :param failover_s: with several servers, how long one request looks for the primary
+        before it fails (and the worker tries again, as after any failed request)
     """
 
     def __init__(
         self,
-        server: str = DEFAULT_SERVER,
+        server: str | Sequence[str] = DEFAULT_SERVER,
         handlers: Registry | Iterable[Handler] | None = None,
         names: Sequence[str] | None = None,
         concurrency: int = 1,
@@ -264,8 +273,16 @@ class Runtime:
         tls_ca: CAFile | None = None,
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
         attempt_logs: bool = True,
+        failover_s: float = DEFAULT_FAILOVER_S,
     ) -> None:
-        self.host, self.port = parse_address(server)
+        texts = [server] if isinstance(server, str) else list(server)
+        self.addresses = list(dict.fromkeys(a for t in texts for a in parse_addresses(t)))
+        if not self.addresses:
+            raise ValueError("no server address given")
+        self.host, self.port = self.addresses[0]
+        if failover_s <= 0:
+            raise ValueError("failover_s must be positive")
+        self.failover_s = failover_s
         self._token = token
         self._tls = client_context(tls, tls_ca)  # read once, shared by every connection
         registry = REGISTRY if handlers is None else handlers
@@ -317,9 +334,12 @@ class Runtime:
 
     def __repr__(self) -> str:
         return (
-            f"Runtime({self.host}:{self.port}, names={self.names}, "
+            f"Runtime({self._where()}, names={self.names}, "
             f"concurrency={self.concurrency}, worker_id={self.worker_id!r})"
         )
+
+    def _where(self) -> str:
+        return ",".join(shown(address) for address in self.addresses)
 
     def _count(self, outcome: str) -> None:
         with self._lock:
@@ -330,6 +350,11 @@ class Runtime:
             return dict(self.stats)
 
     def _client(self) -> Client:
+        if len(self.addresses) > 1:
+            return Client(
+                self.addresses, timeout_s=self.timeout_s, token=self._token, tls=self._tls,
+                failover_s=self.failover_s,
+            )
         return Client(
             self.host, self.port, timeout_s=self.timeout_s, token=self._token, tls=self._tls
         )
@@ -371,12 +396,11 @@ class Runtime:
             self._threads.append(thread)
             thread.start()
         log.info(
-            "worker %s: serving %s with %d thread(s) from %s:%d",
+            "worker %s: serving %s with %d thread(s) from %s",
             self.worker_id,
             ", ".join(self.names),
             self.concurrency,
-            self.host,
-            self.port,
+            self._where(),
         )
 
     def request_stop(self, hurry: bool = False) -> None:

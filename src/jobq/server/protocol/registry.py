@@ -409,6 +409,7 @@ EXTENSION_COMMANDS = (
     "logs",
     "logstate",
     "replication",
+    "promote",
 )
 
 

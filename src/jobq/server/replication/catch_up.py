@@ -1,5 +1,6 @@
 """A standby's start, before it serves: a log that cannot go on from where it ends (the
-primary's cleaner removed or rewrote what it needs) is moved aside, and an empty log is
+primary's cleaner removed or rewrote what it needs, or it holds records the primary never
+had: a deposed primary's, ``lineage.py``) is moved aside, and an empty log is
 filled from the primary's engine snapshot: the snapshot file, and the primary's segment
 bytes from the start of the snapshot's segment up to its place (docs/ha.md, "Catching
 up"). The start then restores that snapshot and replays the records after it, as any start
@@ -24,6 +25,7 @@ from jobq.server.replication import wire
 from jobq.server.replication.follower import (
     CONNECT_TIMEOUT_S,
     PrimaryRefused,
+    check_stream_epoch,
     connect_primary,
     explain_refusal,
     last_place,
@@ -31,12 +33,56 @@ from jobq.server.replication.follower import (
     replicate_line,
 )
 from jobq.server.replication.state import Replication
-from jobq.server.snapshot import place_from_primary, position_at
+from jobq.server.snapshot import place_from_primary, position_at, snapshot_epochs
 
 logger = logging.getLogger("jobq.server")
 
 
-async def catch_up(
+async def stream_possible(
+    replication: Replication,
+    address: tuple[str, int],
+    token: str | None,
+    log: CommandLog,
+    log_settings: tuple[int, int],
+) -> bool:
+    """Whether the primary streams from the end of ``log`` (open, replayed: the epochs it
+    sends are the engine's, ``replication.epochs``); False if it must catch up anew
+    (:func:`start_anew`); :class:`PrimaryRefused` if the primary refuses otherwise."""
+    host, port = address
+    where = f"{host}:{port}"
+    reader, writer = await connect_primary(host, port, token)
+    try:
+        writer.write(replicate_line(replication, log_settings, last_place(log)))
+        answer = await read_line(reader, where)
+    finally:
+        writer.close()
+    if answer.startswith("+STREAM"):
+        check_stream_epoch(replication, where, answer)
+        return True
+    if wire.CATCH_UP not in answer:
+        raise explain_refusal(where, answer)
+    logger.warning("the primary at %s cannot stream from this log's end (%s)", where,
+                   answer.lstrip("-"))
+    return False
+
+
+def move_aside(log_dir: str) -> str | None:
+    """Move the log in ``log_dir`` (if it has segments) to ``<log_dir>.replaced-<UTC
+    time>``; where it went."""
+    if not (os.path.isdir(log_dir) and list_segments(log_dir)):
+        return None
+    aside = f"{log_dir}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    suffix = 1
+    while os.path.exists(aside):
+        suffix += 1
+        aside = f"{log_dir}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.{suffix}"
+    os.rename(log_dir, aside)
+    logger.warning("moved the log %s aside to %s (nothing deleted): catching up anew",
+                   log_dir, aside)
+    return aside
+
+
+async def start_anew(
     replication: Replication,
     address: tuple[str, int],
     token: str | None,
@@ -44,35 +90,16 @@ async def catch_up(
     log_settings: tuple[int, int],
     open_log: Callable[[], CommandLog],
 ) -> None:
-    """Make ``log_dir`` a log the primary can stream to (see the module's docstring)."""
-    host, port = address
-    where = f"{host}:{port}"
-    if os.path.isdir(log_dir) and list_segments(log_dir):
-        log = open_log()
-        try:
-            place = last_place(log)
-        finally:
-            log.close()
-        reader, writer = await connect_primary(host, port, token)
-        try:
-            writer.write(replicate_line(replication, log_settings, place))
-            answer = await read_line(reader, where)
-        finally:
-            writer.close()
-        if answer.startswith("+STREAM"):
-            return
-        if wire.CATCH_UP not in answer:
-            raise explain_refusal(where, answer)
-        aside = f"{log_dir}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-        logger.warning(
-            "the primary at %s cannot stream from this log's end (%s): moved it to %s, "
-            "catching up anew", where, answer.lstrip("-"), aside,
-        )
-        os.rename(log_dir, aside)
+    """Move the log in ``log_dir`` aside (if there is one) and fill an empty one from the
+    primary's engine snapshot (see the module's docstring)."""
+    move_aside(log_dir)
+    replication.epochs = list  # an empty log holds none
     fetched = await _fetch_snapshot(replication, address, token, log_settings)
     if fetched is None:
         return  # streamed whole from the primary's first segment
     data, sequence, offset = fetched
+    epochs = snapshot_epochs(data)
+    replication.epochs = lambda: epochs  # what the copy up to the snapshot's place holds
     os.makedirs(log_dir, exist_ok=True)
     create_segment(log_dir, sequence, log_settings[1])
     log = open_log()

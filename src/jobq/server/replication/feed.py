@@ -24,6 +24,7 @@ from jobq.cmdlog.segment import list_segments, segment_name
 from jobq.server import protocol as p
 from jobq.server.access import Role
 from jobq.server.replication import wire
+from jobq.server.replication.lineage import lineage_refusal
 from jobq.server.snapshot import read_for_standby
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ def check_request(
         return p.client_error("replicate: this is the standby itself")
     if replication.primary is not None:
         return p.read_only(replication.primary)
+    if replication.fenced:
+        return p.client_error("replicate: this server is not the primary any more (fenced)")
     if log is None:
         return p.client_error("replicate: this server keeps no command log (--in-memory)")
     appender = log.appender
@@ -235,6 +238,11 @@ class Feed:
             if self.request is None:
                 await self._send_snapshot(loop, directory)
                 return
+            refusal = lineage_refusal(self.replication.epochs(), self.request)
+            if refusal is not None:
+                self.transport.write(p.client_error(f"replicate: {refusal}"))
+                logger.warning("refused a standby at %s: %s", self.peer, refusal)
+                return
             try:
                 start = await loop.run_in_executor(
                     None,
@@ -250,7 +258,8 @@ class Feed:
                 logger.warning("refused a standby at %s: %s", self.peer, exc)
                 return
             self.sequence, self.offset = start
-            self.transport.write(f"+STREAM {self.replication.server_id}\r\n".encode())
+            replication = self.replication
+            self.transport.write(wire.stream_line(replication.server_id, replication.epoch))
             logger.info(
                 "streaming the command log to a standby at %s from segment %d offset %d",
                 self.peer, self.sequence, self.offset,

@@ -8,7 +8,10 @@ primary, itself, or a log of another segment size or format is one line and no f
 stream that breaks (the network, a primary restarting) is opened again from this log's end,
 which is a record's end: the primary sends what follows it, so nothing is missed or applied
 twice. A refusal of the place itself (the primary's cleaner removed what this standby
-needs) stops the server with that line: it starts again from an empty data directory.
+needs, or this log holds records the primary never had: ``lineage.py``) calls
+``on_catch_up`` (``roles.py`` restarts the server in its process, to catch up anew), or
+without it stops the server with that line. A primary of an older epoch than this log's is
+refused, and so is a record of an older epoch.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from jobq.cmdlog.errors import CmdlogError
 from jobq.cmdlog.record import CRC_LEN, HEADER_LEN, decode_payloads
 from jobq.cmdlog.segment import segment_name
 from jobq.engine.commands import CommandDecodeError, decode_command
+from jobq.engine.extensions import Epoch
 from jobq.server.replication import wire
+from jobq.server.replication.lineage import older_primary
 
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
@@ -111,9 +116,21 @@ def replicate_line(
 ) -> bytes:
     segment_size, version = log_settings
     sequence, offset, crc = place
+    epochs = replication.epochs() if sequence != wire.CHECK_ONLY else []
+    epoch = epochs[-1] if epochs else (0, 0, 0)
     return wire.Replicate(
-        replication.server_id, segment_size, version, sequence, offset, crc
+        replication.server_id, segment_size, version, sequence, offset, crc, *epoch
     ).to_bytes()
+
+
+def check_stream_epoch(replication: Replication, address: str, line: str) -> None:
+    """Refuse a ``+STREAM`` from a primary of an older epoch than this log's (or than the
+    one it was said to have); note its epoch."""
+    primary_epoch = wire.stream_epoch(line)
+    why = older_primary(primary_epoch, replication.epoch, replication.least_primary_epoch)
+    if why is not None:
+        raise PrimaryRefused(f"refusing the primary at {address}: {why}", misuse=False)
+    replication.primary_epoch = primary_epoch
 
 
 async def check_primary(
@@ -158,6 +175,8 @@ class Follower:
         *,
         sync_always: bool,
         on_fatal: Callable[[PrimaryRefused], None],
+        on_catch_up: Callable[[], None] | None = None,
+        on_redirect: Callable[[str], None] | None = None,
     ) -> None:
         self.core = core
         self.log = log
@@ -166,6 +185,8 @@ class Follower:
         self.token = token
         self.sync_always = sync_always
         self.on_fatal = on_fatal
+        self.on_catch_up = on_catch_up
+        self.on_redirect = on_redirect
         appender = log.appender
         self.log_settings = (appender.segment_size_bytes, appender.write_version)
         #: how many streams were opened (tests: a reconnection)
@@ -209,14 +230,27 @@ class Follower:
         place = last_place(self.log)
         writer.write(replicate_line(self.replication, self.log_settings, place))
         line = await read_line(reader, self.address)
+        if wire.CATCH_UP in line and self.on_catch_up is not None:
+            logger.warning("the primary at %s: %s", self.address, line.lstrip("-"))
+            self.on_catch_up()
+            await asyncio.Event().wait()  # cancelled by the restart
         if wire.CATCH_UP in line:
             raise PrimaryRefused(
                 f"the primary at {self.address} cannot stream from this log's end "
                 f"({line.partition('replicate: ')[2]}): restart this standby, which then "
                 "catches up from the primary's engine snapshot"
             )
+        if line.startswith("-READONLY ") and self.on_redirect is not None:
+            self.on_redirect(line.partition(" ")[2])  # deposed: it names its primary
         if not line.startswith("+STREAM"):
-            raise explain_refusal(self.address, line)
+            refused = explain_refusal(self.address, line)
+            # a primary deposed meanwhile (it follows another now), or one of an older
+            # epoch: not a setting to fix; try again (a role change redirects this stream)
+            refused.misuse = refused.misuse and not (
+                line.startswith("-READONLY") or "not the primary any more" in line
+            )
+            raise refused
+        check_stream_epoch(self.replication, self.address, line)
         state = self.replication
         state.connected = True
         state.last_error = None
@@ -258,6 +292,16 @@ class Follower:
             commands: list[Command] = [decode_command(payload) for _, payload in records]
         except (CmdlogError, CommandDecodeError) as exc:
             raise ValueError(f"a bad record from {where}: {exc}") from exc
+        epoch = self.core.engine.epoch
+        for command in commands:
+            if type(command) is Epoch:
+                if command.epoch <= epoch:
+                    raise PrimaryRefused(
+                        f"refusing the primary at {self.address}: it sent a record of epoch "
+                        f"{command.epoch}, not newer than epoch {epoch} of this log",
+                        misuse=False,
+                    )
+                epoch = command.epoch
         try:
             self.log.write_at(sequence, offset, data)
         except (ValueError, CmdlogError) as exc:

@@ -9,6 +9,7 @@ import bisect
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -30,6 +31,15 @@ class Replication:
         #: a random id per process: a standby refuses a primary with its own id (itself)
         self.server_id = secrets.token_hex(8)
         self.primary = primary
+        # -- epochs (docs/ha.md, "Promotion and epochs"; set by the app: the engine's)
+        #: the epochs this server's log holds, oldest first: (epoch, where the log ended
+        #: before it: sequence, offset)
+        self.epochs: Callable[[], list[tuple[int, int, int]]] = list
+        #: a primary that stopped acknowledging (``roles.py``)
+        self.fenced = False
+        #: the epoch the primary followed said it has (+STREAM), and the least it must have
+        self.primary_epoch = 0
+        self.least_primary_epoch = 0
         # -- a primary's side
         #: records written since the start (the log's batches, counted once written)
         self.records_written = 0
@@ -57,6 +67,12 @@ class Replication:
     @property
     def standby(self) -> bool:
         return self.primary is not None
+
+    @property
+    def epoch(self) -> int:
+        """The newest epoch this server's log holds (0: none)."""
+        epochs = self.epochs()
+        return epochs[-1][0] if epochs else 0
 
     # -- the primary's side
 
@@ -105,7 +121,9 @@ class Replication:
         if self.primary is not None:
             return {
                 "role": "standby",
+                "epoch": self.epoch,
                 "primary": self.primary,
+                "primary_epoch": self.primary_epoch,
                 "connected": self.connected,
                 "position": list(self.position),
                 "primary_end": list(self.primary_end),
@@ -115,7 +133,8 @@ class Replication:
                 "last_error": self.last_error,
             }
         return {
-            "role": "primary",
+            "role": "fenced" if self.fenced else "primary",
+            "epoch": self.epoch,
             "records_written": self.records_written,
             "standbys": [feed.status() for feed in sorted(self.feeds, key=id)],
         }

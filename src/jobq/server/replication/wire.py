@@ -6,7 +6,11 @@ records after ``(sequence, offset)`` of the standby's log; ``crc`` is the CRC of
 that ends there (hex), ``-`` at the start of a segment, so that a primary whose cleaner
 rewrote that segment is not asked for bytes at a place that now means something else.
 ``sequence`` 0 only checks (the standby's start, before it writes anything): ``+OK <id>``.
-Otherwise the answer is ``+STREAM <id>``, then frames from the primary::
+A standby whose log holds an epoch (docs/ha.md, "Promotion and epochs") adds three numbers:
+its newest epoch and where its log ended before that epoch began (sequence, offset); one
+without sends the six words servers before epochs send and read. The answer is
+``+STREAM <id> <epoch>`` (the primary's newest epoch; a primary before epochs leaves it
+out: 0), then frames from the primary::
 
     D <sequence> <offset> <records> <length>\\r\\n<length bytes of whole records>
     H <sequence> <offset> <now-ns> <records-behind>\\r\\n     (the primary's end; -1: unknown)
@@ -44,12 +48,19 @@ class Replicate(p.Request, frozen=True):
     offset: int
     #: the CRC of the record ending at ``offset`` (None at a segment's start)
     crc: int | None
+    #: the newest epoch of the standby's log (0: none), and where its log ended before it
+    epoch: int = 0
+    epoch_sequence: int = 0
+    epoch_offset: int = 0
 
     def to_bytes(self) -> bytes:
         crc = "-" if self.crc is None else f"{self.crc:08x}"
+        epoch = (
+            f" {self.epoch} {self.epoch_sequence} {self.epoch_offset}" if self.epoch else ""
+        )
         return (
             f"replicate {self.server_id} {self.segment_size_bytes} {self.version} "
-            f"{self.sequence} {self.offset} {crc}"
+            f"{self.sequence} {self.offset} {crc}{epoch}"
         ).encode() + p.CRLF
 
 
@@ -82,17 +93,28 @@ def _parse_snapshot(
 
 
 def _parse(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) -> p.Request:
-    if flags or len(args) != 6:
+    if flags or len(args) not in (6, 9):
         raise p.ClientError(p.INVALID_COMMAND_ARGS)
     try:
-        numbers = [int(text) for text in args[1:5]]
+        numbers = [int(text) for text in (*args[1:5], *args[6:])]
         crc = None if args[5] == "-" else int(args[5], 16)
     except ValueError:
         raise p.ClientError(p.INVALID_COMMAND_ARGS) from None
     if min(numbers) < 0:
         raise p.ClientError(p.INVALID_COMMAND_ARGS)
-    segment_size, version, sequence, offset = numbers
-    return Replicate(args[0], segment_size, version, sequence, offset, crc)
+    segment_size, version, sequence, offset, *epoch = numbers
+    return Replicate(args[0], segment_size, version, sequence, offset, crc, *epoch)
+
+
+def stream_line(server_id: str, epoch: int) -> bytes:
+    """The primary's answer that starts a stream."""
+    return f"+STREAM {server_id} {epoch}\r\n".encode()
+
+
+def stream_epoch(line: str) -> int:
+    """The primary's epoch in its ``+STREAM`` line (0: a primary before epochs)."""
+    words = line.split()
+    return int(words[2]) if len(words) > 2 and words[2].isdigit() else 0
 
 
 def register_replicate_command(registry: p.CommandRegistry | None = None) -> None:

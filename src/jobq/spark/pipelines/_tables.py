@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -15,11 +16,15 @@ __all__ = [
     "TableInfo",
     "atomic_write_json",
     "checksum_of",
+    "find_table",
     "local_path",
     "read_json",
+    "refresh_table",
     "sha256_file",
     "table_info",
 ]
+
+log = logging.getLogger(__name__)
 
 #: checksums are sums of 64-bit row hashes, kept modulo this
 _MOD = 2**64
@@ -63,15 +68,50 @@ def table_exists(spark: Any, name: str) -> bool:
         return False
 
 
-def table_info(spark: Any, name: str) -> TableInfo:
-    """The storage of table ``name``; SparkJobError if there is no such table."""
+def find_table(spark: Any, name: str) -> TableInfo | None:
+    """The storage of table ``name``, or None if there is no table or view of that name:
+    :func:`table_exists` and :func:`table_info` in one look at the catalog."""
     found = _catalog_table(spark, name)
     if found is None:
-        raise SparkJobError(f"table not found: {name}")
+        return None
     if found is not _UNKNOWN:
         return _info_of(spark, name, found)
     if not table_exists(spark, name):
+        return None
+    return _described(spark, name)
+
+
+def table_info(spark: Any, name: str) -> TableInfo:
+    """The storage of table ``name``; SparkJobError if there is no such table."""
+    info = find_table(spark, name)
+    if info is None:
         raise SparkJobError(f"table not found: {name}")
+    return info
+
+
+def refresh_table(spark: Any, name: str, location: str) -> None:
+    """Forget what Spark holds of table ``name`` after its files at ``location`` (a URI)
+    changed under it, as Spark's own writes do: every cached plan that reads those files is
+    refreshed and cached again (``CacheManager.recacheByPath``, whichever session cached
+    it), and this session's entry for the table is dropped; the worker's other sessions
+    are each job's own and look the table up afresh. Spark Connect (or a name the session
+    catalog does not take): Spark's ``catalog.refreshTable``. ``REFRESH TABLE`` would list
+    the table's files again, tens of milliseconds on a warm session, and still leave a
+    table another session cached reading files that are gone."""
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is not None:
+        try:
+            jsession.sharedState().cacheManager().recacheByPath(jsession, location)
+            state = jsession.sessionState()
+            state.catalog().refreshTable(state.sqlParser().parseTableIdentifier(name))
+            return
+        except Exception:  # a name the session catalog does not take: Spark's own way
+            log.debug("refreshing %s through the session catalog failed", name, exc_info=True)
+    spark.catalog.refreshTable(name)
+
+
+def _described(spark: Any, name: str) -> TableInfo:
+    """A table's storage through ``DESCRIBE TABLE EXTENDED`` (the public, slow way)."""
     rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
     details: dict[str, str] = {}
     partition_by: list[str] = []

@@ -19,7 +19,9 @@ from jobq.spark.errors import SparkJobError
 from jobq.spark.pipelines._tables import (
     TableInfo,
     data_files,
+    find_table,
     local_path,
+    refresh_table,
     remove_tree,
     table_exists,
     table_info,
@@ -88,6 +90,14 @@ def _aligned(df: Any, table_schema: Any, table: str) -> Any:
     from pyspark.sql import functions as F
 
     sources = _check_columns(df.columns, table_schema, table)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    if all(
+        sources[f.name] == f.name and types[f.name] == f.dataType for f in table_schema.fields
+    ):
+        # the columns are the table's already (its schema came from these files): no casts,
+        # each of which is a round trip to the JVM
+        names = [f.name for f in table_schema.fields]
+        return df if df.columns == names else df.select(*[f"`{n}`" for n in names])
     return df.select(
         *[
             F.col(f"`{sources[field.name]}`").cast(field.dataType).alias(field.name)
@@ -118,7 +128,8 @@ def _plan(spark: Any, args: ImportArgs, job: PipelineJob, run: _Run) -> dict[str
     """The first attempt's plan: the files (a snapshot of the globs), schema, table; a
     missing table is created (mode create or overwrite) and marked as this job's."""
     files = job.roots.expand(args.path_list(), "paths")
-    exists = table_exists(spark, args.table)
+    found = find_table(spark, args.table)
+    exists = found is not None
     if args.mode == "create" and exists:
         raise SparkJobError(f"table already exists: {args.table}")
     if args.mode == "append" and not exists:
@@ -136,7 +147,8 @@ def _plan(spark: Any, args: ImportArgs, job: PipelineJob, run: _Run) -> dict[str
         state["created"] = True
         _create_table(spark, args.table, schema, args.partition_by)
         return state
-    info = table_info(spark, args.table)
+    assert found is not None
+    info = found
     if args.mode == "overwrite":
         partition_by = args.partition_by or [
             p for p in info.partition_by if p.lower() in {f.name.lower() for f in schema.fields}
@@ -383,5 +395,5 @@ def _commit(
     if info.partition_by:
         sync = " SYNC PARTITIONS" if args.mode == "overwrite" else ""
         spark.sql(f"MSCK REPAIR TABLE {args.table}{sync}")
-    spark.sql(f"REFRESH TABLE {args.table}")
+    refresh_table(spark, args.table, info.location or location)
     _remove_staging(staging)
