@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from jobq.server.replication.candidates import CANDIDATE, Member, outranked
-from jobq.server.replication.election import Callbacks, Elector, Position, Timing
+from jobq.server.replication.candidates import CANDIDATE, Member, Position, outranked
+from jobq.server.replication.election import Callbacks, Elector, Timing
 from jobq.server.replication.etcd_kv import EtcdKV, EtcdUnavailable
 from tests.harness import wait_for
 from tests.ports import free_port

@@ -33,6 +33,9 @@ from jobq.server.listeners import open_listeners
 from jobq.server.memory import release_free_memory
 from jobq.server.replay import restore
 from jobq.server.replication.catch_up import start_anew, stream_possible
+from jobq.server.replication.elected import ElectedRoles, make_elector, refuse_manual_promote
+from jobq.server.replication.election import Elector
+from jobq.server.replication.etcd_kv import EtcdUnavailable, check_reachable
 from jobq.server.replication.follower import PrimaryRefused, check_primary
 from jobq.server.replication.promote import promote_command
 from jobq.server.replication.roles import Roles
@@ -233,6 +236,13 @@ def _ceiling(config: ServerConfig, engine: Engine) -> MemoryCeiling:
     return memory
 
 
+def _with_election(
+    replication: Replication, elector: Elector
+) -> Callable[[], dict[str, object]]:
+    """The replication status with the election's (``--ha-etcd``) beside it."""
+    return lambda: {**replication.status(), "election": elector.status()}
+
+
 class _Restart:
     """Set when the server must start again in its process as a standby of ``address``
     (``Roles``: a log the new primary cannot build on)."""
@@ -292,8 +302,11 @@ async def _serve_once(
     )
     if refusal is not None:
         raise ConfigError(refusal)
-    if config.ha_etcd is not None:  # (server/replication/election.py has the Elector)
-        raise ConfigError("--ha-etcd: the election is not wired into the server yet")
+    if config.ha_etcd is not None:  # before anything is written: one line, the URL
+        try:
+            await loop.run_in_executor(None, check_reachable, config.ha_etcd)
+        except EtcdUnavailable as exc:
+            raise ConfigError(str(exc)) from None
     access = (
         Access(
             token=config.auth_token, token_file=config.auth_token_file,
@@ -421,6 +434,11 @@ async def _serve_once(
         if replica_of is not None:
             core.follows_primary = True
             core.dispatcher.read_only_primary = replication.primary
+        if config.ha_etcd is not None:
+            # the election decides: no write is acknowledged, no timer runs, until it won
+            core.dispatcher.extensions.handlers["promote"] = refuse_manual_promote
+            if replica_of is None:
+                roles.fence()
     core.audit.first_failure_delay_s = config.auth_failure_delay_ms / 1000
     core.workers.missed_heartbeats = config.worker_missed_heartbeats
     core.replay_seconds = stats.seconds if log is not None else 0.0
@@ -511,7 +529,20 @@ async def _serve_once(
         # event loop gives it up only every switch interval (5 ms by default), which would
         # add up to 5 ms to every group commit
         sys.setswitchinterval(SYNC_ALWAYS_SWITCH_INTERVAL_S)
+    elector: Elector | None = None
     try:
+        if config.ha_etcd is not None and roles is not None and log is not None:
+            elected = ElectedRoles(core, roles, log, loop)
+            elector = make_elector(config, replication.server_id, (host, port), elected)
+            try:
+                await loop.run_in_executor(None, elector.start)
+            except EtcdUnavailable as exc:
+                logger.error("%s", exc)
+                core.fatal_error = exc
+                elector = None
+                return 1
+            core.holds_lease = elector.holds_lease
+            core.dispatcher.replication_status = _with_election(replication, elector)
         stopping = asyncio.ensure_future(stop_event.wait())
         restarting = asyncio.ensure_future(restart.event.wait())
         try:
@@ -539,6 +570,8 @@ async def _serve_once(
                 conn.closing = True  # no more requests run: the replies owed still go out
         core.flush()
         drained = await core.drain_pending()
+        if elector is not None:  # fenced, its lease revoked: another takes over at once
+            await loop.run_in_executor(None, elector.stop)
         attempt_logs.close()
         if cleaner is not None:
             cleaner.cancel()

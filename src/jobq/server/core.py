@@ -222,6 +222,9 @@ class Core:
         #: a primary that was deposed: no reply that acknowledges a change is released
         #: from now on (each becomes ``dispatcher.fenced_reply``; ``replication/roles.py``)
         self.fenced = False
+        #: with ``--ha-etcd``: whether this server surely holds the election's lease; a
+        #: batch released when it does not is refused as a fenced one's (``elected.py``)
+        self.holds_lease: Callable[[], bool] | None = None
         #: the role changes (promote, fence, follow: ``replication/roles.py``; set by the
         #: app; None: in memory)
         self.roles: Roles | None = None
@@ -516,7 +519,7 @@ class Core:
         self._arm_timer()
 
     def _release(self, batch: Batch) -> None:
-        if self.fenced:
+        if self.fenced or (self.holds_lease is not None and not self.holds_lease()):
             self._refuse_fenced(batch)
             return
         # a connection's replies in a row (the requests of one turn) go out with one write:

@@ -34,14 +34,6 @@ def run_server(config: ServerConfig) -> int:
     from jobq.server.replication.follower import PrimaryRefused
 
     configure_logging()
-    if config.ha_etcd is not None:  # before anything is written
-        from jobq.server.replication.etcd_kv import EtcdUnavailable, check_reachable
-
-        try:
-            check_reachable(config.ha_etcd)
-        except EtcdUnavailable as exc:
-            print(f"jobq server: {exc}", file=sys.stderr)
-            return 2
     try:
         return run_event_loop(serve(config))
     except ConfigError as exc:  # a tokens file that does not parse, an open address...
