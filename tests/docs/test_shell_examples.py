@@ -477,7 +477,7 @@ def walks_the_standby(ex: Example, world: World) -> None:
             text = text.replace(old, new)
         return text.replace("/tmp/jobq-", f"{base}-")
 
-    steps = [e for e in examples() if e.doc == "docs/ha.md"]
+    steps = [e for e in examples() if e.doc == "docs/ha.md" and CHECKS[e.key] is walks_the_standby]
     servers = [e for e in steps if e.key.startswith("jobq server")]
     # the promotion ends the walk: until then the standby is one
     promotions = [e for e in steps if e.key.startswith("jobq promote")]
@@ -529,6 +529,82 @@ def walks_the_standby(ex: Example, world: World) -> None:
             proc.send_signal(signal.SIGTERM)
             out, _ = proc.communicate(timeout=30)
             assert proc.returncode == 0, out.decode(errors="replace")
+
+
+#: the worlds whose docs/ha.md election walk-through ran
+_ELECTION_WALKED: set[int] = set()
+
+
+def walks_the_election(ex: Example, world: World) -> None:
+    """docs/ha.md's etcd and three servers with ``--ha-etcd``, in order, as real processes,
+    once per world: the fixed ports become free ones (etcd's peer port too, which the doc
+    leaves at its default), the ``/tmp`` directories temporary ones. One server leads; a
+    submit to the three addresses reaches it; killed (SIGKILL), another leads, with a
+    larger epoch, and the same submit reaches that one."""
+    assert ex.doc == "docs/ha.md"
+    if id(world) in _ELECTION_WALKED:
+        return
+    _ELECTION_WALKED.add(id(world))
+    olds = ("2379", "9932", "9933", "9934", "8090", "8091", "8092")
+    ports = {old: str(free_port()) for old in olds}
+    base = world.workdir / "election"
+
+    def adapt(text: str) -> str:
+        text = " ".join(shlex.split(text, comments=True)) if "|" not in text else text
+        for old, new in ports.items():
+            text = text.replace(old, new)
+        return text.replace("/tmp/jobq-", f"{base}-").replace("/tmp/etcd", f"{base}-etcd")
+
+    steps = [e for e in examples() if e.doc == "docs/ha.md" and CHECKS[e.key] is walks_the_election]
+    (etcd,) = [e for e in steps if e.key.startswith("etcd ")]
+    servers = [e for e in steps if e.key.startswith("jobq server")]
+    submits = [e for e in steps if e.key.startswith("jobq submit")]
+    (shows,) = [e for e in steps if e.key.startswith("curl")]
+    assert len(servers) == 3 and len(submits) == 2
+    peer = f"http://127.0.0.1:{free_port()}"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        etcd_command = (f"{adapt(etcd.text)} --listen-peer-urls {peer} "
+                        f"--initial-advertise-peer-urls {peer} --initial-cluster default={peer}")
+        procs.append(subprocess.Popen(["bash", "-c", f"exec {etcd_command}"],
+                                      cwd=world.workdir, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.STDOUT))
+        _wait_listening(int(ports["2379"]), procs[0])
+        for step in servers:
+            proc = subprocess.Popen(["bash", "-c", f"exec {adapt(step.text)}"],
+                                    cwd=world.workdir, env=world.env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            procs.append(proc)
+            words = adapt(step.text).split()
+            _wait_listening(int(words[words.index("--http") + 1].split(":")[1]), proc)
+        world.run(adapt(submits[0].text))
+        https = [int(ports[old]) for old in ("8090", "8091", "8092")]
+
+        def election(http_port: int) -> dict[str, object]:
+            output = world.run(adapt(shows.text).replace(ports["8090"], str(http_port)))
+            return dict(json.loads(output))
+
+        first = [i for i, port in enumerate(https) if election(port)["leading"]]
+        assert len(first) == 1
+        old_epoch = election(https[first[0]])["epoch"]
+        assert isinstance(old_epoch, int)
+        killed = procs[1 + first[0]]
+        killed.kill()
+        killed.wait()
+        world.run(adapt(submits[1].text))  # the client waits for the new primary
+        now = [i for i, port in enumerate(https) if i != first[0] and election(port)["leading"]]
+        assert len(now) == 1
+        epoch = election(https[now[0]])["epoch"]
+        assert isinstance(epoch, int) and epoch > old_epoch
+    finally:
+        for proc in reversed(procs[1:]):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                out, _ = proc.communicate(timeout=30)
+                assert proc.returncode == 0, out.decode(errors="replace")
+        if procs:
+            procs[0].kill()
+            procs[0].wait()
 
 
 #: each example's check, by its words (``Example.key``)
@@ -617,6 +693,18 @@ CHECKS: dict[str, Check] = {
     "JOBQ_SERVER=127.0.0.1:9923,127.0.0.1:9922 jobq jobs list": walks_the_standby,
     "curl -s localhost:8081/api/server | jq .replication": walks_the_standby,
     "jobq promote --server 127.0.0.1:9923": walks_the_standby,
+    "etcd --data-dir /tmp/etcd --listen-client-urls http://127.0.0.1:2379 "
+    "--advertise-client-urls http://127.0.0.1:2379": walks_the_election,
+    "jobq server --listen 127.0.0.1:9932 --data-dir /tmp/jobq-a --http 127.0.0.1:8090 "
+    "--ha-etcd http://127.0.0.1:2379": walks_the_election,
+    "jobq server --listen 127.0.0.1:9933 --data-dir /tmp/jobq-b --http 127.0.0.1:8091 "
+    "--ha-etcd http://127.0.0.1:2379": walks_the_election,
+    "jobq server --listen 127.0.0.1:9934 --data-dir /tmp/jobq-c --http 127.0.0.1:8092 "
+    "--ha-etcd http://127.0.0.1:2379": walks_the_election,
+    "jobq submit reports.daily --server 127.0.0.1:9932,127.0.0.1:9933,127.0.0.1:9934": (
+        walks_the_election
+    ),
+    "curl -s localhost:8090/api/server | jq .replication.election": walks_the_election,
     "jobq log repair --dry-run /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq log repair /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq submit reports.daily --retry-backoff 10s,3,30m": submits_with_backoff,
