@@ -101,3 +101,18 @@ def test_a_clean_stop_hands_the_lease_on(etcd: RunningEtcd, tmp_path: Path) -> N
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_restart_as_the_standby_of_a_primary_gone_meanwhile_starts_fenced(
+    etcd: RunningEtcd, tmp_path: Path
+) -> None:
+    # what a server restarting in its process (its log replaced) is given: the primary it
+    # was told to follow, which died meanwhile; it must not stop, but let etcd decide
+    gone = ("127.0.0.1", free_port())
+    server = elected(etcd, tmp_path / "a", replica_of=gone)
+    try:
+        wait_for(lambda: role(server) == "primary", 5 * TTL_S, "the election's primary")
+        with server.client() as client:
+            client.add("q", b"x")
+    finally:
+        server.stop()

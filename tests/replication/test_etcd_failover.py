@@ -89,7 +89,7 @@ def acknowledged_add(server: Server) -> bool:
 
 
 def test_a_killed_primary_is_replaced_within_the_lease_and_a_second(
-    cluster: list[Server],
+    etcd: RunningEtcd, cluster: list[Server],
 ) -> None:
     primary = the_primary(cluster)
     assert acknowledged_add(primary)
@@ -104,6 +104,11 @@ def test_a_killed_primary_is_replaced_within_the_lease_and_a_second(
     assert len(new) == 1
     (standby,) = [s for s in others if s is not new[0]]
     wait_for(lambda: standby.role() == "standby", 5, "the third to follow the new primary")
+    # started again, the old primary finds the lease held: it rejoins as a standby
+    again = start_server(etcd, primary.data_dir, primary.port)
+    cluster[cluster.index(primary)] = again
+    wait_for(lambda: again.role() == "standby", 10, "the old primary to rejoin")
+    assert acknowledged_add(new[0]) and not acknowledged_add(again)
 
 
 def _raw_add(sock: socket.socket, name: str) -> None:

@@ -55,6 +55,9 @@ SYNC_ALWAYS_SWITCH_INTERVAL_S = 0.0005
 #: how long a start waits for the log directory's lock: the last server's snapshot child
 #: holds it with that server and dies with it, but a SIGKILL waits for its fsync to end
 LOCK_WAIT_S = 5.0
+#: with ``--ha-etcd``: the pause before a server whose restart as a standby failed starts
+#: again fenced
+RESTART_PAUSE_S = 0.5
 
 
 def _validate_spark_job(name: str, payload: bytes) -> str | None:
@@ -276,7 +279,18 @@ async def serve(
     stop_event = stop or asyncio.Event()
     while True:
         restart = _Restart()
-        status = await _serve_once(config, on_listening, stop_event, on_core, restart)
+        try:
+            status = await _serve_once(config, on_listening, stop_event, on_core, restart)
+        except PrimaryRefused as exc:
+            if config.ha_etcd is None or config.replica_of is None or stop_event.is_set():
+                raise
+            # a restart as the standby of a primary that went meanwhile (or was deposed):
+            # start again fenced, and the election says whom to follow
+            logger.error("%s: starting again fenced, to follow the primary the etcd "
+                         "election names", exc)
+            config = msgspec.structs.replace(config, replica_of=None)
+            await asyncio.sleep(RESTART_PAUSE_S)
+            continue
         if restart.address is None or stop_event.is_set():
             return status
         logger.warning("starting again in this process as a standby of %s",
