@@ -33,6 +33,8 @@ from jobq.client.failover import (
     Rotation,
     Trip,
     addresses_of,
+    changed,
+    named,
     parse_addresses,
 )
 from jobq.client.operations import Operations
@@ -144,6 +146,40 @@ class ClientBase(Operations, Generic[C, L]):
         self.host, self.port = address
         if self._rotation is not None:
             self._rotation.current = address
+
+    def _broke(self, trip: Trip, exc: ConnectionLost, at: Address) -> None:
+        """A trip's connection to ``at`` broke: raise unless the trip goes on at the next
+        address (closed meanwhile, a call that may not be sent again, the deadline)."""
+        rotation = self._rotation
+        assert rotation is not None
+        if self._closes != trip.closes:
+            raise exc  # closed by another thread or task: as with one server
+        trip.broke(exc, at)  # raises unless every pending call may be sent again
+        rotation.move_on()
+        if trip.remaining_s() <= 0:
+            raise trip.unreachable(rotation) from exc
+
+    def _settled(
+        self, trip: Trip, conn: C, pending: Sequence[Call[Any]], outcomes: list[Any], at: Address
+    ) -> float | None:
+        """Take a server's answers to a trip's calls: None when the trip goes on at once
+        (all answered, or a redirect to the primary a standby named), else how long to wait
+        before the next address."""
+        rotation = self._rotation
+        assert rotation is not None
+        if not conn.acked_change:
+            conn.acked_change = changed(pending, outcomes)
+        refusal = trip.settle(outcomes, at, conn.acked_change)
+        if refusal is None:
+            return None
+        self._drop(conn)  # not the primary (any more)
+        # done: what it refused may have been applied, so it is not sent again
+        primary = named(refusal) if trip.done() else trip.redirect(refusal, at)
+        if primary is not None:
+            self._at(primary)
+            return None
+        rotation.move_on()
+        return None if trip.done() else trip.backoff_s()
 
     def _new_lock(self) -> L:
         raise NotImplementedError
