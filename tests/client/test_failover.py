@@ -36,7 +36,7 @@ from tests.client.fake_server import (
     silent,
 )
 from tests.harness import TOKEN, RunningServer
-from tests.replication.conftest import caught_up, standby_of
+from tests.replication.conftest import caught_up, replicated_pair, standby_of
 from tests.tls import CertFiles
 
 JOB = uuid.UUID(int=11)
@@ -50,14 +50,8 @@ def dead_address() -> str:
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer]]:
-    primary = RunningServer(tmp_path / "primary", segment_size_bytes=4096)
-    with primary.client() as client:
-        client.add("q", b"first", id=JOB, ttl_ms=3_600_000)
-    standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
-    caught_up(primary, standby)
-    yield primary, standby
-    standby.stop()
-    primary.stop()
+    with replicated_pair(tmp_path, JOB) as servers:
+        yield servers
 
 
 # -- the list
