@@ -37,7 +37,7 @@ _TLS_SETTLE_TURNS = 3
 
 
 class _AsyncConn:
-    __slots__ = ("acked_change", "greeting", "parser", "reader", "tls", "writer")
+    __slots__ = ("greeting", "parser", "reader", "tls", "writer")
 
     def __init__(
         self,
@@ -48,7 +48,6 @@ class _AsyncConn:
     ) -> None:
         self.reader = reader
         self.writer = writer
-        self.acked_change = False
         self.parser = p.ReplyParser()
         self.greeting = greeting
         self.tls = tls
@@ -229,7 +228,7 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
             except ConnectionLost as exc:
                 self._broke(trip, exc, at)
                 continue
-            wait_s = self._settled(trip, conn, pending, outcomes, at)
+            wait_s = self._settled(trip, conn, outcomes, at)
             if wait_s is not None:
                 await asyncio.sleep(wait_s)
         return trip.results

@@ -33,7 +33,6 @@ from jobq.client.failover import (
     Rotation,
     Trip,
     addresses_of,
-    changed,
     named,
     parse_addresses,
 )
@@ -52,13 +51,10 @@ RECV_BYTES = 65_536
 
 class Connection(Protocol):
     """What the shared steps need of a client's connection: its reply parser, the
-    ``auth`` call still to send first on it (None once sent, or without a token), and
-    whether it saw a change acknowledged (:mod:`jobq.client.failover`)."""
+    ``auth`` call still to send first on it (None once sent, or without a token)."""
 
     parser: p.ReplyParser
     greeting: Call[None] | None
-    #: a change was acknowledged on it (the server was the primary then)
-    acked_change: bool
 
 
 #: a client's connection
@@ -160,16 +156,14 @@ class ClientBase(Operations, Generic[C, L]):
             raise trip.unreachable(rotation) from exc
 
     def _settled(
-        self, trip: Trip, conn: C, pending: Sequence[Call[Any]], outcomes: list[Any], at: Address
+        self, trip: Trip, conn: C, outcomes: list[Any], at: Address
     ) -> float | None:
         """Take a server's answers to a trip's calls: None when the trip goes on at once
         (all answered, or a redirect to the primary a standby named), else how long to wait
         before the next address."""
         rotation = self._rotation
         assert rotation is not None
-        if not conn.acked_change:
-            conn.acked_change = changed(pending, outcomes)
-        refusal = trip.settle(outcomes, at, conn.acked_change)
+        refusal = trip.settle(outcomes, at)
         if refusal is None:
             return None
         self._drop(conn)  # not the primary (any more)

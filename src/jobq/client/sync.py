@@ -38,11 +38,10 @@ from jobq.server import protocol as p
 
 
 class _SyncConn:
-    __slots__ = ("acked_change", "greeting", "parser", "sock", "tls")
+    __slots__ = ("greeting", "parser", "sock", "tls")
 
     def __init__(self, sock: socket.socket, greeting: Call[None] | None) -> None:
         self.sock = sock
-        self.acked_change = False
         self.parser = p.ReplyParser()
         self.greeting = greeting
         self.tls = isinstance(sock, ssl.SSLSocket)
@@ -223,7 +222,7 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
             except ConnectionLost as exc:
                 self._broke(trip, exc, at)
                 continue
-            wait_s = self._settled(trip, conn, pending, outcomes, at)
+            wait_s = self._settled(trip, conn, outcomes, at)
             if wait_s is not None:
                 time.sleep(wait_s)
         return trip.results

@@ -535,9 +535,10 @@ class Core:
         self._arm_timer()
 
     def _refuse_fenced(self, batch: Batch) -> None:
-        """A fenced primary's batch: what it acknowledges goes out as a refusal (the
-        records may be in the log: a new primary may not have them)."""
-        refusal = self.dispatcher.fenced_reply or p.server_error("Not the primary: fenced")
+        """A fenced primary's batch: what it acknowledges goes out as a refusal that leaves
+        the outcome unknown (the records may be in the log, and in a standby's that became
+        the primary, or not), never as ``-READONLY``, which says a change was not applied."""
+        refusal = p.server_error(p.FENCED_IN_FLIGHT)
         for slot, reply, changed in batch.replies:
             self._fill(slot, refusal if changed else reply)
         for wakeup in batch.wakeups:
