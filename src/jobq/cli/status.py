@@ -142,7 +142,15 @@ def replication_line(replication: dict[str, Any]) -> str:
         " s behind"
         for s in standbys
     ]
-    return f"primary, {len(standbys)} standbys" + (": " + "; ".join(parts) if parts else "")
+    line = f"primary, {len(standbys)} standbys" + (": " + "; ".join(parts) if parts else "")
+    sync = replication.get("sync")
+    if isinstance(sync, dict):
+        line += (
+            f"; sync {sync.get('standbys_synced')}/{sync.get('required')}, "
+            f"{sync.get('waiting_replies')} replies waiting"
+            f" ({sync.get('oldest_wait_s')} s)"
+        )
+    return line
 
 
 def _age(seconds: float) -> str:

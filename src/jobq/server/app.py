@@ -30,6 +30,7 @@ from jobq.server.replay import restore
 from jobq.server.replication.catch_up import catch_up
 from jobq.server.replication.follower import Follower, PrimaryRefused, check_primary
 from jobq.server.replication.state import Replication
+from jobq.server.replication.sync_gate import install_sync_gate
 from jobq.server.scrubbing import LogScrub, log_state_command
 from jobq.server.snapshot import position_at, remove_snapshot, vouched_place, write_snapshot
 from jobq.server.snapshotter import Snapshotter
@@ -334,6 +335,8 @@ async def serve(
         core.replication = replication
         core.dispatcher.replication_status = replication.status
         core.command_observers.append(lambda commands: replication.written(len(commands)))
+        if config.sync_replicas:
+            install_sync_gate(core, replication, config.sync_replicas)
         if replica_of is not None:
             core.follows_primary = True
             core.dispatcher.read_only_primary = replication.primary
@@ -447,8 +450,8 @@ async def serve(
             await stop_http()
         if following is not None:
             following.cancel()
-        for feed in list(replication.feeds):
-            feed.stop()
+        if core.sync_gate is None:
+            replication.stop_feeds()
         for server in servers:
             server.close()
         gate.close()
@@ -456,7 +459,8 @@ async def serve(
             if isinstance(conn, Connection):
                 conn.closing = True  # no more requests run: the replies owed still go out
         core.flush()
-        drained = await core.drain_pending()
+        drained = await core.drain_pending()  # the standbys' acknowledgements too
+        replication.stop_feeds()
         attempt_logs.close()
         if cleaner is not None:
             cleaner.cancel()

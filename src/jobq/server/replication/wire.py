@@ -6,13 +6,18 @@ records after ``(sequence, offset)`` of the standby's log; ``crc`` is the CRC of
 that ends there (hex), ``-`` at the start of a segment, so that a primary whose cleaner
 rewrote that segment is not asked for bytes at a place that now means something else.
 ``sequence`` 0 only checks (the standby's start, before it writes anything): ``+OK <id>``.
-Otherwise the answer is ``+STREAM <id>``, then frames from the primary::
+Otherwise the answer is ``+STREAM <id>`` (``+STREAM <id> sync`` from a primary under
+``--sync-replicas``: acknowledge a frame only once it is fsynced), then frames from the
+primary::
 
     D <sequence> <offset> <records> <length>\\r\\n<length bytes of whole records>
     H <sequence> <offset> <now-ns> <records-behind>\\r\\n     (the primary's end; -1: unknown)
 
 and from the standby ``A <sequence> <offset> <records>\\r\\n`` once it holds a frame's
-records (the place after them, and the records of this stream it holds).
+records (the place after them, and the records of this stream it holds);
+``A <sequence> <offset> <records> synced\\r\\n`` once they are fsynced too (a standby under
+``--cmdlog-sync always``, or on a ``sync`` stream, which first acknowledges the place it
+started from so). Only a ``synced`` acknowledgement counts for ``--sync-replicas``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ CHUNK_BYTES: Final = 256 * 1024
 HEARTBEAT_S: Final = 1.0
 #: ``sequence`` of a ``replicate`` that only checks
 CHECK_ONLY: Final = 0
+#: the word of an acknowledgement whose records are fsynced
+SYNCED: Final = b"synced"
+#: the word after ``+STREAM <id>`` that asks the standby to fsync before it acknowledges
+SYNC_STREAM: Final = "sync"
 
 
 class Replicate(p.Request, frozen=True):
@@ -114,8 +123,19 @@ def heartbeat_frame(sequence: int, offset: int, now_ns: int, records_behind: int
     return f"H {sequence} {offset} {now_ns} {behind}\r\n".encode()
 
 
-def ack_frame(sequence: int, offset: int, records: int) -> bytes:
-    return f"A {sequence} {offset} {records}\r\n".encode()
+def ack_frame(sequence: int, offset: int, records: int, synced: bool = False) -> bytes:
+    tail = " synced" if synced else ""
+    return f"A {sequence} {offset} {records}{tail}\r\n".encode()
+
+
+def stream_line(server_id: str, sync: bool) -> bytes:
+    """The primary's answer that starts a stream (``sync``: under ``--sync-replicas``)."""
+    return f"+STREAM {server_id}{' ' + SYNC_STREAM if sync else ''}\r\n".encode()
+
+
+def is_sync_stream(line: str) -> bool:
+    """Whether a ``+STREAM`` line asks the standby to fsync before it acknowledges."""
+    return SYNC_STREAM in line.split()[2:]
 
 
 def whole_records(data: bytes) -> tuple[int, int]:
