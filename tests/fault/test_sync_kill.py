@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from functools import partial
 from pathlib import Path
 
 from jobq.client import Client
@@ -37,10 +38,10 @@ from .test_kill_mixed import (
 SEGMENT_BYTES = 16 * 1024 * 1024
 
 
-def _synced_standbys(port: int) -> int:
+def _one_synced_standby(port: int) -> bool:
     with Client.from_address(f"127.0.0.1:{port}", timeout_s=10) as client:
         sync = client.replication().get("sync") or {}
-    return int(sync.get("standbys_synced", 0))
+    return int(sync.get("standbys_synced", 0)) == 1
 
 
 def _start_pair(
@@ -89,7 +90,7 @@ def test_sigkill_of_a_sync_primary_loses_no_acknowledged_command(
         before = _sizes(log_dir(standby_dir))
         primary, standby = _start_pair(primary_dir, standby_dir, trace)
         try:
-            wait_for(lambda: _synced_standbys(primary.port) == 1, 20, "the standby")
+            wait_for(partial(_one_synced_standby, primary.port), 20, "the synced standby")
             with Client.from_address(f"127.0.0.1:{primary.port}", timeout_s=10) as client:
                 _ensure_schedule(client)
             load = _load(primary.port, ledger, rng, rng.uniform(0.3, 1.0))
