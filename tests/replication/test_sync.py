@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from jobq.client import Client
@@ -95,6 +96,24 @@ def test_a_change_waits_for_a_standby_while_reads_go_on(
         assert standby.core.log.fsync_count > 0  # the sync stream fsyncs (standby: interval)
     finally:
         standby.stop()
+
+
+def test_an_http_change_waits_too_and_http_reads_do_not(
+    sync_primary: RunningServer, tmp_path: Path, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    with httpx.Client(base_url=sync_primary.http_url, timeout=20) as http:
+        submitted = pool.submit(http.post, "/api/jobs", json={"name": "api.sync"})
+        _waiting(sync_primary, 1)
+        with pytest.raises(concurrent.futures.TimeoutError):
+            submitted.result(NO_REPLY_S)
+        sync = http.get("/api/server").json()["replication"]["sync"]
+        assert sync["waiting_replies"] == 1 and sync["oldest_wait_s"] > 0
+        standby = standby_of(sync_primary, tmp_path / "standby", segment_size_bytes=4096)
+        try:
+            response = submitted.result(10)
+            assert response.status_code == 200, response.text
+        finally:
+            standby.stop()
 
 
 def test_more_sync_replicas_than_standbys_waits(
