@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jobq.client import Client
+from jobq.client import Client, ClientError
 from tests.harness import RunningServer, wait_for
 from tests.replication.conftest import caught_up, standby_of, state
 from tests.server.procs import ServerProcess
@@ -94,6 +94,32 @@ def test_a_change_waits_for_a_standby_while_reads_go_on(
             _add(sync_primary, job)
         assert standby.core is not None and standby.core.log is not None
         assert standby.core.log.fsync_count > 0  # the sync stream fsyncs (standby: interval)
+    finally:
+        standby.stop()
+
+
+def test_an_answer_that_rests_on_a_waiting_change_waits_and_unlogged_ones_do_not(
+    sync_primary: RunningServer, tmp_path: Path, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    """A retried ``add`` is refused as a duplicate only once the first one is held by the
+    standbys (the refusal says the job exists); the worker list and the audit trail, kept
+    beside the log, answer at once."""
+    first = pool.submit(_add, sync_primary, 1)
+    _waiting(sync_primary, 1)
+    retried = pool.submit(_add, sync_primary, 1)
+    _waiting(sync_primary, 2)
+    with sync_primary.client() as client:
+        assert "expires_after_ms" in client.whello("w-1", ["q"])
+        assert client.wbeat("w-1")
+        assert "entries" in client.audit()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        retried.result(NO_REPLY_S)
+    assert _sync_status(sync_primary)["waiting_replies"] == 2
+    standby = standby_of(sync_primary, tmp_path / "standby", segment_size_bytes=4096)
+    try:
+        assert first.result(10) == str(uuid.UUID(int=1))
+        with pytest.raises(ClientError, match="Duplicate job"):
+            retried.result(10)
     finally:
         standby.stop()
 

@@ -40,7 +40,6 @@ from jobq.engine.commands import encode_command
 from jobq.engine.machine import Command, Engine
 from jobq.engine.waiters import Wakeup
 from jobq.server import protocol as p
-from jobq.server.access import Role, needed_role
 from jobq.server.collector import FullCollectionHold
 from jobq.server.commit import GroupCommit
 from jobq.server.dispatch import Dispatcher
@@ -534,21 +533,17 @@ class Core:
 
     def _hold_for_standbys(self, batch: Batch, gate: SyncGate) -> bool:
         """Under ``--sync-replicas``: release the batch's reads now, and hand what it
-        acknowledges (changes, requests beyond a viewer's, woken waits) to the gate with the
-        log's end, unless the standbys hold that already. Whether it held anything."""
+        acknowledges (changes, answers to requests that vouch for the log, woken waits) to
+        the gate with the log's end, unless the standbys hold that already. Whether it held
+        anything."""
         log = self.log
         if log is None:
             return False
         reads: list[tuple[Slot, bytes, bool]] = []
         acks: list[tuple[Slot, bytes, bool]] = []
         for entry in batch.replies:
-            slot, reply, changed = entry
-            request = slot.request
-            if changed or (
-                request is not None
-                and not reply.startswith(b"-")
-                and needed_role(request) > Role.VIEWER
-            ):
+            request = entry[0].request
+            if entry[2] or (request is not None and gate.vouches(request)):
                 acks.append(entry)
             else:
                 reads.append(entry)

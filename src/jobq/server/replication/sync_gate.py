@@ -3,9 +3,10 @@ a change only once N standbys said they hold it fsynced.
 
 The core releases a batch once its own log holds it (``core.py``, under its
 ``--cmdlog-sync``). With a gate, the replies that acknowledge something (a change, a
-request that needs more than a viewer's role, a woken wait) are handed to :meth:`SyncGate.hold`
-with the log's end after the batch; they wait, in log order, until N standbys acknowledged
-a place at or past it with ``A ... synced`` (``wire.py``: fsynced before the ack). Reads
+request that vouches for the log, an error too: :meth:`SyncGate.vouches`, a woken wait) are
+handed to :meth:`SyncGate.hold` with the log's end after the batch; they wait, in log order,
+until N standbys acknowledged a place at or past it with ``A ... synced`` (``wire.py``:
+fsynced before the ack). Reads
 are released as before: they never wait for a standby (a read may show a change whose
 acknowledgement still waits: docs/ha.md, "Synchronous replication").
 
@@ -23,11 +24,17 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final, Protocol
 
+from jobq.server.access import Role, kind_of, needed_role
+
 if TYPE_CHECKING:
+    from jobq.server import protocol as p
     from jobq.server.core import Core
     from jobq.server.replication.state import Replication
 
 _NS_PER_S: Final = 1_000_000_000
+#: requests beyond a viewer's whose answer vouches for nothing in the log: the worker
+#: registry and the attempt logs are kept in memory, beside the log; ``audit`` reads
+UNLOGGED_KINDS: Final = frozenset({"whello", "wbeat", "wbye", "logappend", "audit"})
 
 
 class SyncedStandby(Protocol):
@@ -81,6 +88,13 @@ class SyncGate:
         self.batches_waited = 0
         self.replies_waited = 0
         self.wait_seconds_total = 0.0
+
+    @staticmethod
+    def vouches(request: p.Request) -> bool:
+        """Whether the answer to ``request`` may acknowledge something of the log even when
+        it changed nothing (``Duplicate job`` for an ``add`` whose job's own ``add`` waits, a
+        ``lease`` of nothing): every request beyond a viewer's but :data:`UNLOGGED_KINDS`."""
+        return needed_role(request) > Role.VIEWER and kind_of(request) not in UNLOGGED_KINDS
 
     def holds(self, end: tuple[int, int]) -> bool:
         """Whether a batch ending at ``end`` must wait (N standbys do not hold it yet, or
