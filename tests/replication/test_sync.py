@@ -18,6 +18,7 @@ import pytest
 from jobq.client import Client, ClientError
 from tests.harness import RunningServer, wait_for
 from tests.replication.conftest import caught_up, standby_of, state
+from tests.replication.test_network_cut import _cut
 from tests.server.procs import ServerProcess
 
 #: how long a reply that must not come is waited for, in seconds
@@ -140,6 +141,38 @@ def test_an_http_change_waits_too_and_http_reads_do_not(
             assert response.status_code == 200, response.text
         finally:
             standby.stop()
+
+
+def test_a_standby_holding_a_batch_counts_for_it_on_its_next_stream(
+    sync_primary: RunningServer, tmp_path: Path, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    """The stream breaks after the standby wrote a batch and before its acknowledgement
+    arrived: the next stream starts after that batch, and its first acknowledgement (the
+    place it started from, fsynced) releases it, with no write after it."""
+    standby = standby_of(sync_primary, tmp_path / "standby", segment_size_bytes=4096)
+    assert sync_primary.core is not None and standby.core is not None
+    primary_replication = sync_primary.core.replication
+    standby_replication = standby.core.replication
+    assert primary_replication is not None and standby_replication is not None
+    try:
+        wait_for(lambda: _sync_status(sync_primary)["standbys_synced"] == 1, 10, "the standby")
+
+        def deafen() -> None:  # the standby's acknowledgements go unheard from now on
+            for feed in primary_replication.feeds:
+                feed.received = lambda data: None  # type: ignore[method-assign]
+
+        sync_primary.in_loop(deafen)
+        added = pool.submit(_add, sync_primary, 1)
+        _waiting(sync_primary, 1)
+        caught_up(sync_primary, standby)  # it holds the batch
+        with pytest.raises(concurrent.futures.TimeoutError):
+            added.result(NO_REPLY_S)
+        streams = standby_replication.streams_opened
+        assert _cut(sync_primary) == 1
+        assert added.result(10) == str(uuid.UUID(int=1))
+        assert standby_replication.streams_opened == streams + 1
+    finally:
+        standby.stop()
 
 
 def test_more_sync_replicas_than_standbys_waits(
