@@ -477,7 +477,9 @@ def walks_the_standby(ex: Example, world: World) -> None:
             text = text.replace(old, new)
         return text.replace("/tmp/jobq-", f"{base}-")
 
-    steps = [e for e in examples() if e.doc == "docs/ha.md"]
+    steps = [
+        e for e in examples() if e.doc == "docs/ha.md" and CHECKS.get(e.key) is walks_the_standby
+    ]
     servers = [e for e in steps if e.key.startswith("jobq server")]
     # the promotion ends the walk: until then the standby is one
     promotions = [e for e in steps if e.key.startswith("jobq promote")]
@@ -524,6 +526,52 @@ def walks_the_standby(ex: Example, world: World) -> None:
         promoted = world.run(adapt(promotions[0].text))
         assert f"{standby} is the primary, epoch 1 (was standby of {primary})" in promoted
         assert world.run(f"jobq submit reports.daily --server {standby}").strip()
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+            assert proc.returncode == 0, out.decode(errors="replace")
+
+
+#: the worlds whose docs/ha.md synchronous pair ran
+_SYNC_WALKED: set[int] = set()
+
+
+def walks_sync_replication(ex: Example, world: World) -> None:
+    """docs/ha.md's synchronous pair, once per world: a primary with ``--sync-replicas 1``
+    and its standby as real processes; a submit is acknowledged once the standby holds it,
+    and ``jobq status`` shows the sync line."""
+    if id(world) in _SYNC_WALKED:
+        return
+    _SYNC_WALKED.add(id(world))
+    ports = {old: str(free_port()) for old in ("9932", "9933")}
+
+    def adapt(text: str) -> str:
+        text = " ".join(shlex.split(text, comments=True))
+        for old, new in ports.items():
+            text = text.replace(old, new)
+        return text.replace("/tmp/jobq-", f"{world.workdir / 'ha-'}")
+
+    steps = [
+        e for e in examples()
+        if e.doc == "docs/ha.md" and CHECKS.get(e.key) is walks_sync_replication
+    ]
+    servers = [e for e in steps if e.key.startswith("jobq server")]
+    assert len(servers) == 2 and "--sync-replicas 1" in servers[0].text
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for step in servers:
+            proc = subprocess.Popen(["bash", "-c", f"exec {adapt(step.text)}"],
+                                    cwd=world.workdir, env=world.env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            procs.append(proc)
+            words = adapt(step.text).split()
+            _wait_listening(int(words[words.index("--listen") + 1].split(":")[1]), proc)
+        primary = f"127.0.0.1:{ports['9932']}"
+        world.run(f"jobq submit reports.daily --server {primary}", timeout_s=60)
+        (status,) = [adapt(e.text) for e in steps if e not in servers]
+        output = world.run(status)
+        assert "sync 1/1, 0 replies waiting" in output, output
     finally:
         for proc in reversed(procs):
             proc.send_signal(signal.SIGTERM)
@@ -617,6 +665,12 @@ CHECKS: dict[str, Check] = {
     "JOBQ_SERVER=127.0.0.1:9923,127.0.0.1:9922 jobq jobs list": walks_the_standby,
     "curl -s localhost:8081/api/server | jq .replication": walks_the_standby,
     "jobq promote --server 127.0.0.1:9923": walks_the_standby,
+    "jobq server --listen 127.0.0.1:9932 --data-dir /tmp/jobq-sync-primary --sync-replicas 1": (
+        walks_sync_replication
+    ),
+    "jobq server --listen 127.0.0.1:9933 --data-dir /tmp/jobq-sync-standby "
+    "--replica-of 127.0.0.1:9932": walks_sync_replication,
+    "jobq status --server 127.0.0.1:9932": walks_sync_replication,
     "jobq log repair --dry-run /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq log repair /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq submit reports.daily --retry-backoff 10s,3,30m": submits_with_backoff,
