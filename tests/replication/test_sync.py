@@ -278,3 +278,25 @@ def test_bad_sync_replicas(tmp_path: Path, args: tuple[str, ...], says: str) -> 
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and says in errors[0], result.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_a_fence_answers_what_waits_for_the_standbys_as_in_flight(
+    sync_primary: RunningServer, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    """A primary fenced while changes wait for its standbys (they will follow another
+    server) answers each of them with the in-flight refusal at once: it may be in the log,
+    and in a standby's that becomes the primary, or not; never a success, never a reply
+    that waits for ever."""
+    from jobq.client import NotPrimary
+    from jobq.server import protocol as p
+
+    added = pool.submit(_add, sync_primary, 1)
+    _waiting(sync_primary, 1)
+    assert sync_primary.core is not None and sync_primary.core.roles is not None
+    sync_primary.in_loop(sync_primary.core.roles.fence)
+    with pytest.raises(NotPrimary) as refused:
+        added.result(10)
+    assert refused.value.in_flight and str(refused.value).endswith(p.FENCED_IN_FLIGHT)
+    assert _sync_status(sync_primary)["waiting_replies"] == 0
+    with pytest.raises(NotPrimary, match="the new primary is not known yet"):
+        _add(sync_primary, 2)  # a change after the fence: refused, not applied
