@@ -120,6 +120,9 @@ class ServerConfig(msgspec.Struct, frozen=True):
     replica_of: tuple[str, int] | None = None
     #: the token a standby gives its primary (default: its own ``auth_token``)
     replica_token: str | None = None
+    #: standbys that must hold a change fsynced before it is acknowledged (docs/ha.md,
+    #: "Synchronous replication"); 0: none (asynchronous replication)
+    sync_replicas: int = 0
     #: etcd's client URLs, comma-separated: the primary is elected through an etcd lease
     #: (docs/ha.md, server/replication/election.py); None: no election
     ha_etcd: str | None = None

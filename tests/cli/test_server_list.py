@@ -16,7 +16,7 @@ from jobq.server import protocol as p
 from tests.client.fake_server import FakeServer, answer, read_then_close
 from tests.harness import RunningServer
 from tests.ports import free_port
-from tests.replication.conftest import caught_up, standby_of
+from tests.replication.conftest import caught_up, replicated_pair, standby_of
 
 JOB = uuid.UUID(int=21)
 
@@ -31,14 +31,8 @@ def dead() -> str:
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer]]:
-    primary = RunningServer(tmp_path / "primary", segment_size_bytes=4096)
-    with primary.client() as client:
-        client.add("q", b"first", id=JOB, ttl_ms=3_600_000)
-    standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
-    caught_up(primary, standby)
-    yield primary, standby
-    standby.stop()
-    primary.stop()
+    with replicated_pair(tmp_path, JOB) as servers:
+        yield servers
 
 
 @pytest.mark.parametrize(

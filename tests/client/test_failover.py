@@ -18,6 +18,7 @@ import pytest
 from jobq.client import (
     AsyncClient,
     Client,
+    ClientError,
     ConnectionLost,
     LeaseLost,
     NoPrimary,
@@ -36,7 +37,7 @@ from tests.client.fake_server import (
     silent,
 )
 from tests.harness import TOKEN, RunningServer
-from tests.replication.conftest import caught_up, standby_of
+from tests.replication.conftest import caught_up, replicated_pair, standby_of
 from tests.tls import CertFiles
 
 JOB = uuid.UUID(int=11)
@@ -50,14 +51,8 @@ def dead_address() -> str:
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer]]:
-    primary = RunningServer(tmp_path / "primary", segment_size_bytes=4096)
-    with primary.client() as client:
-        client.add("q", b"first", id=JOB, ttl_ms=3_600_000)
-    standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
-    caught_up(primary, standby)
-    yield primary, standby
-    standby.stop()
-    primary.stop()
+    with replicated_pair(tmp_path, JOB) as servers:
+        yield servers
 
 
 # -- the list
@@ -170,26 +165,33 @@ def test_two_standbys_naming_each_other_end_in_no_primary(
 def test_a_deposed_primary_s_refusal_of_a_change_in_flight(
     fake_factory: Callable[..., FakeServer],
 ) -> None:
-    """A primary that acknowledged a change on this connection and then refuses one was
-    deposed: the refused change may be in its log (docs/ha.md, a fenced primary's batch in
-    flight), so it goes to the new primary only if it is safe to send twice."""
-    def deposed_for(new: FakeServer) -> FakeServer:
-        readonly = f"-READONLY 127.0.0.1:{new.port}\r\n".encode()
-        return fake_factory(answer(p.ok(), readonly))
+    """A deposed primary's answer to a change it had taken before it was fenced: the change
+    may be in its log (docs/ha.md, a fenced primary's batch in flight), so it goes on only
+    if it is safe to send twice, and a resent add answered "Duplicate job" was made by the
+    first try. ``-READONLY`` says a change was not applied: it goes on whatever it is."""
+    in_flight = f"-SERVER-ERROR {p.FENCED_IN_FLIGHT}\r\n".encode()
+
+    def deposed(new: FakeServer) -> list[str]:
+        return [f"127.0.0.1:{fake_factory(answer(in_flight)).port}", f"127.0.0.1:{new.port}"]
 
     new = fake_factory(answer(p.ok()))
-    with Client([f"127.0.0.1:{deposed_for(new).port}", dead_address()]) as c:
-        c.delete(JOB)  # acknowledged: the server is the primary
+    with Client(deposed(new)) as c:
         with pytest.raises(OutcomeUnknown, match="stopped being the primary with `delete`"):
-            c.delete(uuid.UUID(int=12))
+            c.delete(JOB)
         assert new.requests == []
-        assert c.port == new.port  # the next request goes to the primary it named
-    # an add is sent to the new primary, which has it already: the first try made it
+        c.delete(uuid.UUID(int=12))  # the next request goes to the next address
+        assert len(new.requests) == 1
+    # an add goes on to the new primary, which has it already: the first try made it
     new = fake_factory(answer(b"-CLIENT-ERROR Duplicate job\r\n"))
-    with Client([f"127.0.0.1:{deposed_for(new).port}", dead_address()]) as c:
-        c.delete(JOB)
+    with Client(deposed(new)) as c:
         assert c.add("q", b"x", id=JOB) == str(JOB)
         assert c.port == new.port
+    # refused by a standby, an add was not applied: a duplicate then is someone else's job
+    new = fake_factory(answer(b"-CLIENT-ERROR Duplicate job\r\n"))
+    standby = fake_factory(answer(f"-READONLY 127.0.0.1:{new.port}\r\n".encode()))
+    addresses = [f"127.0.0.1:{standby.port}", dead_address()]
+    with Client(addresses) as c, pytest.raises(ClientError, match="Duplicate job"):
+        c.add("q", b"x", id=JOB)
 
 
 def test_a_primary_fenced_without_a_successor_is_passed(

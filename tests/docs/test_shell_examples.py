@@ -477,7 +477,9 @@ def walks_the_standby(ex: Example, world: World) -> None:
             text = text.replace(old, new)
         return text.replace("/tmp/jobq-", f"{base}-")
 
-    steps = [e for e in examples() if e.doc == "docs/ha.md" and CHECKS[e.key] is walks_the_standby]
+    steps = [
+        e for e in examples() if e.doc == "docs/ha.md" and CHECKS.get(e.key) is walks_the_standby
+    ]
     servers = [e for e in steps if e.key.startswith("jobq server")]
     # the promotion ends the walk: until then the standby is one
     promotions = [e for e in steps if e.key.startswith("jobq promote")]
@@ -531,6 +533,52 @@ def walks_the_standby(ex: Example, world: World) -> None:
             assert proc.returncode == 0, out.decode(errors="replace")
 
 
+#: the worlds whose docs/ha.md synchronous pair ran
+_SYNC_WALKED: set[int] = set()
+
+
+def walks_sync_replication(ex: Example, world: World) -> None:
+    """docs/ha.md's synchronous pair, once per world: a primary with ``--sync-replicas 1``
+    and its standby as real processes; a submit is acknowledged once the standby holds it,
+    and ``jobq status`` shows the sync line."""
+    if id(world) in _SYNC_WALKED:
+        return
+    _SYNC_WALKED.add(id(world))
+    ports = {old: str(free_port()) for old in ("9932", "9933")}
+
+    def adapt(text: str) -> str:
+        text = " ".join(shlex.split(text, comments=True))
+        for old, new in ports.items():
+            text = text.replace(old, new)
+        return text.replace("/tmp/jobq-", f"{world.workdir / 'ha-'}")
+
+    steps = [
+        e for e in examples()
+        if e.doc == "docs/ha.md" and CHECKS.get(e.key) is walks_sync_replication
+    ]
+    servers = [e for e in steps if e.key.startswith("jobq server")]
+    assert len(servers) == 2 and "--sync-replicas 1" in servers[0].text
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for step in servers:
+            proc = subprocess.Popen(["bash", "-c", f"exec {adapt(step.text)}"],
+                                    cwd=world.workdir, env=world.env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            procs.append(proc)
+            words = adapt(step.text).split()
+            _wait_listening(int(words[words.index("--listen") + 1].split(":")[1]), proc)
+        primary = f"127.0.0.1:{ports['9932']}"
+        world.run(f"jobq submit reports.daily --server {primary}", timeout_s=60)
+        (status,) = [adapt(e.text) for e in steps if e not in servers]
+        output = world.run(status)
+        assert "sync 1/1, 0 replies waiting" in output, output
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+            assert proc.returncode == 0, out.decode(errors="replace")
+
+
 #: the worlds whose docs/ha.md election walk-through ran
 _ELECTION_WALKED: set[int] = set()
 
@@ -545,7 +593,7 @@ def walks_the_election(ex: Example, world: World) -> None:
     if id(world) in _ELECTION_WALKED:
         return
     _ELECTION_WALKED.add(id(world))
-    olds = ("2379", "9932", "9933", "9934", "8090", "8091", "8092")
+    olds = ("2379", "9942", "9943", "9944", "8090", "8091", "8092")
     ports = {old: str(free_port()) for old in olds}
     base = world.workdir / "election"
 
@@ -555,7 +603,9 @@ def walks_the_election(ex: Example, world: World) -> None:
             text = text.replace(old, new)
         return text.replace("/tmp/jobq-", f"{base}-").replace("/tmp/etcd", f"{base}-etcd")
 
-    steps = [e for e in examples() if e.doc == "docs/ha.md" and CHECKS[e.key] is walks_the_election]
+    steps = [
+        e for e in examples() if e.doc == "docs/ha.md" and CHECKS.get(e.key) is walks_the_election
+    ]
     (etcd,) = [e for e in steps if e.key.startswith("etcd ")]
     servers = [e for e in steps if e.key.startswith("jobq server")]
     submits = [e for e in steps if e.key.startswith("jobq submit")]
@@ -695,16 +745,22 @@ CHECKS: dict[str, Check] = {
     "jobq promote --server 127.0.0.1:9923": walks_the_standby,
     "etcd --data-dir /tmp/etcd --listen-client-urls http://127.0.0.1:2379 "
     "--advertise-client-urls http://127.0.0.1:2379": walks_the_election,
-    "jobq server --listen 127.0.0.1:9932 --data-dir /tmp/jobq-a --http 127.0.0.1:8090 "
+    "jobq server --listen 127.0.0.1:9942 --data-dir /tmp/jobq-a --http 127.0.0.1:8090 "
     "--ha-etcd http://127.0.0.1:2379": walks_the_election,
-    "jobq server --listen 127.0.0.1:9933 --data-dir /tmp/jobq-b --http 127.0.0.1:8091 "
+    "jobq server --listen 127.0.0.1:9943 --data-dir /tmp/jobq-b --http 127.0.0.1:8091 "
     "--ha-etcd http://127.0.0.1:2379": walks_the_election,
-    "jobq server --listen 127.0.0.1:9934 --data-dir /tmp/jobq-c --http 127.0.0.1:8092 "
+    "jobq server --listen 127.0.0.1:9944 --data-dir /tmp/jobq-c --http 127.0.0.1:8092 "
     "--ha-etcd http://127.0.0.1:2379": walks_the_election,
-    "jobq submit reports.daily --server 127.0.0.1:9932,127.0.0.1:9933,127.0.0.1:9934": (
+    "jobq submit reports.daily --server 127.0.0.1:9942,127.0.0.1:9943,127.0.0.1:9944": (
         walks_the_election
     ),
     "curl -s localhost:8090/api/server | jq .replication.election": walks_the_election,
+    "jobq server --listen 127.0.0.1:9932 --data-dir /tmp/jobq-sync-primary --sync-replicas 1": (
+        walks_sync_replication
+    ),
+    "jobq server --listen 127.0.0.1:9933 --data-dir /tmp/jobq-sync-standby "
+    "--replica-of 127.0.0.1:9932": walks_sync_replication,
+    "jobq status --server 127.0.0.1:9932": walks_sync_replication,
     "jobq log repair --dry-run /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq log repair /var/lib/jobq/cmdlog": repairs_a_log,
     "jobq submit reports.daily --retry-backoff 10s,3,30m": submits_with_backoff,

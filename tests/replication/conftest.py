@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,25 @@ def caught_up(primary: RunningServer, standby: RunningServer, timeout_s: float =
         return bool(standby.in_loop(lambda: replication.position) == end)
 
     wait_for(same, timeout_s, "the standby to hold the primary's log")
+
+
+@contextlib.contextmanager
+def replicated_pair(
+    tmp_path: Path, job: uuid.UUID
+) -> Iterator[tuple[RunningServer, RunningServer]]:
+    """A primary holding job ``job`` (queue ``q``) and a standby that caught up with it."""
+    primary = RunningServer(tmp_path / "primary", segment_size_bytes=4096)
+    try:
+        with primary.client() as client:
+            client.add("q", b"first", id=job, ttl_ms=3_600_000)
+        standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
+        try:
+            caught_up(primary, standby)
+            yield primary, standby
+        finally:
+            standby.stop()
+    finally:
+        primary.stop()
 
 
 def state(server: RunningServer) -> dict[bytes, tuple[object, ...]]:

@@ -17,7 +17,9 @@ import pytest
 from jobq.client import Client
 from tests.spark.conftest import rows_checksum, spark_worker, wait_finished
 
-pytestmark = pytest.mark.slow
+# three worker processes, each starting its own JVM, one after the other: minutes on a
+# loaded machine
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: lease TTR of the jobs: short, so an adoption comes quickly after a kill
 TTR_MS = 5_000

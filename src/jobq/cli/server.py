@@ -90,6 +90,7 @@ def build_config(
     max_memory: str | None = None,
     replica_of: str | None = None,
     replica_token: str | None = None,
+    sync_replicas: int = 0,
     ha_etcd: str | None = None,
     ha_lease_ttl: int | None = None,
     ha_cluster: str | None = None,
@@ -130,6 +131,8 @@ def build_config(
     idle_timeout_ms = parse_duration_ms(idle_timeout) if idle_timeout else 0
     max_memory_bytes = AUTO_MAX_MEMORY if max_memory is None else parse_max_memory(max_memory)
     primary = _replica_of(replica_of, (host, port), in_memory)
+    if sync_replicas and in_memory:
+        raise ConfigError("--sync-replicas needs a command log: drop --in-memory")
     ha = _ha_options(ha_etcd, ha_lease_ttl, ha_cluster, ha_advertise, (host, port),
                      replica_of=primary is not None, in_memory=in_memory)
     return ServerConfig(
@@ -169,6 +172,7 @@ def build_config(
         max_memory_bytes=max_memory_bytes,
         replica_of=primary,
         replica_token=replica_token or None,
+        sync_replicas=sync_replicas,
         **ha,
     )
 
@@ -522,6 +526,13 @@ def _count(*names: str, minimum: int, default: int, help: str) -> Callable[[F], 
     default=None,
     help="The token to give the primary with --replica-of (default: --auth-token) "
     "[env: JOBQ_REPLICA_TOKEN].",
+)
+@_count(
+    "--sync-replicas",
+    minimum=0,
+    default=0,
+    help="Acknowledge a change only once this many standbys hold it fsynced; with fewer "
+    "connected, changes wait (docs/ha.md). On a standby: once it is promoted.",
 )
 @click.option(
     "--ha-etcd",

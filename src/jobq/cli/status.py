@@ -147,9 +147,17 @@ def replication_line(replication: dict[str, Any]) -> str:
     role = "fenced primary (acknowledging nothing)" if replication.get("role") == "fenced" else (
         "primary"
     )
-    return f"{role}{at_epoch}, {len(standbys)} standbys" + (
+    line = f"{role}{at_epoch}, {len(standbys)} standbys" + (
         ": " + "; ".join(parts) if parts else ""
     )
+    sync = replication.get("sync")
+    if isinstance(sync, dict):
+        line += (
+            f"; sync {sync.get('standbys_synced')}/{sync.get('required')}, "
+            f"{sync.get('waiting_replies')} replies waiting"
+            f" ({sync.get('oldest_wait_s')} s)"
+        )
+    return line
 
 
 def _age(seconds: float) -> str:

@@ -25,7 +25,7 @@ from jobq.client.base import (
 )
 from jobq.client.calls import Call, T
 from jobq.client.errors import ConnectionLost, JobqError
-from jobq.client.failover import Address, Trip, changed, named
+from jobq.client.failover import Address, Trip
 from jobq.client.logs import LogLines
 from jobq.client.models import Heartbeat, HeartbeatReply
 from jobq.client.operations import heartbeat_calls, log_append_calls
@@ -37,7 +37,7 @@ _TLS_SETTLE_TURNS = 3
 
 
 class _AsyncConn:
-    __slots__ = ("acked_change", "greeting", "parser", "reader", "tls", "writer")
+    __slots__ = ("greeting", "parser", "reader", "tls", "writer")
 
     def __init__(
         self,
@@ -48,7 +48,6 @@ class _AsyncConn:
     ) -> None:
         self.reader = reader
         self.writer = writer
-        self.acked_change = False
         self.parser = p.ReplyParser()
         self.greeting = greeting
         self.tls = tls
@@ -227,31 +226,11 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
             try:
                 outcomes = await self._run(conn, pending)
             except ConnectionLost as exc:
-                if self._closes != trip.closes:
-                    raise  # closed by another task: as with one server
-                trip.broke(exc, at)  # raises unless every pending call may be sent again
-                rotation.move_on()
-                if trip.remaining_s() <= 0:
-                    raise trip.unreachable(rotation) from exc
+                self._broke(trip, exc, at)
                 continue
-            if not conn.acked_change:
-                conn.acked_change = changed(pending, outcomes)
-            refusal = trip.settle(outcomes, at, conn.acked_change)
-            if refusal is not None:
-                self._drop(conn)  # not the primary (any more)
-                if trip.done():  # what it refused may have been applied: not sent again
-                    primary = named(refusal)
-                    if primary is None:
-                        rotation.move_on()
-                    else:
-                        self._at(primary)
-                    break
-                primary = trip.redirect(refusal, at)
-                if primary is None:
-                    rotation.move_on()
-                    await asyncio.sleep(trip.backoff_s())
-                else:
-                    self._at(primary)
+            wait_s = self._settled(trip, conn, outcomes, at)
+            if wait_s is not None:
+                await asyncio.sleep(wait_s)
         return trip.results
 
     async def _run(self, conn: _AsyncConn, calls: Sequence[Call[Any]]) -> list[Any]:

@@ -33,6 +33,7 @@ from jobq.client.failover import (
     Rotation,
     Trip,
     addresses_of,
+    named,
     parse_addresses,
 )
 from jobq.client.operations import Operations
@@ -50,13 +51,10 @@ RECV_BYTES = 65_536
 
 class Connection(Protocol):
     """What the shared steps need of a client's connection: its reply parser, the
-    ``auth`` call still to send first on it (None once sent, or without a token), and
-    whether it saw a change acknowledged (:mod:`jobq.client.failover`)."""
+    ``auth`` call still to send first on it (None once sent, or without a token)."""
 
     parser: p.ReplyParser
     greeting: Call[None] | None
-    #: a change was acknowledged on it (the server was the primary then)
-    acked_change: bool
 
 
 #: a client's connection
@@ -144,6 +142,38 @@ class ClientBase(Operations, Generic[C, L]):
         self.host, self.port = address
         if self._rotation is not None:
             self._rotation.current = address
+
+    def _broke(self, trip: Trip, exc: ConnectionLost, at: Address) -> None:
+        """A trip's connection to ``at`` broke: raise unless the trip goes on at the next
+        address (closed meanwhile, a call that may not be sent again, the deadline)."""
+        rotation = self._rotation
+        assert rotation is not None
+        if self._closes != trip.closes:
+            raise exc  # closed by another thread or task: as with one server
+        trip.broke(exc, at)  # raises unless every pending call may be sent again
+        rotation.move_on()
+        if trip.remaining_s() <= 0:
+            raise trip.unreachable(rotation) from exc
+
+    def _settled(
+        self, trip: Trip, conn: C, outcomes: list[Any], at: Address
+    ) -> float | None:
+        """Take a server's answers to a trip's calls: None when the trip goes on at once
+        (all answered, or a redirect to the primary a standby named), else how long to wait
+        before the next address."""
+        rotation = self._rotation
+        assert rotation is not None
+        refusal = trip.settle(outcomes, at)
+        if refusal is None:
+            return None
+        self._drop(conn)  # not the primary (any more)
+        # done: what it refused may have been applied, so it is not sent again
+        primary = named(refusal) if trip.done() else trip.redirect(refusal, at)
+        if primary is not None:
+            self._at(primary)
+            return None
+        rotation.move_on()
+        return None if trip.done() else trip.backoff_s()
 
     def _new_lock(self) -> L:
         raise NotImplementedError

@@ -104,10 +104,15 @@ class NoPrimary(ConnectionLost):
 
 class NotPrimary(ServerError):
     """``-SERVER-ERROR Not the primary: ...``: a primary that was deposed (fenced) and knows
-    no new primary yet refused a change. A client of several servers looks for the
-    primary among its other addresses."""
+    no new primary yet refused a change, or answered one it had taken before it was fenced
+    (``in_flight``: that change may or may not have been applied). A client of several
+    servers looks for the primary among its other addresses."""
 
     primary = ""
+
+    @property
+    def in_flight(self) -> bool:
+        return self.text == p.FENCED_IN_FLIGHT
 
 
 class ReadOnly(JobqError):

@@ -15,9 +15,9 @@ servers"):
   knows no successor) sends it to the next address. At most :data:`MAX_HOPS` redirects
   follow each other; then (a standby naming a primary that is down, two standbys naming
   each other) the client waits as above and starts again from the list, until the
-  deadline. A refusal from a server that acknowledged a change on the same connection (it
-  was the primary, and was deposed: a fenced primary refuses the changes of its batches in
-  flight, which may be in its log) counts as a broken connection, below.
+  deadline. ``-SERVER-ERROR`` :data:`~jobq.server.protocol.FENCED_IN_FLIGHT` (a change a
+  deposed primary had taken before it was fenced: it may be in its log and its
+  successor's) counts as a broken connection, below.
 - **A connection that breaks after a request was sent**: the request may or may not have
   run. It is sent again (to the next address) only if sending it twice cannot do twice
   what once does (:func:`resend_rule`); otherwise :class:`~jobq.client.errors.OutcomeUnknown`
@@ -154,15 +154,6 @@ def resend_rule(request: p.Request) -> Resend:
     elif isinstance(request, p.Result):
         return Resend.SAFE
     return Resend.SAFE if needed_role(request) <= Role.VIEWER else Resend.NEVER
-
-
-def changed(calls: Sequence[Call[Any]], outcomes: Sequence[Any]) -> bool:
-    """Whether a server acknowledged one of ``calls`` that changes something (so it was
-    the primary when it did)."""
-    for call, outcome in zip(calls, outcomes, strict=False):
-        if not isinstance(outcome, BaseException) and needed_role(call.request) > Role.VIEWER:
-            return True
-    return False
 
 
 def command_word(request: p.Request) -> str:
@@ -311,13 +302,12 @@ class Trip:
         self.resent.update(self._all_waiting())
         self.failures[at] = str(exc)
 
-    def settle(self, outcomes: list[Any], at: Address, was_primary: bool) -> Refusal | None:
+    def settle(self, outcomes: list[Any], at: Address) -> Refusal | None:
         """Keep the outcomes of the pending calls, except those refused for not being sent
         to the primary (``-READONLY``, ``Not the primary``): they stay pending, and the
-        refusal is returned. ``was_primary``: the server at ``at`` acknowledged a change on
-        this connection, so it was the primary and was deposed: a change it refused may
-        have been logged before (a fenced primary's batch in flight, docs/ha.md), and is
-        sent again only if :func:`resend_rule` allows (else the call's outcome is
+        refusal is returned. A change a deposed primary had taken before it was fenced
+        (``NotPrimary.in_flight``, docs/ha.md) may be in its log and its successor's: it
+        is sent again only if :func:`resend_rule` allows (else the call's outcome is
         :class:`OutcomeUnknown`, and the refusal is returned all the same: the server is
         not the primary)."""
         if self.waiting is None:  # the first try: most often, every call answered
@@ -335,14 +325,15 @@ class Trip:
                 request = self.calls[index].request
                 rule = resend_rule(request)
                 refusal = outcome
-                if rule is Resend.NEVER and was_primary:
+                in_flight = isinstance(outcome, NotPrimary) and outcome.in_flight
+                if rule is Resend.NEVER and in_flight:
                     self.results[index] = OutcomeUnknown(
                         f"{shown(at)} stopped being the primary with `{command_word(request)}`"
                         f" in flight ({outcome}): it may or may not have been applied, and "
                         f"is not sent again"
                     )
                     continue
-                if rule is not Resend.NEVER:
+                if rule is not Resend.NEVER and in_flight:
                     self.resent.add(index)  # it may be in a deposed primary's log
                 still.append(index)
                 continue

@@ -29,7 +29,7 @@ from jobq.client.base import (
 )
 from jobq.client.calls import Call, T
 from jobq.client.errors import ConnectionLost, JobqError
-from jobq.client.failover import Address, Trip, changed, named
+from jobq.client.failover import Address, Trip
 from jobq.client.logs import DEFAULT_FOLLOW_POLL_S, LogLines, LogPage, follow
 from jobq.client.models import Heartbeat, HeartbeatReply
 from jobq.client.operations import heartbeat_calls, log_append_calls
@@ -38,11 +38,10 @@ from jobq.server import protocol as p
 
 
 class _SyncConn:
-    __slots__ = ("acked_change", "greeting", "parser", "sock", "tls")
+    __slots__ = ("greeting", "parser", "sock", "tls")
 
     def __init__(self, sock: socket.socket, greeting: Call[None] | None) -> None:
         self.sock = sock
-        self.acked_change = False
         self.parser = p.ReplyParser()
         self.greeting = greeting
         self.tls = isinstance(sock, ssl.SSLSocket)
@@ -221,31 +220,11 @@ class Client(ClientBase[_SyncConn, threading.Lock], coroutines=False):
             try:
                 outcomes = self._run(conn, pending)
             except ConnectionLost as exc:
-                if self._closes != trip.closes:
-                    raise  # closed by another thread: as with one server
-                trip.broke(exc, at)  # raises unless every pending call may be sent again
-                rotation.move_on()
-                if trip.remaining_s() <= 0:
-                    raise trip.unreachable(rotation) from exc
+                self._broke(trip, exc, at)
                 continue
-            if not conn.acked_change:
-                conn.acked_change = changed(pending, outcomes)
-            refusal = trip.settle(outcomes, at, conn.acked_change)
-            if refusal is not None:
-                self._drop(conn)  # not the primary (any more)
-                if trip.done():  # what it refused may have been applied: not sent again
-                    primary = named(refusal)
-                    if primary is None:
-                        rotation.move_on()
-                    else:
-                        self._at(primary)
-                    break
-                primary = trip.redirect(refusal, at)
-                if primary is None:
-                    rotation.move_on()
-                    time.sleep(trip.backoff_s())
-                else:
-                    self._at(primary)
+            wait_s = self._settled(trip, conn, outcomes, at)
+            if wait_s is not None:
+                time.sleep(wait_s)
         return trip.results
 
     def _run(self, conn: _SyncConn, calls: Sequence[Call[Any]]) -> list[Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -28,6 +28,9 @@ from jobq.engine.job import Status
 from jobq.http.job_metrics import JobTimings
 from jobq.server.core import Core
 from jobq.server.workers import MAX_WORKERS
+
+if TYPE_CHECKING:
+    from jobq.server.replication.sync_gate import SyncGate
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: most jobs the per-name breakdown walks per scrape; above this only per-queue counts
@@ -226,6 +229,42 @@ class JobqCollector(Collector):
                 seconds.add_metric([label], feed["seconds_behind"])
         yield records
         yield seconds
+        yield from self._sync_gate(replication.sync_gate)
+
+    @staticmethod
+    def _sync_gate(gate: SyncGate | None) -> Iterable[Metric]:
+        """``--sync-replicas``: what waits for the standbys, and since when."""
+        if gate is None:
+            return
+        batches, replies, oldest_s = gate.waiting()
+        yield GaugeMetricFamily(
+            "jobq_replication_sync_required", "Standbys that must hold a change (--sync-replicas)",
+            value=gate.required,
+        )
+        yield GaugeMetricFamily(
+            "jobq_replication_sync_standbys", "Standbys acknowledging fsynced records now",
+            value=gate.standbys_synced(),
+        )
+        yield GaugeMetricFamily(
+            "jobq_replication_sync_waiting_batches",
+            "Batches whose replies wait for the standbys", value=batches,
+        )
+        yield GaugeMetricFamily(
+            "jobq_replication_sync_waiting_replies",
+            "Replies and woken waits held until the standbys hold their changes", value=replies,
+        )
+        yield GaugeMetricFamily(
+            "jobq_replication_sync_oldest_wait_seconds",
+            "How long the oldest held batch has waited for the standbys", value=oldest_s,
+        )
+        yield CounterMetricFamily(
+            "jobq_replication_sync_wait_seconds",
+            "Time batches waited for the standbys, summed", value=gate.wait_seconds_total,
+        )
+        yield CounterMetricFamily(
+            "jobq_replication_sync_batches_waited", "Batches that waited for the standbys",
+            value=gate.batches_waited,
+        )
 
     def _jobs_by_name(self) -> Iterable[Metric]:
         engine = self.core.engine

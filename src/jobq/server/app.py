@@ -40,6 +40,7 @@ from jobq.server.replication.follower import PrimaryRefused, check_primary
 from jobq.server.replication.promote import promote_command
 from jobq.server.replication.roles import Roles
 from jobq.server.replication.state import Replication
+from jobq.server.replication.sync_gate import install_sync_gate
 from jobq.server.scrubbing import LogScrub, log_state_command
 from jobq.server.snapshot import position_at, remove_snapshot, vouched_place, write_snapshot
 from jobq.server.snapshotter import Snapshotter
@@ -445,6 +446,8 @@ async def _serve_once(
         )
         core.roles = roles
         core.dispatcher.extensions.handlers["promote"] = promote_command(roles)
+        if config.sync_replicas:
+            install_sync_gate(core, replication, config.sync_replicas)
         if replica_of is not None:
             core.follows_primary = True
             core.dispatcher.read_only_primary = replication.primary
@@ -574,8 +577,8 @@ async def _serve_once(
             await stop_http()
         if roles is not None:
             roles.close()
-        for feed in list(replication.feeds):
-            feed.stop()
+        if core.sync_gate is None:
+            replication.stop_feeds()
         for server in servers:
             server.close()
         gate.close()
@@ -583,9 +586,10 @@ async def _serve_once(
             if isinstance(conn, Connection):
                 conn.closing = True  # no more requests run: the replies owed still go out
         core.flush()
-        drained = await core.drain_pending()
+        drained = await core.drain_pending()  # the standbys' acknowledgements too
         if elector is not None:  # fenced, its lease revoked: another takes over at once
             await loop.run_in_executor(None, elector.stop)
+        replication.stop_feeds()
         attempt_logs.close()
         if cleaner is not None:
             cleaner.cancel()

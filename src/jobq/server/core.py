@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from jobq.server.gate import Gate
     from jobq.server.replication.roles import Roles
     from jobq.server.replication.state import Replication
+    from jobq.server.replication.sync_gate import SyncGate
     from jobq.server.scrubbing import LogScrub
     from jobq.server.snapshotter import Snapshotter
     from jobq.server.tokens import Access
@@ -220,7 +221,7 @@ class Core:
         #: schedule runs here (``replication/follower.py``)
         self.follows_primary = False
         #: a primary that was deposed: no reply that acknowledges a change is released
-        #: from now on (each becomes ``dispatcher.fenced_reply``; ``replication/roles.py``)
+        #: from now on (each becomes ``p.FENCED_IN_FLIGHT``; ``replication/roles.py``)
         self.fenced = False
         #: with ``--ha-etcd``: whether this server surely holds the election's lease; a
         #: batch released when it does not is refused as a fenced one's (``elected.py``)
@@ -228,6 +229,9 @@ class Core:
         #: the role changes (promote, fence, follow: ``replication/roles.py``; set by the
         #: app; None: in memory)
         self.roles: Roles | None = None
+        #: synchronous replication (``--sync-replicas``): acknowledgements wait for the
+        #: standbys there (``replication/sync_gate.py``; None: they wait for this log only)
+        self.sync_gate: SyncGate | None = None
         engine.begin()
 
     def set_access(self, access: Access | None) -> None:
@@ -522,6 +526,9 @@ class Core:
         if self.fenced or (self.holds_lease is not None and not self.holds_lease()):
             self._refuse_fenced(batch)
             return
+        gate = self.sync_gate
+        if gate is not None and not self.follows_primary and self._hold_for_standbys(batch, gate):
+            return
         # a connection's replies in a row (the requests of one turn) go out with one write:
         # its slot_ready writes every answered slot at the head of its order
         replies = batch.replies
@@ -538,13 +545,64 @@ class Core:
         self._arm_timer()
 
     def _refuse_fenced(self, batch: Batch) -> None:
-        """A fenced primary's batch: what it acknowledges goes out as a refusal (the
-        records may be in the log: a new primary may not have them)."""
-        refusal = self.dispatcher.fenced_reply or p.server_error("Not the primary: fenced")
+        """A fenced primary's batch: what it acknowledges goes out as a refusal that leaves
+        the outcome unknown (the records may be in the log, and in a standby's that became
+        the primary, or not), never as ``-READONLY``, which says a change was not applied."""
+        refusal = p.server_error(p.FENCED_IN_FLIGHT)
         for slot, reply, changed in batch.replies:
             self._fill(slot, refusal if changed else reply)
         for wakeup in batch.wakeups:
             self._fill_wakeup(wakeup, refusal)
+
+    def _hold_for_standbys(self, batch: Batch, gate: SyncGate) -> bool:
+        """Under ``--sync-replicas``: release the batch's reads now, and hand what it
+        acknowledges (changes, answers to requests that vouch for the log, woken waits) to
+        the gate with the log's end, unless the standbys hold that already. Whether it held
+        anything."""
+        log = self.log
+        if log is None:
+            return False
+        reads: list[tuple[Slot, bytes, bool]] = []
+        acks: list[tuple[Slot, bytes, bool]] = []
+        for entry in batch.replies:
+            request = entry[0].request
+            if entry[2] or (request is not None and gate.vouches(request)):
+                acks.append(entry)
+            else:
+                reads.append(entry)
+        if not acks and not batch.wakeups:
+            return False
+        end = log.appender.snapshot()
+        if not gate.holds(end):
+            return False
+        if reads:
+            self._release_replies(reads)
+        held = Batch()
+        held.replies = acks
+        held.wakeups = batch.wakeups
+        gate.hold(end, lambda: self._release_held(held), len(acks) + len(batch.wakeups))
+        self._arm_timer()
+        return True
+
+    def _release_held(self, batch: Batch) -> None:
+        """The gate let ``batch`` go: its standbys hold it (or this primary was fenced
+        meanwhile: ``SyncGate.release_all``)."""
+        if self.fenced:
+            self._refuse_fenced(batch)
+            return
+        self._release_replies(batch.replies)
+        for wakeup in batch.wakeups:
+            waiter = wakeup.token
+            assert isinstance(waiter, Slot)
+            self._fill_wakeup(wakeup, Dispatcher.wake_reply(wakeup.value, waiter.request))
+
+    def _release_replies(self, replies: list[tuple[Slot, bytes, bool]]) -> None:
+        last = len(replies) - 1
+        for index, (slot, reply, _changed) in enumerate(replies):
+            slot.data = reply
+            conn = slot.conn
+            if index == last or replies[index + 1][0].conn is not conn:
+                conn.slot_ready()
 
     def _fill(self, slot: Slot, reply: bytes) -> None:
         slot.data = reply
@@ -565,14 +623,18 @@ class Core:
         group_commit = self.group_commit
         if group_commit is not None:
             group_commit.drain()  # no batch is held back for a wave any more
+        gate = self.sync_gate
         for _ in range(1000):
             syncing = group_commit is not None and group_commit.syncing
-            if not syncing and not self._batch.commands and not self._flush_scheduled:
+            # a reply waiting for the standbys gets the same time to be acknowledged
+            held = gate is not None and gate.waiting()[0] > 0
+            if not syncing and not held and not self._batch.commands and not self._flush_scheduled:
                 return True
             if not self._flush_scheduled and not syncing:
                 self.flush()
             await asyncio.sleep(0.001)
-        return False
+        syncing = group_commit is not None and group_commit.syncing
+        return not syncing and not self._batch.commands and not self._flush_scheduled
 
     def close(self) -> None:
         self._closed = True

@@ -18,6 +18,7 @@ __all__ = [
     "DUPLICATE_JOB",
     "DUPLICATE_RESULT",
     "ELLIPSIS",
+    "FENCED_IN_FLIGHT",
     "INVALID_COMMAND_ARGS",
     "INVALID_COMMAND_FLAGS",
     "INVALID_CURSOR_OFFSET",
@@ -142,6 +143,14 @@ def client_error(text: str, kind: ErrorKind = ErrorKind.INVALID) -> ErrorReply:
 def read_only(primary: str) -> ErrorReply:
     """``-READONLY <host:port>``: a standby refuses a change; it goes to that primary."""
     return ErrorReply(f"-READONLY {primary}\r\n".encode(), ErrorKind.READONLY)
+
+
+#: a deposed (fenced) primary's answer to a change it had taken before it was fenced: the
+#: change may be in its log, and in a standby's that became the primary; unlike
+#: ``-READONLY``, which says a change was not applied, it leaves the outcome unknown
+FENCED_IN_FLIGHT = (
+    "Not the primary: fenced with this change in flight, which may or may not have been applied"
+)
 
 
 def server_error(text: str, kind: ErrorKind = ErrorKind.UNAVAILABLE) -> ErrorReply:

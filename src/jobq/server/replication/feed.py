@@ -141,6 +141,10 @@ class Feed:
         self.sent = 0
         self.acked = 0
         self.acked_place: tuple[int, int] = (self.sequence, self.offset)
+        #: the standby's server id, and the place it last said it holds fsynced (None: not
+        #: yet on this stream); what synchronous replication counts (``sync_gate.py``)
+        self.standby_id = request.server_id
+        self.synced_place: tuple[int, int] | None = None
         #: records_written - sent once the feed caught up (None: still catching up)
         self.base: int | None = None
         self._wake = asyncio.Event()
@@ -175,21 +179,29 @@ class Feed:
         if len(self._acks) > 4096:
             self.stop()
             return
+        synced = False
         for line in lines:
             parts = line.split()
-            if len(parts) == 4 and parts[0] == b"A":
+            if len(parts) in (4, 5) and parts[0] == b"A":
                 try:
-                    sequence, offset, records = map(int, parts[1:])
+                    sequence, offset, records = map(int, parts[1:4])
                 except ValueError:
                     continue
                 self.acked_place = (sequence, offset)
                 self.acked = records
+                if len(parts) == 5 and parts[4] == wire.SYNCED:
+                    self.synced_place = (sequence, offset)
+                    synced = True
+        if synced and self.replication.sync_gate is not None:
+            self.replication.sync_gate.acked()
 
     def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
         self.replication.feeds.discard(self)
+        if self.synced_place is not None and self.replication.sync_gate is not None:
+            self.replication.sync_gate.acked()  # it counts no more
         self._wake.set()
         self._writable.set()
         if self.task is not None:
@@ -225,6 +237,7 @@ class Feed:
             "address": self.peer,
             "state": "catching up" if self.base is None else "streaming",
             "acked": list(self.acked_place),
+            "synced": None if self.synced_place is None else list(self.synced_place),
             "records_behind": behind,
             "seconds_behind": None if seconds is None else round(seconds, 3),
         }
@@ -259,7 +272,11 @@ class Feed:
                 return
             self.sequence, self.offset = start
             replication = self.replication
-            self.transport.write(wire.stream_line(replication.server_id, replication.epoch))
+            self.transport.write(
+                wire.stream_line(
+                    replication.server_id, replication.epoch, replication.sync_gate is not None
+                )
+            )
             logger.info(
                 "streaming the command log to a standby at %s from segment %d offset %d",
                 self.peer, self.sequence, self.offset,

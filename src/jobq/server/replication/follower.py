@@ -29,6 +29,7 @@ from jobq.engine.commands import CommandDecodeError, decode_command
 from jobq.engine.extensions import Epoch
 from jobq.server.replication import wire
 from jobq.server.replication.lineage import older_primary
+from jobq.server.replication.sync_ack import SyncAcker
 
 if TYPE_CHECKING:
     from jobq.cmdlog.log import CommandLog
@@ -193,6 +194,8 @@ class Follower:
         self.streams = 0
         #: the open stream's writer (tests cut it)
         self.writer: asyncio.StreamWriter | None = None
+        #: acknowledges fsynced frames on a sync stream or under ``always`` (``sync_ack.py``)
+        self.acker: SyncAcker | None = None
 
     @property
     def address(self) -> str:
@@ -218,6 +221,9 @@ class Follower:
                 wait_s = RETRY_FIRST_S
             finally:
                 state.connected = False
+                if self.acker is not None:
+                    self.acker.close()
+                    self.acker = None
                 if self.writer is not None:
                     self.writer.close()
                     self.writer = None
@@ -261,7 +267,11 @@ class Follower:
             "following the primary at %s from segment %d offset %d", self.address, *place[:2]
         )
         received = 0
-        loop = asyncio.get_running_loop()
+        if self.sync_always or wire.is_sync_stream(line):
+            self.acker = SyncAcker(
+                self.log, writer, lambda text: self.on_fatal(PrimaryRefused(text))
+            )
+            self.acker.applied(*place[:2], 0)  # what it holds already counts, once fsynced
         while True:
             head = await reader.readline()
             if not head:
@@ -278,10 +288,11 @@ class Follower:
             sequence, offset, count, length = map(int, parts[1:])
             data = await reader.readexactly(length)
             self._apply(sequence, offset, data)
-            if self.sync_always:
-                await loop.run_in_executor(None, self.log.sync)
             received += count
-            writer.write(wire.ack_frame(*state.position, received))
+            if self.acker is not None:
+                self.acker.applied(*state.position, received)
+            else:
+                writer.write(wire.ack_frame(*state.position, received))
 
     def _apply(self, sequence: int, offset: int, data: bytes) -> None:
         """Check every record of ``data`` (CRC, command), write them to this log at

@@ -225,6 +225,8 @@ class Roles:
             else p.server_error("Not the primary: fenced (the new primary is not known yet)")
         )
         core.dispatcher.fenced_reply = refusal
+        if core.sync_gate is not None:
+            core.sync_gate.release_all()  # refused now: ``Core._release_held``
         if self.role == PRIMARY:
             self.replication.fenced = True
             self.changes += 1

@@ -6,6 +6,7 @@ what its primary's last heartbeat said."""
 from __future__ import annotations
 
 import bisect
+import logging
 import secrets
 import time
 from collections import deque
@@ -14,7 +15,10 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from jobq.server.replication.feed import Feed
+    from jobq.server.replication.sync_gate import SyncGate
     from jobq.server.tokens import Access
+
+logger = logging.getLogger("jobq.server")
 
 #: batches remembered for the seconds of lag (older ones: the lag is at least that old)
 BATCH_TIMES_KEPT: Final = 65_536
@@ -47,6 +51,8 @@ class Replication:
         self._batch_counts: deque[int] = deque(maxlen=BATCH_TIMES_KEPT)
         self._batch_times: deque[int] = deque(maxlen=BATCH_TIMES_KEPT)
         self.feeds: set[Feed] = set()
+        #: ``--sync-replicas``: what waits for the standbys (None: nothing does)
+        self.sync_gate: SyncGate | None = None
         # -- a standby's side
         self.connected = False
         #: the place after the last record this standby holds
@@ -102,6 +108,18 @@ class Replication:
             return 0.0
         return (time.monotonic_ns() - self._batch_times[where]) / _NS_PER_S
 
+    def stop_feeds(self) -> None:
+        """End every stream (the server stops); say what still waited for the standbys."""
+        for feed in list(self.feeds):
+            feed.stop()
+        if self.sync_gate is not None:
+            dropped = self.sync_gate.drop()
+            if dropped:
+                logger.warning(
+                    "stopping with %d replies unsent: fewer than %d standbys held their "
+                    "changes (the log holds them)", dropped, self.sync_gate.required,
+                )
+
     def tokens_changed(self, access: Access) -> None:
         """The tokens were reloaded: streams whose token was revoked end."""
         for feed in list(self.feeds):
@@ -132,9 +150,12 @@ class Replication:
                 "records_applied": self.records_applied,
                 "last_error": self.last_error,
             }
-        return {
+        status: dict[str, object] = {
             "role": "fenced" if self.fenced else "primary",
             "epoch": self.epoch,
             "records_written": self.records_written,
             "standbys": [feed.status() for feed in sorted(self.feeds, key=id)],
         }
+        if self.sync_gate is not None:
+            status["sync"] = self.sync_gate.status()
+        return status

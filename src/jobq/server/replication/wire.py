@@ -10,13 +10,17 @@ A standby whose log holds an epoch (docs/ha.md, "Promotion and epochs") adds thr
 its newest epoch and where its log ended before that epoch began (sequence, offset); one
 without sends the six words servers before epochs send and read. The answer is
 ``+STREAM <id> <epoch>`` (the primary's newest epoch; a primary before epochs leaves it
-out: 0), then frames from the primary::
+out: 0), followed by ``sync`` from a primary under ``--sync-replicas`` (acknowledge a frame
+only once it is fsynced), then frames from the primary::
 
     D <sequence> <offset> <records> <length>\\r\\n<length bytes of whole records>
     H <sequence> <offset> <now-ns> <records-behind>\\r\\n     (the primary's end; -1: unknown)
 
 and from the standby ``A <sequence> <offset> <records>\\r\\n`` once it holds a frame's
-records (the place after them, and the records of this stream it holds).
+records (the place after them, and the records of this stream it holds);
+``A <sequence> <offset> <records> synced\\r\\n`` once they are fsynced too (a standby under
+``--cmdlog-sync always``, or on a ``sync`` stream, which first acknowledges the place it
+started from so). Only a ``synced`` acknowledgement counts for ``--sync-replicas``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ CHUNK_BYTES: Final = 256 * 1024
 HEARTBEAT_S: Final = 1.0
 #: ``sequence`` of a ``replicate`` that only checks
 CHECK_ONLY: Final = 0
+#: the word of an acknowledgement whose records are fsynced
+SYNCED: Final = b"synced"
+#: the word after ``+STREAM <id>`` that asks the standby to fsync before it acknowledges
+SYNC_STREAM: Final = "sync"
 
 
 class Replicate(p.Request, frozen=True):
@@ -106,9 +114,9 @@ def _parse(args: tuple[str, ...], flags: Mapping[str, str], data: bytes | None) 
     return Replicate(args[0], segment_size, version, sequence, offset, crc, *epoch)
 
 
-def stream_line(server_id: str, epoch: int) -> bytes:
-    """The primary's answer that starts a stream."""
-    return f"+STREAM {server_id} {epoch}\r\n".encode()
+def stream_line(server_id: str, epoch: int, sync: bool = False) -> bytes:
+    """The primary's answer that starts a stream (``sync``: under ``--sync-replicas``)."""
+    return f"+STREAM {server_id} {epoch}{' ' + SYNC_STREAM if sync else ''}\r\n".encode()
 
 
 def stream_epoch(line: str) -> int:
@@ -136,8 +144,16 @@ def heartbeat_frame(sequence: int, offset: int, now_ns: int, records_behind: int
     return f"H {sequence} {offset} {now_ns} {behind}\r\n".encode()
 
 
-def ack_frame(sequence: int, offset: int, records: int) -> bytes:
-    return f"A {sequence} {offset} {records}\r\n".encode()
+def ack_frame(sequence: int, offset: int, records: int, synced: bool = False) -> bytes:
+    tail = " synced" if synced else ""
+    return f"A {sequence} {offset} {records}{tail}\r\n".encode()
+
+
+
+
+def is_sync_stream(line: str) -> bool:
+    """Whether a ``+STREAM`` line asks the standby to fsync before it acknowledges."""
+    return SYNC_STREAM in line.split()[2:]
 
 
 def whole_records(data: bytes) -> tuple[int, int]:
