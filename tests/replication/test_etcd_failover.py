@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from jobq.client import Client
+from jobq.client.errors import NotFound
 from jobq.server.protocol.requests import Add
 from tests.harness import wait_for
 from tests.ports import free_port
@@ -45,13 +47,16 @@ class Server:
             return None
 
 
-def start_server(etcd: RunningEtcd, data_dir: Path, port: int | None = None) -> Server:
+def start_server(
+    etcd: RunningEtcd, data_dir: Path, port: int | None = None, *options: str
+) -> Server:
     port = port or free_port()
     with open(data_dir.with_suffix(".err"), "ab") as err:  # the server's log, to read
         proc = subprocess.Popen(
             [sys.executable, "-m", "jobq", "server", "--listen", f"127.0.0.1:{port}",
              "--data-dir", str(data_dir), "--cmdlog-sync", "always",
-             "--ha-etcd", etcd.url, "--ha-lease-ttl", str(TTL_S), "--ha-cluster", "t"],
+             "--ha-etcd", etcd.url, "--ha-lease-ttl", str(TTL_S), "--ha-cluster", "t",
+             *options],
             stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "JOBQ_AUTH_TOKEN": ""},
         )
     server = Server(port, data_dir, proc)
@@ -147,3 +152,67 @@ def test_a_paused_primary_acknowledges_nothing_once_resumed_and_rejoins(
     with socket.create_connection(("127.0.0.1", new.port), timeout=10) as sock:
         _raw_add(sock, "on-the-new-primary")  # the same request, acknowledged there
         assert _reply(sock).startswith(b"+OK")
+
+
+ROUNDS = 3
+
+
+def test_with_a_sync_replica_no_acknowledged_add_is_lost(
+    etcd: RunningEtcd, tmp_path: Path
+) -> None:
+    """Adds acknowledged until the kill of the primary (under load: a client adding all the
+    time) are each on one standby at least: the one that wins has them (docs/ha.md, "Who
+    may win"). Three rounds, the killed server started again as a standby each time."""
+    servers = [
+        start_server(etcd, tmp_path / f"s{i}", None, "--sync-replicas", "1") for i in range(3)
+    ]
+    try:
+        for _ in range(ROUNDS):
+            primary = the_primary(servers, TTL_S + 10)
+            others = [s for s in servers if s is not primary]
+            wait_for(lambda o=others: all(s.role() == "standby" for s in o), 10, "standbys")
+            acknowledged = _kill_while_adding(primary)
+            new = the_primary(others, TTL_S + 10)
+            with Client("127.0.0.1", new.port) as client:
+                missing = [job for job in acknowledged if not _has(client, job)]
+            assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged adds lost"
+            again = start_server(etcd, primary.data_dir, primary.port, "--sync-replicas", "1")
+            servers[servers.index(primary)] = again
+    finally:
+        for server in servers:
+            if server.proc.poll() is None:
+                server.proc.kill()
+                server.proc.wait()
+
+
+def _kill_while_adding(primary: Server) -> list[str]:
+    """SIGKILL ``primary`` while a client adds jobs to it; the ids it acknowledged."""
+    acknowledged: list[str] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        with Client("127.0.0.1", primary.port, timeout_s=2) as client:
+            while not stop.is_set():
+                try:
+                    acknowledged.append(client.add("sync", b"x"))
+                except Exception:
+                    return
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        wait_for(lambda: len(acknowledged) >= 30, 20, "30 acknowledged adds")
+    finally:
+        primary.proc.kill()
+        primary.proc.wait()
+        stop.set()
+        writer.join()
+    return acknowledged
+
+
+def _has(client: Client, job: str) -> bool:
+    try:
+        client.inspect_job(job)
+    except NotFound:
+        return False
+    return True

@@ -522,8 +522,13 @@ class Core:
         self._fill(failed, refusal)
         self._arm_timer()
 
+    def _fenced_now(self) -> bool:
+        """Whether this server may acknowledge nothing: fenced, or (``--ha-etcd``) no
+        longer sure of the election's lease."""
+        return self.fenced or (self.holds_lease is not None and not self.holds_lease())
+
     def _release(self, batch: Batch) -> None:
-        if self.fenced or (self.holds_lease is not None and not self.holds_lease()):
+        if self._fenced_now():
             self._refuse_fenced(batch)
             return
         gate = self.sync_gate
@@ -587,7 +592,7 @@ class Core:
     def _release_held(self, batch: Batch) -> None:
         """The gate let ``batch`` go: its standbys hold it (or this primary was fenced
         meanwhile: ``SyncGate.release_all``)."""
-        if self.fenced:
+        if self._fenced_now():
             self._refuse_fenced(batch)
             return
         self._release_replies(batch.replies)
