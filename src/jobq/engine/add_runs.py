@@ -14,12 +14,10 @@ record by record, which also raises the error a bad record gets.
 
 from __future__ import annotations
 
-import operator
 import struct
-from collections import deque
 from collections.abc import Iterable
 from itertools import repeat
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from jobq.cmdlog.gotime import GO_UNIX_OFFSET_S, TIME_LEN
 from jobq.engine.commands import ID_LEN, AddJob, CommandDecodeError, decode_add_as_job
@@ -52,8 +50,6 @@ _ADD = AddJob.TYPE
 #: (where the payload starts, its length, the record's, one middle) -> its layout
 _LAYOUTS: dict[tuple[int, int, int, bool], struct.Struct] = {}
 _LAYOUTS_LIMIT = 256
-_TTL = operator.attrgetter("ttl_ms")
-_CREATED = operator.attrgetter("created_ns")
 
 
 def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
@@ -62,6 +58,22 @@ def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
     leaves its payload at the same place), read in place from the log's bytes; ``None``
     if not, or if a record would not decode as ``commands.decode_add_as_job`` decodes it
     alone."""
+    decoded = _decode(run)
+    return None if decoded is None else (decoded.ids, decoded.jobs)
+
+
+class _Decoded(NamedTuple):
+    """A run decoded (:func:`_decode`): the ids, the jobs, the earliest creation time and
+    the TTLs among them."""
+
+    ids: list[bytes]
+    jobs: list[Job]
+    earliest_ns: int
+    ttls: set[int]
+
+
+def _decode(run: PayloadRun) -> _Decoded | None:
+    """:func:`decode_add_run`, with what :func:`replay_add_run` asks of the jobs."""
     count, size, stride, data = run.count, run.size, run.stride, run.data
     start = run.start
     first = data[start : start + size]
@@ -102,23 +114,28 @@ def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
         return None  # decoding them one by one raises for the first
     offset_ns = _GO_OFFSET_NS
     created = [s * _NS_PER_S + n - offset_ns for s, n in zip(created_s, created_n, strict=True)]
-    if min(created) < MIN_TIME_NS or max(created) > MAX_TIME_NS:
+    earliest_ns = min(created)
+    if earliest_ns < MIN_TIME_NS or max(created) > MAX_TIME_NS:
         return None  # clamped one by one (or Go's zero time, kept)
     if one_middle:
-        columns: tuple[Iterable[object], ...] = tuple(map(repeat, _fields(template)))
+        fields = _fields(template)
+        columns: list[Iterable[object]] = [repeat(value) for value in fields]
+        ttls = {template.ttl_ms}
     else:
-        fields = {}
+        by_middle = {}
         for middle in set(middles):
-            index = middles.index(middle)
-            payload = data[start + index * stride : start + index * stride + size]
-            try:
-                job = decode_add_as_job(payload)
-            except CommandDecodeError:
+            found = _middle_fields(middle, data, start + middles.index(middle) * stride, size)
+            if found is None:
                 return None
-            if job is None or size - 2 * TIME_LEN - len(job.payload) != payload_at:
-                return None
-            fields[middle] = _fields(job)
-        columns = tuple(zip(*map(fields.__getitem__, middles), strict=True))
+            by_middle[middle] = found
+        columns = []
+        for field, values in enumerate(zip(*by_middle.values(), strict=True)):
+            if len(set(values)) == 1:  # the same in every middle (all but the name, mostly)
+                columns.append(repeat(values[0]))
+            else:
+                value_of = {middle: found[field] for middle, found in by_middle.items()}
+                columns.append(map(value_of.__getitem__, middles))
+        ttls = {found[_TTL_FIELD] for found in by_middle.values()}  # type: ignore[misc]
     name, priority, ttr_ms, ttl_ms, max_attempts, max_fails = columns
     jobs = list(
         map(
@@ -135,8 +152,30 @@ def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
             created,
         )
     )
-    deque(map(setattr, jobs, repeat("modified_ns"), created), maxlen=0)
-    return list(ids), jobs
+    return _Decoded(list(ids), jobs, earliest_ns, ttls)
+
+
+def _middle_fields(middle: bytes, data: bytes, at: int, size: int) -> _Fields | None:
+    """What the record at ``at`` (of ``size`` bytes, with this ``middle``) says (as
+    :func:`_fields`), if it decodes with its payload where the middle ends; the same for
+    every record of that size with that middle (kept for the next runs)."""
+    key = (middle, size)
+    found = _MIDDLES.get(key, _UNKNOWN)
+    if found is not _UNKNOWN:
+        return found  # type: ignore[return-value]
+    try:
+        job = decode_add_as_job(data[at : at + size])
+    except CommandDecodeError:
+        return None  # (not kept: the record's other bytes may be what is wrong)
+    if job is None:
+        return None
+    fields = _fields(job) if size - 2 * TIME_LEN - len(job.payload) == 1 + ID_LEN + len(
+        middle
+    ) else None
+    if len(_MIDDLES) >= _MIDDLES_LIMIT:
+        _MIDDLES.clear()
+    _MIDDLES[key] = fields
+    return fields
 
 
 def _layout(payload_at: int, size: int, stride: int, one_middle: bool) -> struct.Struct:
@@ -156,7 +195,16 @@ def _layout(payload_at: int, size: int, stride: int, one_middle: bool) -> struct
     return layout
 
 
-def _fields(job: Job) -> tuple[str, int, int, int, int, int]:
+_Fields = tuple[str, int, int, int, int, int]
+#: where ``_fields`` puts the TTL
+_TTL_FIELD = 3
+#: (a middle, the record's size) -> what it says (``_middle_fields``), across runs
+_MIDDLES: dict[tuple[bytes, int], _Fields | None] = {}
+_MIDDLES_LIMIT = 4096
+_UNKNOWN = object()
+
+
+def _fields(job: Job) -> _Fields:
     """What a record's middle says: the name, priority, TTR, TTL and attempts."""
     return job.name, job.priority, job.ttr_ms, job.ttl_ms, job.max_attempts, job.max_fails
 
@@ -169,20 +217,23 @@ def replay_add_run(engine: Engine, run: PayloadRun, now_ns: int) -> bool:
     journal is open: the caller replays the records one by one."""
     if run.count < MIN_RUN or not engine._replaying or engine._journal is not None:
         return False
-    decoded = decode_add_run(run)
+    decoded = _decode(run)
     if decoded is None:
         return False
-    ids, jobs = decoded
-    ttls = set(map(_TTL, jobs))
+    ids, jobs, earliest_ns, ttls = decoded
     if len(ttls) == 1:
         (ttl_ms,) = ttls
-        if ttl_ms and min(map(_CREATED, jobs)) + ttl_ms * _NS_PER_MS <= now_ns:
+        if ttl_ms and earliest_ns + ttl_ms * _NS_PER_MS <= now_ns:
             return False
     elif any(job.ttl_ms and job.created_ns + job.ttl_ms * _NS_PER_MS <= now_ns for job in jobs):
         return False
-    new = dict(zip(ids, jobs, strict=True))
     table = engine.jobs
-    if len(new) != len(jobs) or not table.keys().isdisjoint(new):
+    if not table.keys().isdisjoint(ids):
         return False
-    table.update(new)
+    before = len(table)
+    table.update(zip(ids, jobs, strict=True))
+    if len(table) - before != len(ids):  # an id twice in the run: undone, one by one then
+        for job_id in ids:
+            table.pop(job_id, None)
+        return False
     return True

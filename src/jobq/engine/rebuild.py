@@ -8,6 +8,7 @@ this loop, about 1 µs a job interpreted.
 from __future__ import annotations
 
 import operator
+from collections import deque
 from collections.abc import Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, TypeVar
@@ -239,8 +240,23 @@ def adopt_ready(engine: Engine, columns: JobColumns, now_ns: int) -> bool:
     names = columns.names
     name_index = columns.name_index
     ids = columns.ids
-    jobs = list(columns.jobs(queued=IN_RUN))
+    jobs = list(columns.jobs(queued=IN_RUN))  # (empties the columns)
     engine.jobs = dict(zip(ids, jobs, strict=True))
+    _index_ready(engine, jobs, name_index, names, ttl_index, durations)
+    return True
+
+
+def _index_ready(
+    engine: Engine,
+    jobs: list[Job],
+    name_index: list[int],
+    names: list[str],
+    ttl_index: list[int],
+    durations: list[int],
+) -> None:
+    """Index ``jobs`` (the engine's, in creation order, all pending and ready with one
+    priority, ``queued`` set to ``IN_RUN``) in C-level passes: each job's name is
+    ``names[name_index[i]]``, its TTL ``durations[ttl_index[i]]``."""
     for queue in engine.queues.values():
         queue.clear_ready()
         queue.scheduled.clear()
@@ -257,24 +273,21 @@ def adopt_ready(engine: Engine, columns: JobColumns, now_ns: int) -> bool:
     by_status: dict[Status, list[Job]] = {status: [] for status in Status}
     by_status[Status.PENDING] = jobs
     _finish(engine, by_status, by_name, [], ttl_runs, [], in_order=True, in_lease_order=True)
-    return True
 
 
 _Key = TypeVar("_Key")
 
 
 def _groups(jobs: list[Job], index: list[int], values: list[_Key]) -> dict[_Key, list[Job]]:
-    """``jobs`` by ``values[index[i]]``, each group in the jobs' order (C-level passes: one
-    stable sort of the positions by index, then a slice a group)."""
+    """``jobs`` by ``values[index[i]]``, each group in the jobs' order, with C-level passes
+    (each job handed to its group's ``append`` by ``map``)."""
     used = sorted(set(index))
     if len(used) == 1:
         return {values[used[0]]: jobs[:]}
-    order = sorted(range(len(jobs)), key=index.__getitem__)
-    by_key = list(map(jobs.__getitem__, order))
-    groups: dict[_Key, list[Job]] = {}
-    start = 0
+    groups: dict[_Key, list[Job]] = {values[position]: [] for position in used}
+    no_group: list[Job] = []  # (positions not in ``index``: never appended to)
+    appends = [no_group.append] * len(values)
     for position in used:
-        end = start + index.count(position)
-        groups[values[position]] = by_key[start:end]
-        start = end
+        appends[position] = groups[values[position]].append
+    deque(map(operator.call, map(appends.__getitem__, index), jobs), maxlen=0)
     return groups
