@@ -15,7 +15,7 @@ record by record, which also raises the error a bad record gets.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -26,6 +26,7 @@ from jobq.engine.limits import MAX_TIME_NS, MIN_TIME_NS
 
 if TYPE_CHECKING:
     from jobq.engine.machine import Engine
+    from jobq.engine.rebuild import ReadyJobs
 
 
 class PayloadRun(Protocol):
@@ -63,13 +64,16 @@ def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
 
 
 class _Decoded(NamedTuple):
-    """A run decoded (:func:`_decode`): the ids, the jobs, the earliest creation time and
-    the TTLs among them."""
+    """A run decoded (:func:`_decode`): the ids, the jobs, their creation times (and the
+    earliest), names, TTLs and the priorities among them."""
 
     ids: list[bytes]
     jobs: list[Job]
+    created: list[int]
     earliest_ns: int
-    ttls: set[int]
+    names: list[str]
+    ttls: list[int]
+    priorities: set[int]
 
 
 def _decode(run: PayloadRun) -> _Decoded | None:
@@ -119,8 +123,7 @@ def _decode(run: PayloadRun) -> _Decoded | None:
         return None  # clamped one by one (or Go's zero time, kept)
     if one_middle:
         fields = _fields(template)
-        columns: list[Iterable[object]] = [repeat(value) for value in fields]
-        ttls = {template.ttl_ms}
+        columns: list[Sequence[object]] = [[value] * count for value in fields]
     else:
         by_middle = {}
         for middle in set(middles):
@@ -131,11 +134,10 @@ def _decode(run: PayloadRun) -> _Decoded | None:
         columns = []
         for field, values in enumerate(zip(*by_middle.values(), strict=True)):
             if len(set(values)) == 1:  # the same in every middle (all but the name, mostly)
-                columns.append(repeat(values[0]))
+                columns.append([values[0]] * count)
             else:
                 value_of = {middle: found[field] for middle, found in by_middle.items()}
-                columns.append(map(value_of.__getitem__, middles))
-        ttls = {found[_TTL_FIELD] for found in by_middle.values()}  # type: ignore[misc]
+                columns.append(list(map(value_of.__getitem__, middles)))
     name, priority, ttr_ms, ttl_ms, max_attempts, max_fails = columns
     jobs = list(
         map(
@@ -152,7 +154,9 @@ def _decode(run: PayloadRun) -> _Decoded | None:
             created,
         )
     )
-    return _Decoded(list(ids), jobs, earliest_ns, ttls)
+    return _Decoded(
+        list(ids), jobs, created, earliest_ns, name, ttl_ms, set(priority)  # type: ignore[arg-type]
+    )
 
 
 def _middle_fields(middle: bytes, data: bytes, at: int, size: int) -> _Fields | None:
@@ -209,18 +213,22 @@ def _fields(job: Job) -> _Fields:
     return job.name, job.priority, job.ttr_ms, job.ttl_ms, job.max_attempts, job.max_fails
 
 
-def replay_add_run(engine: Engine, run: PayloadRun, now_ns: int) -> bool:
+def replay_add_run(
+    engine: Engine, run: PayloadRun, now_ns: int, ready: ReadyJobs | None = None
+) -> bool:
     """Replay ``run``, a run of add records, at once, as ``replay.replay_new_job``
     replays each (between ``begin_replay`` and ``end_replay``); whether it did. It does
     not (and changes nothing) if the run does not decode at once (:func:`decode_add_run`),
     an id is in the engine or twice in the run, a TTL has passed by ``now_ns``, or an undo
-    journal is open: the caller replays the records one by one."""
+    journal is open: the caller replays the records one by one. The jobs entered are
+    noted in ``ready``."""
     if run.count < MIN_RUN or not engine._replaying or engine._journal is not None:
         return False
     decoded = _decode(run)
     if decoded is None:
         return False
-    ids, jobs, earliest_ns, ttls = decoded
+    ids, jobs, created, earliest_ns, names, ttl_column, priorities = decoded
+    ttls = set(ttl_column)
     if len(ttls) == 1:
         (ttl_ms,) = ttls
         if ttl_ms and earliest_ns + ttl_ms * _NS_PER_MS <= now_ns:
@@ -236,4 +244,6 @@ def replay_add_run(engine: Engine, run: PayloadRun, now_ns: int) -> bool:
         for job_id in ids:
             table.pop(job_id, None)
         return False
+    if ready is not None:
+        ready.add_run(jobs, names, ttl_column, priorities, created)
     return True
