@@ -14,10 +14,11 @@ record by record, which also raises the error a bad record gets.
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Sequence
-from itertools import repeat
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from itertools import chain, repeat
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from jobq.cmdlog.gotime import GO_UNIX_OFFSET_S, TIME_LEN
 from jobq.engine.commands import ID_LEN, AddJob, CommandDecodeError, decode_add_as_job
@@ -42,14 +43,14 @@ class PayloadRun(Protocol):
 
 _NS_PER_S = 1_000_000_000
 _NS_PER_MS = 1_000_000
-_GO_OFFSET_NS = GO_UNIX_OFFSET_S * _NS_PER_S
 #: a record's CRC, after its payload
 _CRC_LEN = 4
 #: the fewest records worth the set-up
 MIN_RUN = 4
 _ADD = AddJob.TYPE
-#: (where the payload starts, its length, the record's, one middle) -> its layout
-_LAYOUTS: dict[tuple[int, int, int, bool], struct.Struct] = {}
+#: (a record's length, where a field is in it, the field's struct code) -> the layout that
+#: reads that field alone
+_COLUMNS: dict[tuple[int, int, str], struct.Struct] = {}
 _LAYOUTS_LIMIT = 256
 
 
@@ -99,45 +100,69 @@ def _decode(run: PayloadRun) -> _Decoded | None:
         or max(data[start + time_at + 9 : end : stride]) >= 0x3B
     ):
         return None  # decoding them one by one decides
-    one_middle = all(
-        column.count(column[:1]) == count
-        for column in (data[start + k : end : stride] for k in range(1 + ID_LEN, payload_at))
-    )
-    layout = _layout(payload_at, size, stride, one_middle)
-    # each record whole (TIME and SIZE before the payload, the CRC after it): one stride
+    # the middle's bytes that differ between the records (a name's last letter, mostly)
+    varying = [
+        k
+        for k in range(1 + ID_LEN, payload_at)
+        if (column := data[start + k : end : stride]).count(column[:1]) != count
+    ]
+    # each record whole (TIME and SIZE before the payload, the CRC after it): one stride,
+    # read a field at a time (no tuple a record, nothing made that the jobs do not keep)
     head = stride - size - _CRC_LEN
     with memoryview(data) as whole, whole[start - head : end - head] as view:
-        if one_middle:
-            ids, job_payloads, created_s, created_n = zip(*layout.iter_unpack(view), strict=True)
-            middles: tuple[bytes, ...] = ()
-        else:
-            ids, middles, job_payloads, created_s, created_n = zip(
-                *layout.iter_unpack(view), strict=True
-            )
+        ids = _column(view, stride, head + 1, f"{ID_LEN}s")
+        job_payloads = _column(view, stride, head + payload_at, f"{time_at - payload_at}s")
+        created_n = _column(view, stride, head + created_at + 9, "i")
+        seconds_at = start + created_at + 1
+        one_second = all(
+            column.count(column[:1]) == count
+            for column in (data[seconds_at + k : end : stride] for k in range(8))
+        )
+        created_s = (
+            [int.from_bytes(data[seconds_at : seconds_at + 8], "big", signed=True)]
+            if one_second
+            else _column(view, stride, head + created_at + 1, "q")
+        )
+        middles = (
+            _column(view, stride, head + 1 + ID_LEN, f"{payload_at - 1 - ID_LEN}s")
+            if len(varying) > 1
+            else []
+        )
     if min(created_n) < 0 or max(created_n) >= _NS_PER_S:
         return None  # decoding them one by one raises for the first
-    offset_ns = _GO_OFFSET_NS
-    created = [s * _NS_PER_S + n - offset_ns for s, n in zip(created_s, created_n, strict=True)]
+    # Go's seconds since year 1 to Unix nanoseconds, once for each second
+    bases = {s: (s - GO_UNIX_OFFSET_S) * _NS_PER_S for s in set(created_s)}
+    created = list(
+        map(
+            operator.add,
+            repeat(bases[created_s[0]]) if one_second else map(bases.__getitem__, created_s),
+            created_n,
+        )
+    )
     earliest_ns = min(created)
     if earliest_ns < MIN_TIME_NS or max(created) > MAX_TIME_NS:
         return None  # clamped one by one (or Go's zero time, kept)
-    if one_middle:
-        fields = _fields(template)
-        columns: list[Sequence[object]] = [[value] * count for value in fields]
+    columns: list[Sequence[object]]
+    if not varying:
+        columns = [[value] * count for value in _fields(template)]
     else:
-        by_middle = {}
-        for middle in set(middles):
-            found = _middle_fields(middle, data, start + middles.index(middle) * stride, size)
+        # each middle's fields (one varying byte: the middles keyed by it)
+        keys: Sequence[object] = middles or data[start + varying[0] : end : stride]
+        by_key = {}
+        for key in set(keys):
+            at = start + keys.index(key) * stride
+            middle = data[at + 1 + ID_LEN : at + payload_at]
+            found = _middle_fields(middle, data, at, size)
             if found is None:
                 return None
-            by_middle[middle] = found
+            by_key[key] = found
         columns = []
-        for field, values in enumerate(zip(*by_middle.values(), strict=True)):
+        for field, values in enumerate(zip(*by_key.values(), strict=True)):
             if len(set(values)) == 1:  # the same in every middle (all but the name, mostly)
                 columns.append([values[0]] * count)
             else:
-                value_of = {middle: found[field] for middle, found in by_middle.items()}
-                columns.append(list(map(value_of.__getitem__, middles)))
+                value_of = {key: found[field] for key, found in by_key.items()}
+                columns.append(list(map(value_of.__getitem__, keys)))
     name, priority, ttr_ms, ttl_ms, max_attempts, max_fails = columns
     jobs = list(
         map(
@@ -182,21 +207,17 @@ def _middle_fields(middle: bytes, data: bytes, at: int, size: int) -> _Fields | 
     return fields
 
 
-def _layout(payload_at: int, size: int, stride: int, one_middle: bool) -> struct.Struct:
-    """A record (one ``stride``) of an add payload of ``size`` bytes whose payload starts
-    at ``payload_at``: the id, the middle (unless ``one_middle``), the payload, and the
-    creation time's seconds and nanoseconds."""
-    key = (payload_at, size, stride, one_middle)
-    layout = _LAYOUTS.get(key)
+def _column(view: memoryview, stride: int, at: int, code: str) -> list[Any]:
+    """The field at ``at`` of each record of ``view`` (records of ``stride`` bytes), as
+    ``struct`` reads ``code`` (big-endian): one C-level pass."""
+    key = (stride, at, code)
+    layout = _COLUMNS.get(key)
     if layout is None:
-        middle = f"{payload_at - 1 - ID_LEN}{'x' if one_middle else 's'}"
-        layout = struct.Struct(
-            f">{stride - size - _CRC_LEN}xx{ID_LEN}s{middle}{size - payload_at - 2 * TIME_LEN}s"
-            f"{TIME_LEN}xxqi2x{_CRC_LEN}x"
-        )
-        if len(_LAYOUTS) < _LAYOUTS_LIMIT:
-            _LAYOUTS[key] = layout
-    return layout
+        layout = struct.Struct(f">{at}x{code}{stride - at - struct.calcsize('>' + code)}x")
+        if len(_COLUMNS) >= _LAYOUTS_LIMIT:
+            _COLUMNS.clear()
+        _COLUMNS[key] = layout
+    return list(chain.from_iterable(layout.iter_unpack(view)))
 
 
 _Fields = tuple[str, int, int, int, int, int]
