@@ -39,7 +39,8 @@ lint: $(COMPILED)
 # The suite runs on the compiled hot path; then the engine, protocol and replay property
 # tests again on the pure-Python modules (JOBQ_PURE_PYTHON=1), so that both stay correct.
 PURE_TESTS := $(addprefix tests/engine/test_,deadlines.py deadlines_compaction.py joblist.py \
-	queues.py replay_decode.py replay_indexes.py replay_property.py add_runs.py memory.py) \
+	queues.py replay_decode.py replay_indexes.py replay_property.py add_runs.py memory.py \
+	ready_replay.py) \
 	$(addprefix tests/cmdlog/test_,runs.py fast_paths.py) \
 	$(addprefix tests/server/test_,protocol_fuzz.py server_fuzz.py extension_fuzz.py \
 	clean_replay.py) tests/golden

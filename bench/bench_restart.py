@@ -14,6 +14,11 @@ Rows, each the median of ``--rounds`` rounds, the trees alternated within every 
 - **full replay of a workq log**: ``--pending`` add records as workq-server writes them
   (segment version 1, a logged time per record), no snapshot: to the first reply.
 
+Beside the clean stop, the SIGKILL after loading and the full replay, two CPU times,
+steadier than wall times on a shared machine: the server process's (user + system) at its
+first reply, and ``restore``'s alone in one process of the tree on the same data
+directory (before the timed start).
+
 ``--before DIR`` is a checkout of the tree to compare with (``git archive main``; the
 checkout or its ``src``): its ``src`` goes first on the ``PYTHONPATH`` of the "before"
 servers, this tree's of the others. Without it only this tree is measured. Each tree gets
@@ -89,6 +94,14 @@ def launch(server: _EnvServer) -> ServerProcess:
 def start_timed(tree: Tree, data_dir: Path) -> tuple[float, ServerProcess]:
     port = free_port()
     return first_reply_s(lambda: launch(tree.server(data_dir, port)), INSPECT, port)
+
+
+def process_cpu_s(server: ServerProcess) -> float:
+    """The CPU time (user + system) the server's process has used so far: read at its
+    first reply, its start-up's cost (the interpreter, imports, opening the log, restore),
+    less sensitive to the machine's load than the wall time."""
+    fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sigkill(server: ServerProcess) -> None:
@@ -207,8 +220,8 @@ log.close()
 
 
 def restore_cpu_s(tree: Tree, data_dir: Path) -> float:
-    """The CPU time of a clean stop's restore in one process of ``tree`` (steadier than
-    the first reply's wall time on a shared machine)."""
+    """The CPU time of ``restore`` of ``data_dir`` in one process of ``tree`` (steadier
+    than the first reply's wall time on a shared machine)."""
     from jobq.entry import GLIBC_TUNABLES
 
     env = dict(tree.env, PYTHONMALLOC="malloc", GLIBC_TUNABLES=GLIBC_TUNABLES)
@@ -228,7 +241,11 @@ def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, 
     with beanstalkd_server(bean_dir, 1000, port=port):
         fill_beanstalkd(port, pending)
     results: dict[str, dict[str, list[float]]] = {
-        tree.name: {"clean": [], "clean_cpu": [], "crash": [], "crash_start": [], "replay": []}
+        tree.name: {
+            "clean": [], "clean_cpu": [], "clean_process": [], "crash": [], "crash_cpu": [],
+            "crash_process": [], "crash_start": [], "replay": [], "replay_cpu": [],
+            "replay_process": [],
+        }
         for tree in trees
     }
     tails: dict[str, dict[str, list[str]]] = {
@@ -240,6 +257,7 @@ def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, 
         for tree in order:
             secs, server = start_timed(tree, clean[tree.name])
             results[tree.name]["clean"].append(secs)
+            results[tree.name]["clean_process"].append(process_cpu_s(server))
             server.stop()
         for tree in order:
             results[tree.name]["clean_cpu"].append(restore_cpu_s(tree, clean[tree.name]))
@@ -252,8 +270,10 @@ def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, 
         for tree in order:
             data = tmp / f"replay-{tree.name}-{number}" / "data"
             shutil.copytree(workq, data / "cmdlog")
+            results[tree.name]["replay_cpu"].append(restore_cpu_s(tree, data))
             secs, server = start_timed(tree, data)
             results[tree.name]["replay"].append(secs)
+            results[tree.name]["replay_process"].append(process_cpu_s(server))
             time.sleep(KILL_AFTER_START_S)
             sigkill(server)
             secs, server = start_timed(tree, data)
@@ -266,8 +286,12 @@ def bench(trees: list[Tree], tmp: Path, pending: int, rounds: int) -> dict[str, 
             _, server = start_timed(tree, data)
             add_pipelined(server.port, pending)
             sigkill(server)  # at once after the last reply: soon after loading
+            # (the restore alone first: it changes nothing on disk but a torn tail's cut,
+            # which the server's start would make too)
+            results[tree.name]["crash_cpu"].append(restore_cpu_s(tree, data))
             secs, server = start_timed(tree, data)
             results[tree.name]["crash"].append(secs)
+            results[tree.name]["crash_process"].append(process_cpu_s(server))
             tails[tree.name]["crash"].append(replayed(server))
             sigkill(server)
             shutil.rmtree(data.parent)
@@ -284,15 +308,22 @@ def table(found: dict[str, object], trees: list[Tree], pending: int) -> str:
     names = [tree.name for tree in trees][::-1]
     rows = [
         ("clean", f"restart with {pending:,} pending, clean stop: first reply", "<= 0.8 s", True),
-        ("clean_cpu", "the same: CPU time of loading the snapshot alone (`restore`, in one "
-         "process)", "-", False),
+        ("clean_process", "the same: CPU time of the server's process at its first reply",
+         "-", False),
+        ("clean_cpu", "the same: CPU time of `restore` alone, in one process", "-", False),
         ("crash", f"restart with {pending:,} pending after SIGKILL soon after loading "
          f"them over the protocol: first reply", "<= 1.0 s", False),
+        ("crash_process", "the same: CPU time of the server's process at its first reply",
+         "-", False),
+        ("crash_cpu", "the same: CPU time of `restore` alone, in one process", "-", False),
         ("crash_start", f"restart with {pending:,} pending after SIGKILL "
          f"{KILL_AFTER_START_S:.0f} s after a start that replayed them (a workq log): "
          "first reply", "<= 1.0 s", False),
         ("replay", f"full replay of a {pending:,}-job workq log, no snapshot: first reply",
          "<= 1.5 s", False),
+        ("replay_process", "the same: CPU time of the server's process at its first reply",
+         "-", False),
+        ("replay_cpu", "the same: CPU time of `restore` alone, in one process", "-", False),
     ]
     head = " | ".join(names)
     lines = [

@@ -1,6 +1,7 @@
 """Reading the log: every record of every segment in order, and tail recovery on open.
 
-Reading a segment is one read of the whole file and a parse of the bytes in memory.
+Reading a segment is one read of the whole file and a parse of the bytes in memory (for
+replay from an engine snapshot's place far into a segment, one read from that place on).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from jobq.cmdlog.errors import IncompleteRecordError
+from jobq.cmdlog.errors import IncompleteRecordError, RecordError
 from jobq.cmdlog.record import (
     HEADER_LEN,
     PayloadRun,
@@ -70,7 +71,8 @@ class Cursor:
         number ``i`` (counting from 0) of ``iter(cursor)``.
         """
         return self._walk(
-            lambda data, path, _name, _version, offset: decode_payloads(data, path, offset)
+            lambda data, path, _name, _version, offset: decode_payloads(data, path, offset),
+            from_start=True,
         )
 
     def iter_runs(self) -> Iterator[tuple[int, bytes] | tuple[None, PayloadRun]]:
@@ -78,12 +80,20 @@ class Cursor:
         ``(None, run)`` (a :class:`PayloadRun`), the others as ``(time_ns, payload)``
         (``record.decode_payload_runs``)."""
         return self._walk(
-            lambda data, path, _name, _version, offset: decode_payload_runs(data, path, offset)
+            lambda data, path, _name, _version, offset: decode_payload_runs(data, path, offset),
+            from_start=True,
         )
 
     def _walk(
-        self, decode: Callable[[bytes, str, str, int, int], Iterator[_Item]]
+        self,
+        decode: Callable[[bytes, str, str, int, int], Iterator[_Item]],
+        *,
+        from_start: bool = False,
     ) -> Iterator[_Item]:
+        """``decode`` over each segment's bytes from where its records start. With
+        ``from_start`` (the items say nothing of where a record is), the first segment
+        is read only from :attr:`start` on, when that is far in: an error's offset is
+        then made the segment's again."""
         segments = list_segments(self.directory)
         if self.limit is not None:
             segments = [s for s in segments if s[0] <= self.limit[0]]
@@ -96,6 +106,24 @@ class Cursor:
         for index, (sequence, name) in enumerate(segments):
             path = os.path.join(self.directory, name)
             newest = index == len(segments) - 1
+            if from_start and index == 0 and first_offset >= _READ_FROM_MIN:
+                found = _read_from(path, first_offset)
+                if found is not None:
+                    start_version, rest = found
+                    if self.limit is not None and sequence == self.limit[0]:
+                        rest = rest[: max(self.limit[1] - first_offset, 0)]
+                    try:
+                        yield from decode(rest, path, name, start_version, 0)
+                    except RecordError as exc:
+                        moved = type(exc)(exc.path, exc.offset + first_offset, exc.reason)
+                        if not (
+                            newest and self.allow_torn_tail
+                            and isinstance(moved, IncompleteRecordError)
+                        ):
+                            raise moved from None
+                        self.torn_tail = moved
+                        return
+                    continue
             data = read_segment(path)
             if self.limit is not None and sequence == self.limit[0]:
                 data = data[: self.limit[1]]
@@ -118,6 +146,23 @@ class Cursor:
                     raise
                 self.torn_tail = exc
                 return
+
+
+#: a start this far into a segment is read from there (the bytes before are not read)
+_READ_FROM_MIN = 1 << 20
+
+
+def _read_from(path: str, offset: int) -> tuple[int, bytes] | None:
+    """The version of the segment at ``path`` and its bytes from ``offset`` on; None if its
+    header is not whole or the file is shorter (read it whole: the usual checks decide)."""
+    with open(path, "rb", buffering=0) as f:
+        header = f.read(HEADER_LEN)
+        if len(header) < HEADER_LEN or os.fstat(f.fileno()).st_size < offset:
+            return None
+        version = check_header(header, path, newest=False)
+        assert version is not None  # (a whole header, or it raised)
+        f.seek(offset)
+        return version, f.readall()
 
 
 def recover_newest_segment(path: str, write_version: int, whole_until: int = HEADER_LEN) -> None:

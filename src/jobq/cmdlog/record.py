@@ -571,7 +571,14 @@ def _decode(
                 yield new(cls, (segment, pos, version, time_ns, payload))
             else:
                 yield (time_ns, payload)
-            if data.startswith(head, q):
+            # a replay (``runs``) reads records of one size at once across write batches:
+            # longer runs, whatever their TIMEs
+            same_size = (
+                not records
+                and q + 3 * (q - pos) <= end
+                and data[q + TIME_LEN] == size == data[2 * q - pos + TIME_LEN]
+            )
+            if data.startswith(head, q) and not (runs and same_size):
                 record_len = q - pos
                 run = _same_head_run(data, q, run_limit, record_len, head, head_crc)
                 if run:
@@ -589,11 +596,7 @@ def _decode(
                     else:
                         yield from zip(repeat(time_ns), run)
                 run_limit = min(2 * run_limit, _RUN_MAX) if len(run) == run_limit else _RUN_MIN
-            elif (
-                not records
-                and q + 3 * (q - pos) <= end
-                and data[q + TIME_LEN] == size == data[2 * q - pos + TIME_LEN]
-            ):
+            elif same_size:
                 # the next two records have this one's size: records of one size, each
                 # with its own TIME (written one at a time, as workq does)
                 record_len = q - pos

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import operator
 import struct
-from collections import deque
-from collections.abc import Iterable
-from itertools import repeat
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from itertools import chain, repeat
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from jobq.cmdlog.gotime import GO_UNIX_OFFSET_S, TIME_LEN
 from jobq.engine.commands import ID_LEN, AddJob, CommandDecodeError, decode_add_as_job
@@ -28,6 +27,7 @@ from jobq.engine.limits import MAX_TIME_NS, MIN_TIME_NS
 
 if TYPE_CHECKING:
     from jobq.engine.machine import Engine
+    from jobq.engine.rebuild import ReadyJobs
 
 
 class PayloadRun(Protocol):
@@ -43,17 +43,15 @@ class PayloadRun(Protocol):
 
 _NS_PER_S = 1_000_000_000
 _NS_PER_MS = 1_000_000
-_GO_OFFSET_NS = GO_UNIX_OFFSET_S * _NS_PER_S
 #: a record's CRC, after its payload
 _CRC_LEN = 4
 #: the fewest records worth the set-up
 MIN_RUN = 4
 _ADD = AddJob.TYPE
-#: (where the payload starts, its length, the record's, one middle) -> its layout
-_LAYOUTS: dict[tuple[int, int, int, bool], struct.Struct] = {}
+#: (a record's length, where a field is in it, the field's struct code) -> the layout that
+#: reads that field alone
+_COLUMNS: dict[tuple[int, int, str], struct.Struct] = {}
 _LAYOUTS_LIMIT = 256
-_TTL = operator.attrgetter("ttl_ms")
-_CREATED = operator.attrgetter("created_ns")
 
 
 def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
@@ -62,6 +60,25 @@ def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
     leaves its payload at the same place), read in place from the log's bytes; ``None``
     if not, or if a record would not decode as ``commands.decode_add_as_job`` decodes it
     alone."""
+    decoded = _decode(run)
+    return None if decoded is None else (decoded.ids, decoded.jobs)
+
+
+class _Decoded(NamedTuple):
+    """A run decoded (:func:`_decode`): the ids, the jobs, their creation times (and the
+    earliest), names, TTLs and the priorities among them."""
+
+    ids: list[bytes]
+    jobs: list[Job]
+    created: list[int]
+    earliest_ns: int
+    names: list[str]
+    ttls: list[int]
+    priorities: set[int]
+
+
+def _decode(run: PayloadRun) -> _Decoded | None:
+    """:func:`decode_add_run`, with what :func:`replay_add_run` asks of the jobs."""
     count, size, stride, data = run.count, run.size, run.stride, run.data
     start = run.start
     first = data[start : start + size]
@@ -83,42 +100,69 @@ def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
         or max(data[start + time_at + 9 : end : stride]) >= 0x3B
     ):
         return None  # decoding them one by one decides
-    one_middle = all(
-        column.count(column[:1]) == count
-        for column in (data[start + k : end : stride] for k in range(1 + ID_LEN, payload_at))
-    )
-    layout = _layout(payload_at, size, stride, one_middle)
-    # each record whole (TIME and SIZE before the payload, the CRC after it): one stride
+    # the middle's bytes that differ between the records (a name's last letter, mostly)
+    varying = [
+        k
+        for k in range(1 + ID_LEN, payload_at)
+        if (column := data[start + k : end : stride]).count(column[:1]) != count
+    ]
+    # each record whole (TIME and SIZE before the payload, the CRC after it): one stride,
+    # read a field at a time (no tuple a record, nothing made that the jobs do not keep)
     head = stride - size - _CRC_LEN
     with memoryview(data) as whole, whole[start - head : end - head] as view:
-        if one_middle:
-            ids, job_payloads, created_s, created_n = zip(*layout.iter_unpack(view), strict=True)
-            middles: tuple[bytes, ...] = ()
-        else:
-            ids, middles, job_payloads, created_s, created_n = zip(
-                *layout.iter_unpack(view), strict=True
-            )
+        ids = _column(view, stride, head + 1, f"{ID_LEN}s")
+        job_payloads = _column(view, stride, head + payload_at, f"{time_at - payload_at}s")
+        created_n = _column(view, stride, head + created_at + 9, "i")
+        seconds_at = start + created_at + 1
+        one_second = all(
+            column.count(column[:1]) == count
+            for column in (data[seconds_at + k : end : stride] for k in range(8))
+        )
+        created_s = (
+            [int.from_bytes(data[seconds_at : seconds_at + 8], "big", signed=True)]
+            if one_second
+            else _column(view, stride, head + created_at + 1, "q")
+        )
+        middles = (
+            _column(view, stride, head + 1 + ID_LEN, f"{payload_at - 1 - ID_LEN}s")
+            if len(varying) > 1
+            else []
+        )
     if min(created_n) < 0 or max(created_n) >= _NS_PER_S:
         return None  # decoding them one by one raises for the first
-    offset_ns = _GO_OFFSET_NS
-    created = [s * _NS_PER_S + n - offset_ns for s, n in zip(created_s, created_n, strict=True)]
-    if min(created) < MIN_TIME_NS or max(created) > MAX_TIME_NS:
+    # Go's seconds since year 1 to Unix nanoseconds, once for each second
+    bases = {s: (s - GO_UNIX_OFFSET_S) * _NS_PER_S for s in set(created_s)}
+    created = list(
+        map(
+            operator.add,
+            repeat(bases[created_s[0]]) if one_second else map(bases.__getitem__, created_s),
+            created_n,
+        )
+    )
+    earliest_ns = min(created)
+    if earliest_ns < MIN_TIME_NS or max(created) > MAX_TIME_NS:
         return None  # clamped one by one (or Go's zero time, kept)
-    if one_middle:
-        columns: tuple[Iterable[object], ...] = tuple(map(repeat, _fields(template)))
+    columns: list[Sequence[object]]
+    if not varying:
+        columns = [[value] * count for value in _fields(template)]
     else:
-        fields = {}
-        for middle in set(middles):
-            index = middles.index(middle)
-            payload = data[start + index * stride : start + index * stride + size]
-            try:
-                job = decode_add_as_job(payload)
-            except CommandDecodeError:
+        # each middle's fields (one varying byte: the middles keyed by it)
+        keys: Sequence[object] = middles or data[start + varying[0] : end : stride]
+        by_key = {}
+        for key in set(keys):
+            at = start + keys.index(key) * stride
+            middle = data[at + 1 + ID_LEN : at + payload_at]
+            found = _middle_fields(middle, data, at, size)
+            if found is None:
                 return None
-            if job is None or size - 2 * TIME_LEN - len(job.payload) != payload_at:
-                return None
-            fields[middle] = _fields(job)
-        columns = tuple(zip(*map(fields.__getitem__, middles), strict=True))
+            by_key[key] = found
+        columns = []
+        for field, values in enumerate(zip(*by_key.values(), strict=True)):
+            if len(set(values)) == 1:  # the same in every middle (all but the name, mostly)
+                columns.append([values[0]] * count)
+            else:
+                value_of = {key: found[field] for key, found in by_key.items()}
+                columns.append(list(map(value_of.__getitem__, keys)))
     name, priority, ttr_ms, ttl_ms, max_attempts, max_fails = columns
     jobs = list(
         map(
@@ -135,54 +179,92 @@ def decode_add_run(run: PayloadRun) -> tuple[list[bytes], list[Job]] | None:
             created,
         )
     )
-    deque(map(setattr, jobs, repeat("modified_ns"), created), maxlen=0)
-    return list(ids), jobs
+    return _Decoded(
+        list(ids), jobs, created, earliest_ns, name, ttl_ms, set(priority)  # type: ignore[arg-type]
+    )
 
 
-def _layout(payload_at: int, size: int, stride: int, one_middle: bool) -> struct.Struct:
-    """A record (one ``stride``) of an add payload of ``size`` bytes whose payload starts
-    at ``payload_at``: the id, the middle (unless ``one_middle``), the payload, and the
-    creation time's seconds and nanoseconds."""
-    key = (payload_at, size, stride, one_middle)
-    layout = _LAYOUTS.get(key)
+def _middle_fields(middle: bytes, data: bytes, at: int, size: int) -> _Fields | None:
+    """What the record at ``at`` (of ``size`` bytes, with this ``middle``) says (as
+    :func:`_fields`), if it decodes with its payload where the middle ends; the same for
+    every record of that size with that middle (kept for the next runs)."""
+    key = (middle, size)
+    found = _MIDDLES.get(key, _UNKNOWN)
+    if found is not _UNKNOWN:
+        return found  # type: ignore[return-value]
+    try:
+        job = decode_add_as_job(data[at : at + size])
+    except CommandDecodeError:
+        return None  # (not kept: the record's other bytes may be what is wrong)
+    if job is None:
+        return None
+    fields = _fields(job) if size - 2 * TIME_LEN - len(job.payload) == 1 + ID_LEN + len(
+        middle
+    ) else None
+    if len(_MIDDLES) >= _MIDDLES_LIMIT:
+        _MIDDLES.clear()
+    _MIDDLES[key] = fields
+    return fields
+
+
+def _column(view: memoryview, stride: int, at: int, code: str) -> list[Any]:
+    """The field at ``at`` of each record of ``view`` (records of ``stride`` bytes), as
+    ``struct`` reads ``code`` (big-endian): one C-level pass."""
+    key = (stride, at, code)
+    layout = _COLUMNS.get(key)
     if layout is None:
-        middle = f"{payload_at - 1 - ID_LEN}{'x' if one_middle else 's'}"
-        layout = struct.Struct(
-            f">{stride - size - _CRC_LEN}xx{ID_LEN}s{middle}{size - payload_at - 2 * TIME_LEN}s"
-            f"{TIME_LEN}xxqi2x{_CRC_LEN}x"
-        )
-        if len(_LAYOUTS) < _LAYOUTS_LIMIT:
-            _LAYOUTS[key] = layout
-    return layout
+        layout = struct.Struct(f">{at}x{code}{stride - at - struct.calcsize('>' + code)}x")
+        if len(_COLUMNS) >= _LAYOUTS_LIMIT:
+            _COLUMNS.clear()
+        _COLUMNS[key] = layout
+    return list(chain.from_iterable(layout.iter_unpack(view)))
 
 
-def _fields(job: Job) -> tuple[str, int, int, int, int, int]:
+_Fields = tuple[str, int, int, int, int, int]
+#: where ``_fields`` puts the TTL
+_TTL_FIELD = 3
+#: (a middle, the record's size) -> what it says (``_middle_fields``), across runs
+_MIDDLES: dict[tuple[bytes, int], _Fields | None] = {}
+_MIDDLES_LIMIT = 4096
+_UNKNOWN = object()
+
+
+def _fields(job: Job) -> _Fields:
     """What a record's middle says: the name, priority, TTR, TTL and attempts."""
     return job.name, job.priority, job.ttr_ms, job.ttl_ms, job.max_attempts, job.max_fails
 
 
-def replay_add_run(engine: Engine, run: PayloadRun, now_ns: int) -> bool:
+def replay_add_run(
+    engine: Engine, run: PayloadRun, now_ns: int, ready: ReadyJobs | None = None
+) -> bool:
     """Replay ``run``, a run of add records, at once, as ``replay.replay_new_job``
     replays each (between ``begin_replay`` and ``end_replay``); whether it did. It does
     not (and changes nothing) if the run does not decode at once (:func:`decode_add_run`),
     an id is in the engine or twice in the run, a TTL has passed by ``now_ns``, or an undo
-    journal is open: the caller replays the records one by one."""
+    journal is open: the caller replays the records one by one. The jobs entered are
+    noted in ``ready``."""
     if run.count < MIN_RUN or not engine._replaying or engine._journal is not None:
         return False
-    decoded = decode_add_run(run)
+    decoded = _decode(run)
     if decoded is None:
         return False
-    ids, jobs = decoded
-    ttls = set(map(_TTL, jobs))
+    ids, jobs, created, earliest_ns, names, ttl_column, priorities = decoded
+    ttls = set(ttl_column)
     if len(ttls) == 1:
         (ttl_ms,) = ttls
-        if ttl_ms and min(map(_CREATED, jobs)) + ttl_ms * _NS_PER_MS <= now_ns:
+        if ttl_ms and earliest_ns + ttl_ms * _NS_PER_MS <= now_ns:
             return False
     elif any(job.ttl_ms and job.created_ns + job.ttl_ms * _NS_PER_MS <= now_ns for job in jobs):
         return False
-    new = dict(zip(ids, jobs, strict=True))
     table = engine.jobs
-    if len(new) != len(jobs) or not table.keys().isdisjoint(new):
+    if not table.keys().isdisjoint(ids):
         return False
-    table.update(new)
+    before = len(table)
+    table.update(zip(ids, jobs, strict=True))
+    if len(table) - before != len(ids):  # an id twice in the run: undone, one by one then
+        for job_id in ids:
+            table.pop(job_id, None)
+        return False
+    if ready is not None:
+        ready.add_run(jobs, names, ttl_column, priorities, created)
     return True

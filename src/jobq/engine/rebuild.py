@@ -8,8 +8,9 @@ this loop, about 1 µs a job interpreted.
 from __future__ import annotations
 
 import operator
+from collections import deque
 from collections.abc import Iterable
-from itertools import islice
+from itertools import islice, repeat
 from typing import TYPE_CHECKING, TypeVar
 
 from jobq.engine import dependencies
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from jobq.engine.machine import Engine
 
 _NS_PER_MS = 1_000_000
+_Key = TypeVar("_Key")
 
 
 def rebuild_indexes(
@@ -216,18 +218,9 @@ def adopt_ready(engine: Engine, columns: JobColumns, now_ns: int) -> bool:
     metadata), one priority, in creation order, none whose TTL has passed by ``now_ns``.
     Then every queue's run is its name's jobs as they come, every TTL's run its jobs, and
     no job has another deadline. Returns False, having done nothing, for other columns."""
-    count = len(columns.ids)
-    created = columns.created_ns
-    if not (
-        count
-        and columns.statuses.count(Status.PENDING) == count
-        and not columns.metas
-        and not any(columns.waiting_for_time)
-        and columns.time_ns.count(None) == count
-        and len(set(columns.priorities)) == 1
-        and all(map(operator.lt, created, islice(created, 1, None)))
-    ):
+    if not all_ready(columns):
         return False
+    created = columns.created_ns
     durations = columns.durations_ms
     ttl_index = columns.ttl_index
     ttl_used = set(ttl_index)
@@ -236,45 +229,126 @@ def adopt_ready(engine: Engine, columns: JobColumns, now_ns: int) -> bool:
         # the earliest expiry of that TTL's jobs: its first job's (creation order)
         if ttl_ms and created[ttl_index.index(index)] + ttl_ms * _NS_PER_MS <= now_ns:
             return False
-    names = columns.names
-    name_index = columns.name_index
+    names = list(map(columns.names.__getitem__, columns.name_index))
+    ttls = list(map(durations.__getitem__, ttl_index))
     ids = columns.ids
-    jobs = list(columns.jobs(queued=IN_RUN))
+    jobs = list(columns.jobs(queued=IN_RUN))  # (empties the columns)
     engine.jobs = dict(zip(ids, jobs, strict=True))
+    _index_ready(engine, jobs, names, ttls)
+    return True
+
+
+def all_ready(columns: JobColumns) -> bool:
+    """Whether ``columns``' jobs are all pending and ready (no scheduled time or retry
+    wait, no metadata), of one priority, in creation order (and there are some)."""
+    count = len(columns.ids)
+    created = columns.created_ns
+    return bool(
+        count
+        and columns.statuses.count(Status.PENDING) == count
+        and not columns.metas
+        and not any(columns.waiting_for_time)
+        and columns.time_ns.count(None) == count
+        and len(set(columns.priorities)) == 1
+        and all(map(operator.lt, created, islice(created, 1, None)))
+    )
+
+
+class ReadyJobs:
+    """The jobs a replay entered while each was a new job, pending and ready in its queue
+    (a snapshot's such jobs, then add records): their names, TTLs, priorities and whether
+    they came in creation order. If that is all the engine holds when the replay ends,
+    :meth:`index` indexes them in C-level passes as :func:`adopt_ready` does, instead of
+    :func:`rebuild_indexes`' loop over the jobs; :meth:`spoil` once anything else was
+    replayed."""
+
+    __slots__ = ("jobs", "last_created_ns", "names", "priorities", "spoiled", "ttls")
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self.names: list[str] = []
+        self.ttls: list[int] = []
+        self.priorities: set[int] = set()
+        self.last_created_ns = -1
+        #: False while every job entered was tracked here, in creation order
+        self.spoiled = False
+
+    def spoil(self) -> None:
+        """Something else was replayed (or the jobs came out of order): rebuild."""
+        self.spoiled = True
+        self.jobs, self.names, self.ttls = [], [], []
+
+    def add_run(
+        self,
+        jobs: list[Job],
+        names: list[str],
+        ttls: list[int],
+        priorities: Iterable[int],
+        created: list[int],
+    ) -> None:
+        """``jobs`` (new, pending and ready, of those ``priorities``, made at ``created``,
+        with those ``names`` and ``ttls``) were entered into the engine's table."""
+        if self.spoiled:
+            return
+        if not (
+            created[0] > self.last_created_ns
+            and all(map(operator.lt, created, islice(created, 1, None)))
+        ):
+            self.spoil()
+            return
+        self.last_created_ns = created[-1]
+        self.jobs += jobs
+        self.names += names
+        self.ttls += ttls
+        self.priorities.update(priorities)
+
+    def add(self, job: Job) -> None:
+        """``job`` (an add record's) was entered into the engine's table."""
+        self.add_run([job], [job.name], [job.ttl_ms], (job.priority,), [job.created_ns])
+
+    def index(self, engine: Engine) -> bool:
+        """Index the engine's jobs if they are the ones entered here, all ready with one
+        priority, in creation order (what :func:`rebuild_indexes` would do with them);
+        whether it did."""
+        jobs = self.jobs
+        if self.spoiled or not jobs or len(jobs) != len(engine.jobs) or len(self.priorities) != 1:
+            return False
+        deque(map(setattr, jobs, repeat("queued"), repeat(IN_RUN)), maxlen=0)
+        _index_ready(engine, jobs, self.names, self.ttls)
+        self.spoil()  # (its lists are the engine's now)
+        return True
+
+
+def _index_ready(engine: Engine, jobs: list[Job], names: list[str], ttls: list[int]) -> None:
+    """Index ``jobs`` (the engine's, in creation order, all pending and ready with one
+    priority, ``queued`` set to ``IN_RUN``), of those ``names`` and ``ttls``, in C-level
+    passes."""
     for queue in engine.queues.values():
         queue.clear_ready()
         queue.scheduled.clear()
         queue.running.clear()
     engine.by_created_by.clear()
-    by_name = _groups(jobs, name_index, names)
+    by_name = _groups(jobs, names)
     for name, group in by_name.items():
         queue_for(engine, name).run.extend(group)
     ttl_runs = {
         ttl_ms: group
-        for ttl_ms, group in _groups(jobs, ttl_index, durations).items()
+        for ttl_ms, group in _groups(jobs, ttls).items()
         if ttl_ms
     }
     by_status: dict[Status, list[Job]] = {status: [] for status in Status}
     by_status[Status.PENDING] = jobs
     _finish(engine, by_status, by_name, [], ttl_runs, [], in_order=True, in_lease_order=True)
-    return True
 
 
-_Key = TypeVar("_Key")
-
-
-def _groups(jobs: list[Job], index: list[int], values: list[_Key]) -> dict[_Key, list[Job]]:
-    """``jobs`` by ``values[index[i]]``, each group in the jobs' order (C-level passes: one
-    stable sort of the positions by index, then a slice a group)."""
-    used = sorted(set(index))
-    if len(used) == 1:
-        return {values[used[0]]: jobs[:]}
-    order = sorted(range(len(jobs)), key=index.__getitem__)
-    by_key = list(map(jobs.__getitem__, order))
-    groups: dict[_Key, list[Job]] = {}
-    start = 0
-    for position in used:
-        end = start + index.count(position)
-        groups[values[position]] = by_key[start:end]
-        start = end
+def _groups(jobs: list[Job], keys: list[_Key]) -> dict[_Key, list[Job]]:
+    """``jobs`` by their ``keys``, the groups in the order their keys first come, each in
+    the jobs' order, with C-level passes (each job handed to its group's ``append`` by
+    ``map``)."""
+    distinct = dict.fromkeys(keys)
+    if len(distinct) == 1:
+        return {keys[0]: jobs[:]}
+    groups: dict[_Key, list[Job]] = {key: [] for key in distinct}
+    appends = {key: group.append for key, group in groups.items()}
+    deque(map(operator.call, map(appends.__getitem__, keys), jobs), maxlen=0)
     return groups

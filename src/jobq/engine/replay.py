@@ -33,7 +33,7 @@ from jobq.engine.job import Job, Status, statuses_allowing
 from jobq.engine.jobcolumns import EngineColumns, EngineRows, JobColumns
 from jobq.engine.journal import touch
 from jobq.engine.liveness import SCHEDULE_COMMAND_TYPES
-from jobq.engine.rebuild import adopt_ready, rebuild_indexes
+from jobq.engine.rebuild import ReadyJobs, adopt_ready, all_ready, rebuild_indexes
 from jobq.engine.schedules import ScheduleRow, kept_run_jobs_of, run_job_id
 
 if TYPE_CHECKING:
@@ -268,16 +268,32 @@ def adopt_columns(engine: Engine, columns: JobColumns, now_ns: int) -> None:
     end_replay(engine, indexed=True)
 
 
-def begin_replay_from_columns(engine: Engine, columns: JobColumns, now_ns: int) -> None:
+def begin_replay_from_columns(
+    engine: Engine, columns: JobColumns, now_ns: int, ready: ReadyJobs | None = None
+) -> None:
     """:func:`begin_replay_from` for the jobs of a snapshot of columns: when none can have
-    expired (``JobColumns.none_expired``), the job table is made in C, else job by job."""
+    expired (``JobColumns.none_expired``), the job table is made in C, else job by job.
+    ``ready`` notes the jobs if they are all pending and ready (``rebuild.ReadyJobs``)."""
     if not columns.none_expired(now_ns):
+        if ready is not None:
+            ready.spoil()
         begin_replay_from(engine, columns.jobs(), now_ns, shared=True)
         return
     if engine.jobs:
         raise ValueError("begin_replay_from needs an engine without jobs")
     begin_replay(engine)
-    engine.jobs = dict(zip(columns.ids, columns.jobs(), strict=True))
+    if ready is None or not all_ready(columns):
+        if ready is not None:
+            ready.spoil()
+        engine.jobs = dict(zip(columns.ids, columns.jobs(), strict=True))
+        return
+    ids, created = columns.ids, columns.created_ns
+    names = list(map(columns.names.__getitem__, columns.name_index))
+    ttls = list(map(columns.durations_ms.__getitem__, columns.ttl_index))
+    priorities = set(columns.priorities)
+    jobs = list(columns.jobs())  # (empties the columns)
+    engine.jobs = dict(zip(ids, jobs, strict=True))
+    ready.add_run(jobs, names, ttls, priorities, created)
 
 
 def begin_replay_from(

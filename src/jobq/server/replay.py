@@ -14,7 +14,13 @@ from jobq.cmdlog.record import PayloadRun
 from jobq.engine.add_runs import replay_add_run
 from jobq.engine.commands import CommandDecodeError, decode_add_as_job, decode_command
 from jobq.engine.machine import Engine
-from jobq.server.snapshot import LogPosition, load_snapshot, remove_stale_temporaries
+from jobq.engine.rebuild import ReadyJobs
+from jobq.server.snapshot import (
+    LoadedColumns,
+    LogPosition,
+    load_snapshot,
+    remove_stale_temporaries,
+)
 
 logger = logging.getLogger("jobq.server")
 
@@ -44,8 +50,9 @@ def replay(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
     gc.disable()
     try:
         engine.begin_replay()
-        count = _apply_all(log, engine, now_ns, None)
-        engine.end_replay()
+        ready = ReadyJobs()
+        count = _apply_all(log, engine, now_ns, None, ready)
+        engine.end_replay(indexed=ready.index(engine))
     finally:
         gc.freeze()
         if gc_was_enabled:
@@ -71,9 +78,14 @@ def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
             if (position.sequence, position.offset) == log.position():
                 state.adopt_jobs(engine, now_ns)  # nothing after it (a clean stop's)
             else:
-                state.begin_replay_from(engine, now_ns)
-                count = _apply_all(log, engine, now_ns, position)
-                engine.end_replay()
+                ready = ReadyJobs()
+                if isinstance(state, LoadedColumns):
+                    engine.begin_replay_from_columns(state.job_columns, now_ns, ready)
+                else:
+                    ready.spoil()
+                    state.begin_replay_from(engine, now_ns)
+                count = _apply_all(log, engine, now_ns, position, ready)
+                engine.end_replay(indexed=ready.index(engine))
     finally:
         if loaded is not None:
             gc.freeze()
@@ -84,9 +96,12 @@ def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
     return ReplayStats(count, len(engine.jobs), time.perf_counter() - started, position)
 
 
-def _apply_all(log: CommandLog, engine: Engine, now_ns: int, start: LogPosition | None) -> int:
+def _apply_all(
+    log: CommandLog, engine: Engine, now_ns: int, start: LogPosition | None, ready: ReadyJobs
+) -> int:
     """Apply the records of ``log`` (those after ``start``, if given) to ``engine``, which
-    is replaying (``Engine.begin_replay``); return how many."""
+    is replaying (``Engine.begin_replay``); return how many. The jobs of add records are
+    noted in ``ready``, which is spoiled by any other record."""
     count = 0
     apply = engine.replay
     apply_new_job = engine.replay_new_job
@@ -98,8 +113,8 @@ def _apply_all(log: CommandLog, engine: Engine, now_ns: int, start: LogPosition 
     for logged_ns, payload in items:
         if logged_ns is None:  # a run of records read at once
             assert isinstance(payload, PayloadRun)
-            if not replay_add_run(engine, payload, now_ns):
-                _apply_each(log, engine, now_ns, start, payload, count)
+            if not replay_add_run(engine, payload, now_ns, ready):
+                _apply_each(log, engine, now_ns, start, payload, count, ready)
             count += payload.count
             continue
         try:
@@ -112,8 +127,12 @@ def _apply_all(log: CommandLog, engine: Engine, now_ns: int, start: LogPosition 
             raise ReplayError(f"{place}: cannot decode command: {exc}") from exc
         if job is None:
             apply(command, logged_ns=logged_ns, now_ns=now_ns)
+            if not ready.spoiled:
+                ready.spoil()
         else:
             apply_new_job(job, now_ns=now_ns)
+            if not ready.spoiled and engine.jobs.get(job.id) is job:
+                ready.add(job)
         count += 1
     return count
 
@@ -125,6 +144,7 @@ def _apply_each(
     start: LogPosition | None,
     run: PayloadRun,
     count: int,
+    ready: ReadyJobs,
 ) -> None:
     """Apply a run of records one by one (``count``: records applied before it)."""
     for logged_ns, payload in zip(run.times(), run.payloads(), strict=True):
@@ -137,8 +157,11 @@ def _apply_each(
             raise ReplayError(f"{place}: cannot decode command: {exc}") from exc
         if job is None:
             engine.replay(command, logged_ns=logged_ns, now_ns=now_ns)
+            ready.spoil()
         else:
             engine.replay_new_job(job, now_ns=now_ns)
+            if not ready.spoiled and engine.jobs.get(job.id) is job:
+                ready.add(job)
         count += 1
 
 
