@@ -36,6 +36,8 @@ from tests.replication.etcd import RunningEtcd
 from tests.replication.etcd_cluster import Kill, one_kill, start_server
 
 OUT = Path(__file__).resolve().parent / "out"
+
+
 def run_ttl(ttl_s: float, kills: int, root: Path) -> list[Kill]:
     work = Path(tempfile.mkdtemp(prefix=f"ttl{ttl_s:g}-", dir=root))
     etcd = RunningEtcd(work / "etcd")

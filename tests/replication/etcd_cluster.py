@@ -130,6 +130,10 @@ class Load:
 
 @dataclass
 class Kill:
+    """One kill: seconds until a survivor acknowledged a probe's add, and until the loading
+    client had a write acknowledged by a survivor; what that client saw acknowledged, and
+    how much of it the new primary lacks."""
+
     probe_s: float
     client_s: float
     adds: int
@@ -155,6 +159,9 @@ def lost_writes(server: Server, load: Load) -> int:
 
 
 def one_kill(servers: list[Server], etcd: RunningEtcd, ttl_s: float) -> Kill:
+    """SIGKILL the primary of ``servers`` (``--sync-replicas 1``) under a :class:`Load`,
+    measure, check the new primary, and start the killed one again (in ``servers``'s place)
+    as a standby."""
     primary = the_primary(servers, ttl_s + 20)
     others = [s for s in servers if s is not primary]
     wait_for(lambda: all(s.role() == "standby" for s in others), 30, "two standbys")
