@@ -14,11 +14,15 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from etcd3gw import exceptions as etcd_exceptions
-from etcd3gw.client import Etcd3Client
+if TYPE_CHECKING:
+    from etcd3gw.client import Etcd3Client
+
+# etcd3gw (and requests, urllib3, futurist under it) is imported when an EtcdKV is made,
+# not with this module: a server without --ha-etcd would otherwise spend about 0.1 s of its
+# start on it
 
 
 class EtcdUnavailable(Exception):
@@ -96,14 +100,18 @@ class EtcdKV:
     """The requests the elector makes, against the first etcd URL that answers."""
 
     def __init__(self, endpoints: str, timeout_s: float) -> None:
+        from etcd3gw.client import Etcd3Client
+
         self.endpoints = endpoints
-        self._clients = [
+        self._clients: list[Etcd3Client] = [
             Etcd3Client(host=host, port=port, protocol=scheme, timeout=timeout_s, api_path="/v3/")
             for scheme, host, port in parse_endpoints(endpoints)
         ]
         self._current = 0
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        from etcd3gw import exceptions as etcd_exceptions
+
         errors: list[str] = []
         for _ in range(len(self._clients)):
             client = self._clients[self._current]
