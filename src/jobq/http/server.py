@@ -28,10 +28,8 @@ DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 100
 #: of its previous response; then it is closed
 HEAD_TIMEOUT_S = 5.0
 #: how much longer a connection whose head timer ran out is given, for the loop to read what
-#: may have come while it stalled (a process descheduled on a loaded machine stalls for tens
-#: of milliseconds, now and then more: a pipelined request head waiting in the socket must
-#: not cost its connection)
-_READ_GRACE_S = 0.25
+#: may have come while it stalled
+_READ_GRACE_S = 0.05
 #: seconds an idle keep-alive connection stays open after a response
 KEEP_ALIVE_S = 5
 #: longest request line plus headers, in bytes
