@@ -534,19 +534,8 @@ class Core:
         gate = self.sync_gate
         if gate is not None and not self.follows_primary and self._hold_for_standbys(batch, gate):
             return
-        # a connection's replies in a row (the requests of one turn) go out with one write:
-        # its slot_ready writes every answered slot at the head of its order
-        replies = batch.replies
-        last = len(replies) - 1
-        for index, (slot, reply, _changed) in enumerate(replies):
-            slot.data = reply
-            conn = slot.conn
-            if index == last or replies[index + 1][0].conn is not conn:
-                conn.slot_ready()
-        for wakeup in batch.wakeups:
-            waiter = wakeup.token
-            assert isinstance(waiter, Slot)
-            self._fill_wakeup(wakeup, Dispatcher.wake_reply(wakeup.value, waiter.request))
+        self._release_replies(batch.replies)
+        self._wake(batch.wakeups)
         self._arm_timer()
 
     def _refuse_fenced(self, batch: Batch) -> None:
@@ -596,18 +585,24 @@ class Core:
             self._refuse_fenced(batch)
             return
         self._release_replies(batch.replies)
-        for wakeup in batch.wakeups:
-            waiter = wakeup.token
-            assert isinstance(waiter, Slot)
-            self._fill_wakeup(wakeup, Dispatcher.wake_reply(wakeup.value, waiter.request))
+        self._wake(batch.wakeups)
 
     def _release_replies(self, replies: list[tuple[Slot, bytes, bool]]) -> None:
+        # a connection's replies in a row (the requests of one turn) go out with one write:
+        # its slot_ready writes every answered slot at the head of its order
         last = len(replies) - 1
         for index, (slot, reply, _changed) in enumerate(replies):
             slot.data = reply
             conn = slot.conn
             if index == last or replies[index + 1][0].conn is not conn:
                 conn.slot_ready()
+
+    def _wake(self, wakeups: list[Wakeup]) -> None:
+        """Answer the waits a batch woke (a lease that found a job, a result...)."""
+        for wakeup in wakeups:
+            waiter = wakeup.token
+            assert isinstance(waiter, Slot)
+            self._fill_wakeup(wakeup, Dispatcher.wake_reply(wakeup.value, waiter.request))
 
     def _fill(self, slot: Slot, reply: bytes) -> None:
         slot.data = reply
