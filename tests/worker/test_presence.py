@@ -125,8 +125,11 @@ def test_an_idle_worker_in_a_lease_wait_stays_listed(
     assert running.core is not None
     core = running.core
     registry_ = core.workers
-    wait_for(lambda: running.in_loop(lambda: core.engine.queues["idle"].waiting == 1),
-             what="a lease waiting")
+    def lease_waiting() -> bool:
+        queue = core.engine.queues.get("idle")  # none until the worker's first lease
+        return queue is not None and queue.waiting == 1
+
+    wait_for(lambda: running.in_loop(lease_waiting), what="a lease waiting")
 
     def beat_since(now: float) -> bool:
         return bool(running.in_loop(lambda: registry_._workers["w-idle"].last_seen_s == now))
@@ -149,8 +152,16 @@ def test_a_worker_the_server_forgot_announces_itself_again(
 
     start(runtimes, running.tcp_address, registry, worker_id="w-b")
     wait_for(lambda: "w-b" in listed(tcp), what="announced")
-    clock.s += 10  # past its window before its next beat: expired
-    assert "w-b" not in listed(tcp)
+    assert running.core is not None
+    workers = running.core.workers
+
+    def expire() -> list[str]:
+        # in the server's loop, so that no beat comes between the clock and the listing (a
+        # beat then would hear "not known" and announce it again before a client could look)
+        clock.s += 10  # past its window before its next beat: expired
+        return [worker.id for worker in workers.live()]
+
+    assert "w-b" not in running.in_loop(expire)
     # its next beat hears "not known" and announces it again
     wait_for(lambda: "w-b" in listed(tcp), what="announced again")
 
