@@ -50,7 +50,7 @@ PURE_TESTS := $(addprefix tests/engine/test_,deadlines.py deadlines_compaction.p
 test: lint bytecode
 	sh scripts/ensure-test-tools.sh
 	$(PY) -m compileall -q tests >/dev/null
-	PY=$(PY) sh scripts/run-tests.sh
+	$(PY) -m pytest -q
 	JOBQ_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS)
 
 # The fault suite's long form (docs/fault.md): 400 kill rounds under sync=always, 150 under

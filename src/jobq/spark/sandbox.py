@@ -87,7 +87,11 @@ class _LocalParser:
 
                 log.info("starting a local JVM to check SQL against the roots")
                 conf = SparkConf(loadDefaults=False).set("spark.driver.memory", "256m")
-                self._gateway = launch_gateway(conf)  # type: ignore[no-untyped-call]
+                try:
+                    self._gateway = launch_gateway(conf)  # type: ignore[no-untyped-call]
+                except Exception:  # a JVM that exited at its start (a loaded machine): once more
+                    log.warning("the local JVM exited at its start; starting it again")
+                    self._gateway = launch_gateway(conf)  # type: ignore[no-untyped-call]
                 jvm = self._gateway.jvm
                 self._parser = jvm.org.apache.spark.sql.execution.SparkSqlParser()
             return self._gateway.jvm
