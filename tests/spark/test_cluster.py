@@ -81,7 +81,10 @@ def master_state(webui_port: int) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def wait_alive_worker(webui_port: int, procs: list[subprocess.Popen[bytes]], logs: Path) -> None:
+def wait_alive(
+    webui_port: int, procs: list[subprocess.Popen[bytes]], logs: Path, *, worker: bool
+) -> None:
+    """Until the master is ALIVE (``worker``: and has an ALIVE worker)."""
     deadline = time.monotonic() + CLUSTER_UP_S
     while True:
         state = master_state(webui_port)
@@ -89,15 +92,16 @@ def wait_alive_worker(webui_port: int, procs: list[subprocess.Popen[bytes]], log
         if (
             state
             and state.get("status") == "ALIVE"
-            and any(w.get("state") == "ALIVE" for w in workers)
+            and (not worker or any(w.get("state") == "ALIVE" for w in workers))
         ):
             return
         for proc in procs:
             if proc.poll() is not None:
                 raise AssertionError(f"a cluster process exited: {_tail(logs)}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"no ALIVE worker in {CLUSTER_UP_S} s: {state} {_tail(logs)}")
-        time.sleep(0.5)
+            what = "worker" if worker else "master"
+            raise AssertionError(f"no ALIVE {what} in {CLUSTER_UP_S} s: {state} {_tail(logs)}")
+        time.sleep(0.1)
 
 
 def _tail(logs: Path) -> str:
@@ -151,6 +155,9 @@ def test_standalone_cluster_runs_a_backup(client: Client, address: str, spark_di
                 logs / "master.log",
             )
         )
+        # the worker only once the master leads: one that registers earlier is answered
+        # "standby" and retries ~10 s later
+        wait_alive(webui, procs, logs, worker=False)
         procs.append(
             start_group(
                 [
@@ -172,7 +179,7 @@ def test_standalone_cluster_runs_a_backup(client: Client, address: str, spark_di
                 logs / "worker.log",
             )
         )
-        wait_alive_worker(webui, procs, logs)
+        wait_alive(webui, procs, logs, worker=True)
 
         n_files = 3
         for k in range(n_files):
