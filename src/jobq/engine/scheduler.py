@@ -63,7 +63,7 @@ from jobq.engine.schedules import (
 from jobq.engine.schedules import (
     SchedulerOptions as SchedulerOptions,
 )
-from jobq.engine.specs import Spec, next_after, runs_between
+from jobq.engine.specs import Spec, runs_and_next
 
 if TYPE_CHECKING:
     from jobq.engine.machine import Engine
@@ -108,8 +108,7 @@ def schedule_due(engine: Engine, schedule: Schedule, deadline_ns: int, now_ns: i
     due_ns = schedule.next_run_ns
     assert due_ns is not None
     spec = schedule.spec
-    count, latest = runs_between(spec, due_ns, now_ns)
-    following = next_after(spec, now_ns) if spec.kind != "at" else None
+    count, latest, following = runs_and_next(spec, due_ns, now_ns)
     window_ns = max(schedule.catchup_ms, engine.scheduler.pace_ms) * _NS_PER_MS
     if now_ns - latest > window_ns:
         # every run since due_ns was missed, the latest too long ago to make up
@@ -504,17 +503,56 @@ def _changes_schedule(
         if schedule is None:
             return
         touch_schedule(engine, schedule.id)
-        kept_before = schedule.kept_run_jobs()
+        runs_before = _kept_runs(schedule)
         change(engine, schedule, command)
-        kept_after = schedule.kept_run_jobs()
-        if kept_after != kept_before:
-            for job_id in kept_before - kept_after:
-                engine._kept_run_jobs.pop(job_id, None)
-            for job_id in kept_after:
-                engine._kept_run_jobs[job_id] = schedule.id
+        runs_after = _kept_runs(schedule)
+        if runs_after != runs_before:
+            kept_before = _kept_set(runs_before)
+            kept_after = _kept_set(runs_after)
+            if kept_after != kept_before:
+                for job_id in kept_before - kept_after:
+                    engine._kept_run_jobs.pop(job_id, None)
+                for job_id in kept_after:
+                    engine._kept_run_jobs[job_id] = schedule.id
         push_schedule(engine, schedule)
 
     return apply
+
+
+#: :meth:`Schedule.kept_run_jobs`'s three sources: the newest run, the firing kept for the
+#: next run, the one-off's firing (None: none)
+_KeptRuns = tuple[bytes | None, bytes | None, bytes | None]
+
+
+def _kept_runs(schedule: Schedule) -> _KeptRuns:
+    """:meth:`Schedule.kept_run_jobs` before it is made a set: a firing compares these
+    twice, and this module is compiled (the schedule's is not)."""
+    return (
+        schedule.last_job_id,
+        _fired_run(schedule, schedule.next_run_by),
+        _fired_run(schedule, schedule.one_off_by),
+    )
+
+
+def _fired_run(schedule: Schedule, key: RecordKey | None) -> bytes | None:
+    """The run id of ``key``'s firing if it made a job (:meth:`Schedule.run_id_of`)."""
+    if key is None or key[0] != "fire":
+        return None
+    seq = key[1]
+    assert isinstance(seq, int)
+    return schedule.run_id if seq == schedule.run_id_seq else schedule.run_id_of(seq)
+
+
+def _kept_set(runs: _KeptRuns) -> set[bytes]:
+    """The set :meth:`Schedule.kept_run_jobs` makes of ``runs``, in its order (the engine's
+    table of kept runs, which a snapshot lists, is filled in that order)."""
+    last, following, one_off = runs
+    jobs: set[bytes] = set() if last is None else {last}
+    if following is not None:
+        jobs.add(following)
+    if one_off is not None:
+        jobs.add(one_off)
+    return jobs
 
 
 @_changes_schedule

@@ -17,6 +17,16 @@ from jobq.engine.job import Job
 NEAR_END: Final = 16
 
 
+def _precedes(job: Job, other: Job) -> bool:
+    """``job < other`` (``Job.__lt__``: creation order, then id) without a Python-level call:
+    this module is compiled, ``Job`` (a msgspec struct) is not."""
+    created_ns = job.created_ns
+    other_created_ns = other.created_ns
+    if created_ns != other_created_ns:
+        return created_ns < other_created_ns
+    return job.id < other.id
+
+
 def add_sorted(entries: SortedList, job: Job) -> None:
     """``entries.add(job)``, faster when ``job`` goes last or near the end (jobs mostly come
     in creation order; those created at one time, such as a scheduler pass's runs, order by
@@ -30,7 +40,7 @@ def add_sorted(entries: SortedList, job: Job) -> None:
         return
     pos = len(maxes) - 1
     last: list[Job] = entries._lists[pos]
-    if not job < maxes[pos]:
+    if not _precedes(job, maxes[pos]):
         last.append(job)
         maxes[pos] = job
     else:
@@ -41,7 +51,7 @@ def add_sorted(entries: SortedList, job: Job) -> None:
             if at == stop:
                 entries.add(job)  # further back (maybe in an earlier sublist): bisect
                 return
-            if not job < last[at - 1]:
+            if not _precedes(job, last[at - 1]):
                 break
             at -= 1
         last.insert(at, job)  # where insort_right would put it (not less than last[at - 1])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable
 from typing import Any, Final
 
 import msgspec
@@ -28,6 +29,16 @@ def _croniter() -> Any:
     from croniter import croniter  # type: ignore[import-untyped,unused-ignore]
 
     return croniter
+
+
+def prepare_cron(specs: Iterable[Spec]) -> bool:
+    """Import croniter now if one of ``specs`` is a cron spec (whether one is): a start
+    that replayed cron schedules pays for the import then (~60 ms), not the first pass of
+    their firings, which may be a burst."""
+    if any(spec.cron for spec in specs):
+        _croniter()
+        return True
+    return False
 
 
 _NS_PER_S: Final = 1_000_000_000
@@ -248,19 +259,29 @@ def next_after(spec: Spec, after_ns: int) -> int | None:
 def runs_between(spec: Spec, first_ns: int, last_ns: int) -> tuple[int, int]:
     """How many runs fall in [first_ns, last_ns] given that ``first_ns`` is one, and the
     latest of them (counting stops after :data:`MAX_CRON_STEPS`)."""
+    count, latest, _ = runs_and_next(spec, first_ns, last_ns)
+    return count, latest
+
+
+def runs_and_next(spec: Spec, first_ns: int, last_ns: int) -> tuple[int, int, int | None]:
+    """:func:`runs_between` and ``next_after(spec, last_ns)`` (None for a one-off, ``at``),
+    the two looks a due schedule takes: counting a cron spec's runs ends at the first one
+    after ``last_ns``, which is the next, so that it is looked up once, not twice."""
+    one_off = spec.kind == "at"
     if last_ns < first_ns:
-        return 0, first_ns
+        return 0, first_ns, None if one_off else next_after(spec, last_ns)
     if spec.every_ms and not spec.cron:
         step = spec.every_ms * _NS_PER_MS
         n = (last_ns - first_ns) // step
-        return n + 1, first_ns + n * step
+        return n + 1, first_ns + n * step, None if one_off else next_after(spec, last_ns)
     count, latest = 1, first_ns
     for _ in range(MAX_CRON_STEPS):
         following = next_after(spec, latest)
         if following is None or following > last_ns:
-            break
+            # no run in (latest, last_ns]: the first after latest is the first after last_ns
+            return count, latest, None if one_off else following
         count, latest = count + 1, following
-    return count, latest
+    return count, latest, None if one_off else next_after(spec, last_ns)
 
 
 

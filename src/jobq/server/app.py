@@ -24,6 +24,7 @@ from jobq.engine.ceiling import UNLIMITED
 from jobq.engine.commands import ID_LEN, CommandDecodeError, decode_command
 from jobq.engine.machine import Engine, SchedulerOptions
 from jobq.engine.schedules import register_job_type_validator
+from jobq.engine.specs import prepare_cron
 from jobq.server.attempt_logs import AttemptLogs
 from jobq.server.ceiling import MemoryCeiling, default_max_memory_bytes, limits_command, mib
 from jobq.server.core import Core, WallClock
@@ -404,6 +405,7 @@ async def _serve_once(
             else f" (after the engine snapshot at {stats.snapshot.segment} offset "
             f"{stats.snapshot.offset})",
         )
+        prepare_cron(schedule.spec for schedule in engine.schedules.values())
         if stats.records or stats.jobs:
             # decoding the snapshot or the log freed its buffers and temporary objects: hand
             # those pages back before serving
