@@ -18,3 +18,21 @@ def test_a_plain_server_start_loads_neither_etcd_nor_fastapi() -> None:
     for optional in ("etcd3gw", "requests", "fastapi", "uvicorn"):
         assert f"'{optional}'" not in loaded, f"{optional} is loaded by a plain server start"
     assert "'jobq.server.app'" in loaded  # the list is the one printed
+
+
+#: which specs make ``prepare_cron`` import croniter, in a fresh interpreter
+_CRON = (
+    "import sys; from jobq.engine.specs import Spec, prepare_cron; "
+    "print('croniter' in sys.modules, prepare_cron([Spec(every_ms=1000)]), "
+    "'croniter' in sys.modules, prepare_cron([Spec(every_ms=1000), Spec(cron='* * * * *')]), "
+    "'croniter' in sys.modules)"
+)
+
+
+def test_croniter_is_imported_after_a_replay_only_for_cron_schedules() -> None:
+    """A start that replayed cron schedules imports croniter before serving
+    (``specs.prepare_cron``), not in their first firing; one with none does not."""
+    seen = subprocess.run(
+        [sys.executable, "-c", _CRON], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert seen == ["False", "False", "False", "True", "True"]

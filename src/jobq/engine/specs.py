@@ -33,7 +33,7 @@ def _croniter() -> Any:
 
 def prepare_cron(specs: Iterable[Spec]) -> bool:
     """Import croniter now if one of ``specs`` is a cron spec (whether one is): a start
-    that replayed cron schedules pays for the import then (~60 ms), not the first pass of
+    that replayed cron schedules pays for the import then, not the first pass of
     their firings, which may be a burst."""
     if any(spec.cron for spec in specs):
         _croniter()
