@@ -471,11 +471,7 @@ def walks_the_standby(ex: Example, world: World) -> None:
     ports = {old: str(free_port()) for old in ("9922", "9923", "8080", "8081")}
     base = world.workdir / "ha"
 
-    def adapt(text: str) -> str:
-        text = " ".join(shlex.split(text, comments=True)) if "|" not in text else text
-        for old, new in ports.items():
-            text = text.replace(old, new)
-        return text.replace("/tmp/jobq-", f"{base}-")
+    adapt = _ha_adapter(ports, {"/tmp/jobq-": f"{base}-"})
 
     steps = [
         e for e in examples() if e.doc == "docs/ha.md" and CHECKS.get(e.key) is walks_the_standby
@@ -527,10 +523,32 @@ def walks_the_standby(ex: Example, world: World) -> None:
         assert f"{standby} is the primary, epoch 1 (was standby of {primary})" in promoted
         assert world.run(f"jobq submit reports.daily --server {standby}").strip()
     finally:
-        for proc in reversed(procs):
-            proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=30)
-            assert proc.returncode == 0, out.decode(errors="replace")
+        _stop_in_turn(procs)
+
+
+def _ha_adapter(
+    ports: dict[str, str], paths: dict[str, str], *, split_pipes: bool = False
+) -> Callable[[str], str]:
+    """docs/ha.md's command lines made to run here: comments dropped and the words joined
+    again (a pipeline's only with ``split_pipes``), then the doc's fixed ports and ``/tmp``
+    paths replaced, in that order, by the world's."""
+
+    def adapt(text: str) -> str:
+        if split_pipes or "|" not in text:
+            text = " ".join(shlex.split(text, comments=True))
+        for old, new in {**ports, **paths}.items():
+            text = text.replace(old, new)
+        return text
+
+    return adapt
+
+
+def _stop_in_turn(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each server, newest first; each must stop cleanly (exit 0)."""
+    for proc in reversed(procs):
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out.decode(errors="replace")
 
 
 #: the worlds whose docs/ha.md synchronous pair ran
@@ -546,11 +564,7 @@ def walks_sync_replication(ex: Example, world: World) -> None:
     _SYNC_WALKED.add(id(world))
     ports = {old: str(free_port()) for old in ("9932", "9933")}
 
-    def adapt(text: str) -> str:
-        text = " ".join(shlex.split(text, comments=True))
-        for old, new in ports.items():
-            text = text.replace(old, new)
-        return text.replace("/tmp/jobq-", f"{world.workdir / 'ha-'}")
+    adapt = _ha_adapter(ports, {"/tmp/jobq-": f"{world.workdir / 'ha-'}"}, split_pipes=True)
 
     steps = [
         e for e in examples()
@@ -573,10 +587,7 @@ def walks_sync_replication(ex: Example, world: World) -> None:
         output = world.run(status)
         assert "sync 1/1, 0 replies waiting" in output, output
     finally:
-        for proc in reversed(procs):
-            proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=30)
-            assert proc.returncode == 0, out.decode(errors="replace")
+        _stop_in_turn(procs)
 
 
 #: the worlds whose docs/ha.md election walk-through ran
@@ -597,11 +608,7 @@ def walks_the_election(ex: Example, world: World) -> None:
     ports = {old: str(free_port()) for old in olds}
     base = world.workdir / "election"
 
-    def adapt(text: str) -> str:
-        text = " ".join(shlex.split(text, comments=True)) if "|" not in text else text
-        for old, new in ports.items():
-            text = text.replace(old, new)
-        return text.replace("/tmp/jobq-", f"{base}-").replace("/tmp/etcd", f"{base}-etcd")
+    adapt = _ha_adapter(ports, {"/tmp/jobq-": f"{base}-", "/tmp/etcd": f"{base}-etcd"})
 
     steps = [
         e for e in examples() if e.doc == "docs/ha.md" and CHECKS.get(e.key) is walks_the_election
