@@ -25,6 +25,7 @@ HOT_MODULES = (
     "jobq.engine.ceiling",
     "jobq.engine.indexes",
     "jobq.engine.journal",
+    "jobq.engine.kept_runs",
     "jobq.engine.machine",
     "jobq.engine.scheduler",
     "jobq.engine.sortedjobs",

@@ -48,6 +48,7 @@ from jobq.engine.extensions import (
 from jobq.engine.indexes import push_schedule
 from jobq.engine.job import Job
 from jobq.engine.journal import touch_schedule
+from jobq.engine.kept_runs import kept_runs, kept_set
 from jobq.engine.schedules import (
     ErrorPolicy,
     RecordKey,
@@ -503,12 +504,12 @@ def _changes_schedule(
         if schedule is None:
             return
         touch_schedule(engine, schedule.id)
-        runs_before = _kept_runs(schedule)
+        runs_before = kept_runs(schedule)
         change(engine, schedule, command)
-        runs_after = _kept_runs(schedule)
+        runs_after = kept_runs(schedule)
         if runs_after != runs_before:
-            kept_before = _kept_set(runs_before)
-            kept_after = _kept_set(runs_after)
+            kept_before = kept_set(runs_before)
+            kept_after = kept_set(runs_after)
             if kept_after != kept_before:
                 for job_id in kept_before - kept_after:
                     engine._kept_run_jobs.pop(job_id, None)
@@ -517,42 +518,6 @@ def _changes_schedule(
         push_schedule(engine, schedule)
 
     return apply
-
-
-#: :meth:`Schedule.kept_run_jobs`'s three sources: the newest run, the firing kept for the
-#: next run, the one-off's firing (None: none)
-_KeptRuns = tuple[bytes | None, bytes | None, bytes | None]
-
-
-def _kept_runs(schedule: Schedule) -> _KeptRuns:
-    """:meth:`Schedule.kept_run_jobs` before it is made a set: a firing compares these
-    twice, and this module is compiled (the schedule's is not)."""
-    return (
-        schedule.last_job_id,
-        _fired_run(schedule, schedule.next_run_by),
-        _fired_run(schedule, schedule.one_off_by),
-    )
-
-
-def _fired_run(schedule: Schedule, key: RecordKey | None) -> bytes | None:
-    """The run id of ``key``'s firing if it made a job (:meth:`Schedule.run_id_of`)."""
-    if key is None or key[0] != "fire":
-        return None
-    seq = key[1]
-    assert isinstance(seq, int)
-    return schedule.run_id if seq == schedule.run_id_seq else schedule.run_id_of(seq)
-
-
-def _kept_set(runs: _KeptRuns) -> set[bytes]:
-    """The set :meth:`Schedule.kept_run_jobs` makes of ``runs``, in its order (the engine's
-    table of kept runs, which a snapshot lists, is filled in that order)."""
-    last, following, one_off = runs
-    jobs: set[bytes] = set() if last is None else {last}
-    if following is not None:
-        jobs.add(following)
-    if one_off is not None:
-        jobs.add(one_off)
-    return jobs
 
 
 @_changes_schedule

@@ -25,6 +25,7 @@ from jobq.engine.executors import Work as Work
 from jobq.engine.executors import register_executor as register_executor
 from jobq.engine.executors import register_job_type_validator as register_job_type_validator
 from jobq.engine.extensions import FireSchedule
+from jobq.engine.kept_runs import kept_runs, kept_set
 from jobq.engine.specs import MAX_DURATION_MS as MAX_DURATION_MS
 from jobq.engine.specs import Spec as Spec
 from jobq.engine.specs import next_after as next_after
@@ -209,13 +210,8 @@ class Schedule:
     def kept_run_jobs(self) -> set[bytes]:
         """The runs whose records the cleaner keeps even once their jobs are gone: the
         newest run's, and those of the firings kept for the next run or the one-off's run
-        (replay creates their jobs, so it must see them removed too)."""
-        jobs = set() if self.last_job_id is None else {self.last_job_id}
-        for key in (self.next_run_by, self.one_off_by):
-            if key is not None and key[0] == "fire":
-                assert isinstance(key[1], int)
-                jobs.add(self.run_id_of(key[1]))
-        return jobs
+        (replay creates their jobs, so it must see them removed too; ``kept_runs.py``)."""
+        return kept_set(kept_runs(self))
 
     def run_id_of(self, seq: int) -> bytes:
         """:func:`run_job_id` of this schedule's run ``seq``. The last one is kept: a firing

@@ -256,17 +256,11 @@ def next_after(spec: Spec, after_ns: int) -> int | None:
     return None
 
 
-def runs_between(spec: Spec, first_ns: int, last_ns: int) -> tuple[int, int]:
-    """How many runs fall in [first_ns, last_ns] given that ``first_ns`` is one, and the
-    latest of them (counting stops after :data:`MAX_CRON_STEPS`)."""
-    count, latest, _ = runs_and_next(spec, first_ns, last_ns)
-    return count, latest
-
-
 def runs_and_next(spec: Spec, first_ns: int, last_ns: int) -> tuple[int, int, int | None]:
-    """:func:`runs_between` and ``next_after(spec, last_ns)`` (None for a one-off, ``at``),
-    the two looks a due schedule takes: counting a cron spec's runs ends at the first one
-    after ``last_ns``, which is the next, so that it is looked up once, not twice."""
+    """How many runs fall in [first_ns, last_ns] given that ``first_ns`` is one, the latest
+    of them (counting stops after :data:`MAX_CRON_STEPS`), and ``next_after(spec,
+    last_ns)`` (None for a one-off, ``at``): the looks a due schedule takes. Counting a cron
+    spec's runs ends at the first one after ``last_ns``, which is the next: one look-up."""
     one_off = spec.kind == "at"
     if last_ns < first_ns:
         return 0, first_ns, None if one_off else next_after(spec, last_ns)
