@@ -507,14 +507,12 @@ def _changes_schedule(
         runs_before = kept_runs(schedule)
         change(engine, schedule, command)
         runs_after = kept_runs(schedule)
-        if runs_after != runs_before:
-            kept_before = kept_set(runs_before)
-            kept_after = kept_set(runs_after)
-            if kept_after != kept_before:
-                for job_id in kept_before - kept_after:
-                    engine._kept_run_jobs.pop(job_id, None)
-                for job_id in kept_after:
-                    engine._kept_run_jobs[job_id] = schedule.id
+        if runs_after != runs_before:  # equal sets only write what the table holds
+            kept_before, kept_after = kept_set(runs_before), kept_set(runs_after)
+            for job_id in kept_before - kept_after:
+                engine._kept_run_jobs.pop(job_id, None)
+            for job_id in kept_after:
+                engine._kept_run_jobs[job_id] = schedule.id
         push_schedule(engine, schedule)
 
     return apply
