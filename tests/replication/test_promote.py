@@ -245,3 +245,33 @@ def test_jobq_promote_refusals_are_one_line_and_change_nothing(
         assert "this server is already the primary (epoch 3)" in again.stderr
     finally:
         standby.stop()
+
+
+def test_an_epoch_too_large_for_the_log_is_refused_and_changes_nothing(
+    primary: RunningServer, tmp_path: Path
+) -> None:
+    # an epoch the log cannot hold used to make the standby a primary without its epoch
+    # record (answered "Command log unavailable"): it stopped following and took writes
+    standby = standby_of(
+        primary, tmp_path / "standby", segment_size_bytes=4096, with_http=True
+    )
+    try:
+        huge = str(2**64)
+        bad = _jobq("promote", "--epoch", huge, "--server", f"127.0.0.1:{standby.port}")
+        assert bad.returncode == 2 and "--epoch" in bad.stderr, bad.stderr
+        with httpx.Client(base_url=standby.http_url) as http:
+            answer = http.post("/api/server/promote", params={"epoch": huge})
+            assert 400 <= answer.status_code < 500 and answer.json()["error"], answer.text
+        with standby.client() as client:
+            with pytest.raises(ClientError, match="epoch"):
+                client.promote(epoch=2**64)
+            with pytest.raises(JobqError, match="READONLY"):
+                client.add("q", b"refused")
+        assert _roles(standby).role == "standby"
+        assert standby.core.engine.epoch == 0  # type: ignore[union-attr]
+        with primary.client() as client:
+            client.add("q", b"still followed", id=uuid.UUID(int=7))
+        caught_up(primary, standby)
+        assert uuid.UUID(int=7).bytes in state(standby)
+    finally:
+        standby.stop()

@@ -12,11 +12,12 @@ from __future__ import annotations
 import click
 
 from jobq.cli.common import Remote, client_options, connected, json_option, print_json
+from jobq.engine.limits import MAX_EPOCH
 
 
 @click.command("promote")
 @click.option(
-    "--epoch", type=click.IntRange(min=1), default=None,
+    "--epoch", type=click.IntRange(min=1, max=MAX_EPOCH), default=None,
     help="The epoch to start; it must be newer than any the server saw [default: one more].",
 )
 @json_option
