@@ -21,6 +21,7 @@ from jobq.engine.extensions import Epoch
 from jobq.server.core import Core
 from jobq.server.replication.roles import Roles
 from tests.harness import RunningServer, wait_for
+from tests.ports import free_port
 from tests.replication.conftest import caught_up, standby_of, state
 from tests.server.core_clients import CoreClient
 
@@ -273,5 +274,22 @@ def test_an_epoch_too_large_for_the_log_is_refused_and_changes_nothing(
             client.add("q", b"still followed", id=uuid.UUID(int=7))
         caught_up(primary, standby)
         assert uuid.UUID(int=7).bytes in state(standby)
+    finally:
+        standby.stop()
+
+
+def test_jobq_promote_refuses_a_list_of_servers(primary: RunningServer, tmp_path: Path) -> None:
+    # with the first address down, the list used to promote the next one that answered and
+    # say the whole list "is the primary": which server changed was left to chance
+    standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
+    try:
+        down = f"127.0.0.1:{free_port()}"
+        for server in (f"{down},127.0.0.1:{standby.port}", f"127.0.0.1:{standby.port},{down}"):
+            refused = _jobq("promote", "--server", server)
+            assert refused.returncode == 2, refused.stderr
+            assert refused.stderr.strip().splitlines() == [
+                "jobq: promote takes one server (--server HOST:PORT), not a list"
+            ]
+        assert _roles(standby).role == "standby"
     finally:
         standby.stop()
