@@ -20,12 +20,11 @@ from jobq.cli.common import (
     json_option,
     print_json,
 )
-from jobq.engine.limits import MAX_EPOCH
 
 
 @click.command("promote")
 @click.option(
-    "--epoch", type=click.IntRange(min=1, max=MAX_EPOCH), default=None,
+    "--epoch", type=click.IntRange(min=1), default=None,
     help="The epoch to start; it must be newer than any the server saw [default: one more].",
 )
 @json_option
