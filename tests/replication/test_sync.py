@@ -347,11 +347,6 @@ class _Blackhole:
             sock.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a standby's id is random per process, so its restart is a second standby "
-    "while the primary has not noticed its old stream gone (hunt-ha report)",
-)
 def test_a_standby_restarted_behind_its_unnoticed_old_stream_counts_once(
     tmp_path: Path, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
