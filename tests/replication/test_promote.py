@@ -21,6 +21,7 @@ from jobq.engine.extensions import Epoch
 from jobq.server.core import Core
 from jobq.server.replication.roles import Roles
 from tests.harness import RunningServer, wait_for
+from tests.ports import free_port
 from tests.replication.conftest import caught_up, standby_of, state
 from tests.server.core_clients import CoreClient
 
@@ -243,5 +244,53 @@ def test_jobq_promote_refusals_are_one_line_and_change_nothing(
         again = _jobq("promote", "--epoch", "3", "--server", f"127.0.0.1:{standby.port}")
         assert again.returncode == 2
         assert "this server is already the primary (epoch 3)" in again.stderr
+    finally:
+        standby.stop()
+
+
+def test_an_epoch_too_large_for_the_log_is_refused_and_changes_nothing(
+    primary: RunningServer, tmp_path: Path
+) -> None:
+    # an epoch the log cannot hold used to make the standby a primary without its epoch
+    # record (answered "Command log unavailable"): it stopped following and took writes
+    standby = standby_of(
+        primary, tmp_path / "standby", segment_size_bytes=4096, with_http=True
+    )
+    try:
+        huge = str(2**64)
+        bad = _jobq("promote", "--epoch", huge, "--server", f"127.0.0.1:{standby.port}")
+        assert bad.returncode == 2, bad.stderr
+        assert bad.stderr.strip().splitlines() == [f"jobq: epoch: must be 1 to {2**63 - 1}"]
+        with httpx.Client(base_url=standby.http_url) as http:
+            answer = http.post("/api/server/promote", params={"epoch": huge})
+            assert 400 <= answer.status_code < 500 and answer.json()["error"], answer.text
+        with standby.client() as client:
+            with pytest.raises(ClientError, match="epoch"):
+                client.promote(epoch=2**64)
+            with pytest.raises(JobqError, match="READONLY"):
+                client.add("q", b"refused")
+        assert _roles(standby).role == "standby"
+        assert standby.core.engine.epoch == 0  # type: ignore[union-attr]
+        with primary.client() as client:
+            client.add("q", b"still followed", id=uuid.UUID(int=7))
+        caught_up(primary, standby)
+        assert uuid.UUID(int=7).bytes in state(standby)
+    finally:
+        standby.stop()
+
+
+def test_jobq_promote_refuses_a_list_of_servers(primary: RunningServer, tmp_path: Path) -> None:
+    # with the first address down, the list used to promote the next one that answered and
+    # say the whole list "is the primary": which server changed was left to chance
+    standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
+    try:
+        down = f"127.0.0.1:{free_port()}"
+        for server in (f"{down},127.0.0.1:{standby.port}", f"127.0.0.1:{standby.port},{down}"):
+            refused = _jobq("promote", "--server", server)
+            assert refused.returncode == 2, refused.stderr
+            assert refused.stderr.strip().splitlines() == [
+                "jobq: promote takes one server (--server HOST:PORT), not a list"
+            ]
+        assert _roles(standby).role == "standby"
     finally:
         standby.stop()

@@ -4,9 +4,12 @@ standbys hold it fsynced; with fewer, it waits (reads go on) and the wait shows.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -300,3 +303,86 @@ def test_a_fence_answers_what_waits_for_the_standbys_as_in_flight(
     assert _sync_status(sync_primary)["waiting_replies"] == 0
     with pytest.raises(NotPrimary, match="the new primary is not known yet"):
         _add(sync_primary, 2)  # a change after the fence: refused, not applied
+
+
+class _Blackhole:
+    """A relay to the primary that a test can freeze: from then on it forwards nothing
+    either way and closes nothing, as a network that went dark (a standby's machine lost
+    power): the primary's end of the stream stays open, unnoticed, for minutes."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.frozen = threading.Event()
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                return
+            self.sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                if not self.frozen.is_set():
+                    sink.sendall(data)
+        except OSError:
+            pass
+        if not self.frozen.is_set():
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            sock.close()
+
+
+def test_a_standby_restarted_behind_its_unnoticed_old_stream_counts_once(
+    tmp_path: Path, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    """A standby whose old stream the primary has not noticed gone (its machine lost power)
+    starts again: its new stream and the old one are one standby, not two."""
+    primary = RunningServer(tmp_path / "primary", segment_size_bytes=4096, sync_replicas=2)
+    relay = _Blackhole(primary.port)
+    standby = RunningServer(
+        tmp_path / "standby", replica_of=("127.0.0.1", relay.port), segment_size_bytes=4096
+    )
+    again = None
+    try:
+        wait_for(lambda: _sync_status(primary)["standbys_synced"] == 1, 10, "the standby")
+        added = pool.submit(_add, primary, 1)
+        _waiting(primary, 1)
+        caught_up(primary, standby)  # it holds the add, fsynced: one standby of two
+        relay.frozen.set()
+        standby.stop()
+        again = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
+        assert again.core is not None and again.core.replication is not None
+        restarted = again.core.replication
+        wait_for(lambda: restarted.streams_opened >= 1, 10, "the new stream")
+        wait_for(lambda: len(_feeds_synced(primary)) == 2, 10, "both streams acknowledged")
+        with pytest.raises(concurrent.futures.TimeoutError):
+            added.result(NO_REPLY_S)
+        assert _sync_status(primary)["standbys_synced"] == 1
+    finally:
+        relay.close()
+        for server in (again, primary):
+            if server is not None:
+                server.stop()
+
+
+def _feeds_synced(server: RunningServer) -> list[tuple[int, int]]:
+    assert server.core is not None and server.core.replication is not None
+    replication = server.core.replication
+    return server.in_loop(
+        lambda: [f.synced_place for f in replication.feeds if f.synced_place is not None]
+    )

@@ -25,6 +25,7 @@ from jobq.engine.errors import InvalidArgument
 from jobq.engine.extensions import Epoch
 from jobq.engine.job import Job, Status
 from jobq.engine.journal import touch
+from jobq.engine.limits import MAX_EPOCH
 
 if TYPE_CHECKING:
     from jobq.engine.machine import Engine
@@ -42,7 +43,10 @@ def begin_epoch(
     now_ns: int,
 ) -> None:
     """Log the start of ``epoch`` at ``now_ns``, the log having ended at ``after``
-    (segment, offset). :class:`InvalidArgument` unless ``epoch`` is newer than the log's."""
+    (segment, offset). :class:`InvalidArgument` unless ``epoch`` is newer than the log's
+    (and at most :data:`MAX_EPOCH`)."""
+    if epoch > MAX_EPOCH:
+        raise InvalidArgument(f"epoch {epoch} is larger than {MAX_EPOCH}, the largest")
     if epoch <= engine.epoch:
         raise InvalidArgument(
             f"epoch {epoch} is not newer than this log's epoch {engine.epoch}"

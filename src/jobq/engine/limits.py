@@ -47,6 +47,9 @@ MAX_SCHEDULES: Final = 100_000
 #: the range of times the command log can hold (Unix ns, signed 64-bit)
 MIN_TIME_NS: Final = -(2**63)
 MAX_TIME_NS: Final = 2**63 - 1
+#: the largest epoch a promotion may start (signed 64-bit, as etcd's revisions; a larger one
+#: does not fit the log's record: docs/ha.md, "Promotion and epochs")
+MAX_EPOCH: Final = 2**63 - 1
 
 
 def clamp_time_ns(time_ns: int) -> int:

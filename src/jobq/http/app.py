@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobq import __version__
 from jobq.build import hot_path
+from jobq.engine.limits import MAX_EPOCH
 from jobq.http import bridge
 from jobq.http.auth import PRINCIPAL, ASGIApp, BearerAuth, Message, Receive, Scope, Send, send_json
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -118,7 +119,7 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
         return JSONResponse(summary)
 
     @app.post("/api/server/promote", tags=["server"])
-    async def promote(epoch: int | None = Query(None, ge=1)) -> Response:
+    async def promote(epoch: int | None = Query(None, ge=1, le=MAX_EPOCH)) -> Response:
         """Make this standby the primary (admins only; docs/ha.md): it logs epoch
         ``epoch`` (default: one more than any it saw) and takes writes. 409 on a primary."""
         body = {} if epoch is None else {"epoch": epoch}

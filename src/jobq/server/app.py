@@ -38,6 +38,7 @@ from jobq.server.replication.elected import ElectedRoles, make_elector, refuse_m
 from jobq.server.replication.election import Elector
 from jobq.server.replication.etcd_kv import EtcdUnavailable, check_reachable
 from jobq.server.replication.follower import PrimaryRefused, check_primary
+from jobq.server.replication.identity import ServerIdentity
 from jobq.server.replication.promote import promote_command
 from jobq.server.replication.roles import Roles
 from jobq.server.replication.state import Replication
@@ -347,8 +348,10 @@ async def _serve_once(
 
     engine = new_engine()
     replica_of = config.replica_of
+    identity = None if config.in_memory else ServerIdentity(config.data_dir)
     replication = Replication(
-        None if replica_of is None else _address(replica_of)
+        None if replica_of is None else _address(replica_of),
+        None if identity is None else identity.server_id,
     )
     replica_token = config.replica_token or config.auth_token
     if replica_of is not None:
@@ -379,6 +382,8 @@ async def _serve_once(
         )
     if not config.in_memory:
         log = open_log()
+        if identity is not None:
+            identity.keep()
         stats = restore(log, engine, clock())
         if replica_of is not None and not fresh:
             # the engine's epochs tell the primary whether this log is a prefix of its own

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from jobq.engine.errors import InvalidStatus
+from jobq.engine.limits import MAX_EPOCH
 from jobq.server.extensions.bodies import BadRequest, body, data_reply, register
 from jobq.server.replication.roles import RoleRefused
 
@@ -32,8 +33,8 @@ def promote_command(roles: Roles) -> Callable[[bytes, object, int], bytes]:
 
     def promote(data: bytes, token: object, now_ns: int) -> bytes:
         request = body(PromoteBody, data or b"{}")
-        if request.epoch is not None and request.epoch < 1:
-            raise BadRequest("epoch: must be 1 or more")
+        if request.epoch is not None and not 1 <= request.epoch <= MAX_EPOCH:
+            raise BadRequest(f"epoch: must be 1 to {MAX_EPOCH}")
         was = roles.role if roles.primary is None else f"standby of {roles.primary}"
         try:
             epoch = roles.promote_now(request.epoch, by="promote")

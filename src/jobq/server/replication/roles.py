@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from jobq.engine.errors import EngineError
+from jobq.engine.limits import MAX_EPOCH
 from jobq.server import protocol as p
 from jobq.server.replication.follower import Follower, PrimaryRefused, parse_address
 
@@ -166,6 +167,8 @@ class Roles:
             raise RoleRefused(
                 f"epoch {new_epoch} is not newer than epoch {seen}, the newest this server saw"
             )
+        if new_epoch > MAX_EPOCH:  # checked before anything changes: the log holds no more
+            raise RoleRefused(f"epoch {new_epoch} is larger than {MAX_EPOCH}, the largest")
         self._stop_following()
         following = self.replication.primary
         try:

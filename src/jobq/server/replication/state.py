@@ -31,9 +31,10 @@ class Replication:
     ``primary``: ``host:port`` of the primary this server follows (None: it is a primary).
     """
 
-    def __init__(self, primary: str | None = None) -> None:
-        #: a random id per process: a standby refuses a primary with its own id (itself)
-        self.server_id = secrets.token_hex(8)
+    def __init__(self, primary: str | None = None, server_id: str | None = None) -> None:
+        #: the data directory's id (``identity.py``; random if not given): a standby refuses
+        #: a primary with its own id (itself), and a primary counts a standby once by it
+        self.server_id = secrets.token_hex(8) if server_id is None else server_id
         self.primary = primary
         # -- epochs (docs/ha.md, "Promotion and epochs"; set by the app: the engine's)
         #: the epochs this server's log holds, oldest first: (epoch, where the log ended
