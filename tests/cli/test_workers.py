@@ -5,6 +5,7 @@ server."""
 from __future__ import annotations
 
 import json
+import socket
 from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner, Result
@@ -13,6 +14,7 @@ from jobq.cli import main
 from jobq.cli.common import span
 from jobq.cli.workers import serves
 from jobq.client import Client
+from jobq.server.workers import MAX_WORKERS
 
 
 def run(address: str, *args: str) -> Result:
@@ -100,3 +102,29 @@ def test_span_reads_like_the_ui() -> None:
     assert serves(["a", "b"]) == "a,b"
     long = [f"name-{i:02d}" for i in range(10)]
     assert serves(long) == "name-00,name-01,name-02,name-03,name-04 ... +5"
+
+
+def test_workers_list_holds_as_many_workers_as_the_server_keeps(address: str) -> None:
+    # the list of the server's 10,000 workers is a reply of 3.5 MB: the client took any
+    # data block over 3 MiB for a broken stream, and `workers list` said "cannot reach
+    # the server at ...: malformed reply: data block of 3522903 bytes is too large"
+    requests = bytearray()
+    for n in range(MAX_WORKERS):
+        body = json.dumps({
+            "worker_id": f"worker-{n:05d}.etl.example.internal", "names": ["reports.daily"],
+            "host": f"etl-host-{n}.example.internal", "pid": 4000 + n, "concurrency": 8,
+            "version": "1.0.0", "heartbeat_ms": 3_600_000,
+        }).encode()
+        requests += b"whello %d\r\n%s\r\n" % (len(body), body)
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(requests)  # pipelined: the server answers as it reads
+        replies = b""
+        while replies.count(b"\r\n") < 2 * MAX_WORKERS:
+            chunk = sock.recv(1 << 20)
+            assert chunk, replies[-200:]
+            replies += chunk
+    assert b"-" not in replies.split(b"\r\n", 1)[0]
+    result = run(address, "workers", "list")
+    assert result.exit_code == 0, result.output
+    assert len(result.output.splitlines()) == 1 + MAX_WORKERS

@@ -9,12 +9,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from jobq.client import Client
 from tests.harness import RunningServer, wait_for
+from tests.server.test_access import TOKENS, write_tokens
 
 
 def running_job(client: Client, name: str, worker: str = "w1") -> str:
@@ -23,11 +25,15 @@ def running_job(client: Client, name: str, worker: str = "w1") -> str:
     return job_id
 
 
-def stream(url: str, seen: list[dict[str, Any]], timeout_s: float = 20) -> Callable[[], None]:
-    """Read the NDJSON ``url`` into ``seen`` in a thread; returns a join."""
+def stream(
+    url: str, seen: list[dict[str, Any]], timeout_s: float = 20, token: str | None = None
+) -> Callable[[], None]:
+    """Read the NDJSON ``url`` into ``seen`` in a thread (with ``token``: as its bearer);
+    returns a join."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def read() -> None:
-        with httpx.stream("GET", url, timeout=timeout_s) as response:
+        with httpx.stream("GET", url, timeout=timeout_s, headers=headers) as response:
             assert response.status_code == 200
             assert response.headers["content-type"] == "application/x-ndjson"
             for line in response.iter_lines():
@@ -110,6 +116,29 @@ def test_follow_ends_when_the_job_is_deleted(live: RunningServer) -> None:
         client.delete(job_id)
         join()
     assert seen[-1] == {"error": "Not found"}
+
+
+def test_a_token_revoked_ends_its_follows(tmp_path: Path) -> None:
+    # a follow went on streaming a running job's lines to a token revoked meanwhile,
+    # while every new request with it got 401
+    path = write_tokens(tmp_path / "tokens.toml")
+    server = RunningServer(with_http=True, auth_file=path, auth_failure_delay_ms=0)
+    try:
+        with server.client(token=TOKENS["ci"]) as client:
+            job_id = running_job(client, "http.revoked")
+            client.append_log(job_id, 1, "w1", ["before"])
+            seen: list[dict[str, Any]] = []
+            join = stream(f"{server.http_url}/api/jobs/{job_id}/logs?follow=true", seen,
+                          token=TOKENS["grafana"])
+            wait_for(lambda: seen, what="the first page")
+            write_tokens(path, {"ci": TOKENS["ci"]})  # grafana's token is revoked
+            assert server.in_loop(lambda: server.core.access.reload()) is True
+            client.append_log(job_id, 1, "w1", ["after the revocation"])
+            join()
+        assert [p.get("text") for p in seen] == ["before\n", None]
+        assert seen[-1] == {"error": "Invalid token"}
+    finally:
+        server.stop()
 
 
 def test_a_server_that_stops_ends_its_follows() -> None:

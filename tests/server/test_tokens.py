@@ -14,7 +14,7 @@ import pytest
 
 from jobq.server.access import Principal, Role
 from jobq.server.tokens import Access, TokenFileError, load_auth_file, read_token_file
-from tests.harness import RunningServer
+from tests.harness import RunningServer, wait_until
 from tests.server.test_access import TOKENS, write_tokens
 
 SECRET = "a-secret-that-must-never-show"
@@ -174,3 +174,44 @@ def test_a_revoked_token_signs_its_connections_out(tmp_path: Path) -> None:
         )
     finally:
         server.stop()
+
+
+def test_a_lease_waiting_when_its_token_is_revoked_gets_no_job(tmp_path: Path) -> None:
+    # a worker's blocking lease outlived the revocation of its token: the next job, payload
+    # and all, went to a client the server no longer knows, and sat leased until its TTR
+    path = write_tokens(tmp_path / "t.toml")
+    server = RunningServer(auth_file=path, auth_failure_delay_ms=0)
+    try:
+        ci, grafana = Line(server.port), Line(server.port)
+        assert ci.send(f"auth {TOKENS['ci']}\r\n".encode()) == "+OK"
+        assert grafana.send(f"auth {TOKENS['grafana']}\r\n".encode()) == "+OK"
+        ci.sock.sendall(b"lease q1 30000\r\n")
+        # grafana's role goes up to worker, so it waits too; then ci is revoked and grafana
+        # goes back down to viewer
+        for roles in ({"ci": "worker", "grafana": "worker"}, {"grafana": "viewer"}):
+            path.write_text("[tokens]\n" + "".join(
+                f'{name} = {{ token = "{TOKENS[name]}", role = "{role}" }}\n'
+                for name, role in {"alice": "admin", **roles}.items()
+            ))
+            assert server.in_loop(lambda: server.core.access.reload()) is True
+            if roles["grafana"] == "worker":
+                grafana.sock.sendall(b"lease q1 30000\r\n")
+                wait_until(lambda: waiting(server, "q1") == 2)
+        # both are refused at once, as a new lease would be, and leave the queue
+        assert ci.send(b"") == "-CLIENT-ERROR Authentication required"
+        assert grafana.send(b"") == "-CLIENT-ERROR Forbidden: lease needs the worker role"
+        with server.client(token=TOKENS["alice"]) as alice:
+            assert waiting(server, "q1") == 0
+            job_id = alice.submit("q1", b"a secret payload")
+            assert alice.job(job_id)["status"] == "pending"
+        # the connections still work: ci authenticates no more, grafana reads
+        assert ci.send(f"auth {TOKENS['ci']}\r\n".encode()) == "-CLIENT-ERROR Invalid token"
+        assert grafana.send(b"inspect server\r\n").startswith("+OK")
+    finally:
+        server.stop()
+
+
+def waiting(server: RunningServer, name: str) -> int:
+    """Lease requests waiting on the queue ``name``."""
+    queue = server.in_loop(lambda: server.core.engine.queue(name))
+    return 0 if queue is None else int(queue.waiting)

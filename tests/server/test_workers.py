@@ -264,6 +264,23 @@ def test_more_workers_than_the_server_keeps_are_refused(
     assert ids(tcp) == ["w1", "w2"]
 
 
+def test_the_names_the_live_workers_announce_are_bounded(tcp: Client) -> None:
+    # 10,000 workers of 1,000 names of 255 characters each were all kept: 1,000 of them
+    # took 320 MiB, and one wlist then built a 258 MB reply on the event loop
+    def names(worker: int) -> list[str]:
+        return [f"w{worker:05d}n{n:04d}".ljust(255, "x") for n in range(1000)]
+
+    for worker in range(100):
+        tcp.whello(f"w{worker}", names(worker), heartbeat_ms=3_600_000)
+    with pytest.raises(ClientError) as refused:
+        tcp.whello("w100", names(100))
+    assert refused.value.text == "Too many names served by the live workers (at most 100000)"
+    tcp.whello("w0", names(100))  # one listed may announce itself again, as many names
+    tcp.wbye("w1")
+    tcp.whello("w100", names(101))  # room again
+    assert len(tcp.workers()) == 100
+
+
 # -- names nobody serves
 
 

@@ -34,6 +34,32 @@ PRINCIPAL: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
     "jobq_principal", default=None
 )
 
+#: the tokens and the token's digest of the HTTP request being served (None: a server
+#: without tokens), to find its principal again in a long answer (:func:`principal_now`)
+_TOKEN: contextvars.ContextVar[tuple[Access, bytes] | None] = contextvars.ContextVar(
+    "jobq_token", default=None
+)
+
+
+class Revoked(Exception):
+    """The token of the HTTP request being served names nobody any more."""
+
+
+def principal_now() -> Principal | None:
+    """The principal of the HTTP request being served as the tokens name it now (they may
+    have been reloaded since it came): a long answer, a log follow, asks before each step,
+    so that a changed role applies at once. None on a server without tokens; raises
+    :class:`Revoked` once its token was revoked."""
+    held = _TOKEN.get()
+    if held is None:
+        return None
+    access, key = held
+    principal = access.by_digest(key)
+    if principal is None:
+        raise Revoked
+    return principal
+
+
 #: what the browser may load without a token: the UI's shell, which asks for it
 PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico"})
 PUBLIC_PREFIXES = ("/static/",)
@@ -83,12 +109,16 @@ class BearerAuth:
                 if scheme.lower() == b"bearer":
                     given = rest.strip()
                 break
-        principal = None if given is None else self.access.by_digest(digest(given))
+        key = None if given is None else digest(given)
+        principal = None if key is None else self.access.by_digest(key)
         if principal is not None:
+            assert key is not None
             reset = PRINCIPAL.set(principal)
+            reset_token = _TOKEN.set((self.access, key))
             try:
                 await self.app(scope, receive, send)
             finally:
+                _TOKEN.reset(reset_token)
                 PRINCIPAL.reset(reset)
             return
         error = AUTH_REQUIRED

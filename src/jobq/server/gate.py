@@ -160,7 +160,8 @@ class Gate:
 
     def tokens_changed(self) -> None:
         """The tokens were reloaded: each authenticated connection acts for whom its token
-        names now; one whose token was revoked must authenticate again."""
+        names now; one whose token was revoked must authenticate again. A request of one
+        that waits, and that it may no longer run, is refused now."""
         access = self.core.access
         for conn in list(self.core.connections):
             key = getattr(conn, "token_digest", None)
@@ -175,6 +176,7 @@ class Gate:
                 conn.gatekeeping = True
             else:
                 conn.principal = principal
+            conn.access_changed()
 
     def _log_refusal(self, address: str, what: str) -> None:
         now_s = self.core.loop.time()

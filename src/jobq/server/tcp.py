@@ -27,9 +27,10 @@ from typing import cast
 from jobq.auth import AUTH_REQUIRED, INVALID_TOKEN
 from jobq.engine.errors import ErrorKind
 from jobq.server import protocol as p
-from jobq.server.access import Principal, Role
+from jobq.server.access import Forbidden, Principal, Role, check
 from jobq.server.auth import Auth, register_auth_command
 from jobq.server.core import Core, Slot
+from jobq.server.dispatch import error_reply
 from jobq.server.gate import (
     AUTH_TIMED_OUT,
     DEFAULT_MAX_CONNECTIONS,
@@ -377,6 +378,30 @@ class Connection(asyncio.Protocol):
         transport.resume_reading()
         feed.start()
         return True
+
+    def access_changed(self) -> None:
+        """The tokens were reloaded and the gate set whom the connection acts for now: a
+        request still waiting (a blocking lease, result or run) that it may no longer run
+        is withdrawn and refused as a new one would be, so no job goes to a revoked token."""
+        refused = False
+        for slot in self.slots:
+            request = slot.request
+            if not slot.waiting or slot.in_thread or request is None:
+                continue  # (a held answer to a wrong token waits in_thread)
+            if self.principal is None:
+                refusal: bytes = p.client_error(AUTH_REQUIRED)
+            else:
+                try:
+                    check(self.principal, request)
+                    continue
+                except Forbidden as exc:
+                    refusal = error_reply(exc)
+            self.core.cancel(slot)
+            slot.data = refusal
+            refused = True
+        if refused:
+            self.slot_ready()
+            self.unblock()
 
     def _count_refusal(self) -> None:
         """A request before ``auth`` (or one that did not parse) was refused."""

@@ -55,6 +55,9 @@ MIN_HEARTBEAT_MS = 100
 MAX_HEARTBEAT_MS = 3_600_000
 #: most workers kept at once (a ``whello`` past it is refused)
 MAX_WORKERS = 10_000
+#: most job names announced by the live workers together (one worker's up to 1,000 count
+#: each): what the registry keeps, and what one ``wlist`` answers with, stay bounded
+MAX_ANNOUNCED_NAMES = 100_000
 #: most handler threads a worker may announce
 MAX_CONCURRENCY = 100_000
 #: longest version text, in characters
@@ -182,6 +185,8 @@ class WorkerRegistry:
         self._workers: dict[str, Worker] = {}
         #: job name -> live workers serving it
         self._served: dict[str, int] = {}
+        #: names announced by the live workers, counted once a worker
+        self._names_total = 0
         #: no worker expires before this (a bound, exact after each sweep): signs of life
         #: only move a worker's expiry later
         self._next_expiry_s = math.inf
@@ -234,12 +239,14 @@ class WorkerRegistry:
         if old is not None:
             self._drop(old)
         self._workers[worker.id] = worker
+        self._names_total += len(worker.names)
         for name in worker.names:
             self._served[name] = self._served.get(name, 0) + 1
         self._next_expiry_s = min(self._next_expiry_s, worker.expires_s)
 
     def _drop(self, worker: Worker) -> None:
         del self._workers[worker.id]
+        self._names_total -= len(worker.names)
         served = self._served
         for name in worker.names:
             left = served[name] - 1
@@ -315,6 +322,11 @@ class WorkerRegistry:
         self.expire()
         if r.worker_id not in self._workers and len(self._workers) >= MAX_WORKERS:
             raise TooManyWorkers(f"Too many workers (at most {MAX_WORKERS})")
+        old = self._workers.get(r.worker_id)
+        if self._names_total - (len(old.names) if old else 0) + len(names) > MAX_ANNOUNCED_NAMES:
+            raise TooManyWorkers(
+                f"Too many names served by the live workers (at most {MAX_ANNOUNCED_NAMES})"
+            )
         window_s = self.missed_heartbeats * r.heartbeat_ms / 1000
         worker = Worker(r, names, self.monotonic_s(), self._clock_ns(), window_s)
         again = r.worker_id in self._workers

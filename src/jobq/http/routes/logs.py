@@ -4,8 +4,9 @@ it with ``fetch``, which, unlike ``EventSource``, can send the bearer token).
 
 A follow asks the core for more every :data:`FOLLOW_POLL_S` while the attempt runs, and
 ends when the server's page says ``end`` (the job finished and its last attempt is read; or,
-for an ``attempt`` asked for, when that attempt is over), when the job is gone (a last line
-``{"error": ...}``), when the client goes away, or when the server stops.
+for an ``attempt`` asked for, when that attempt is over), when the job is gone or the token
+revoked (a last line ``{"error": ...}``), when the client goes away, or when the server
+stops.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from fastapi import FastAPI, Query
 from fastapi import Path as PathParam
 from fastapi.responses import Response, StreamingResponse
 
+from jobq.auth import INVALID_TOKEN
 from jobq.http import bridge
+from jobq.http.auth import Revoked, principal_now
 from jobq.http.models import LogPage
 from jobq.http.routes import respond
 from jobq.server.attempt_logs.store import DEFAULT_READ_BYTES, MAX_READ_BYTES
@@ -87,10 +90,15 @@ async def _follow(
                     await asyncio.wait_for(stopping.wait(), FOLLOW_POLL_S)
         if stopping.is_set():
             return
+        try:
+            principal = principal_now()
+        except Revoked:
+            yield _line({"error": INVALID_TOKEN})  # the tokens were reloaded without it
+            return
         body: dict[str, Any] = {"id": page["id"], "offset": offset, "limit": limit}
         if attempt is not None:
             body["attempt"] = attempt
-        outcome = await bridge.extension(core, "logs", body)
+        outcome = await bridge.extension(core, "logs", body, principal)
         if not outcome.ok:
             yield _line(outcome.json())  # {"error": ...}: the job is gone
             return

@@ -16,7 +16,7 @@ from jobq.server.protocol.requests import ReplyShape, Request
 from jobq.server.protocol.values import (
     DEFAULT_MAX_REPLY_LINE_BYTES,
     MAX_DATA_BYTES,
-    MAX_EXTENSION_BODY_BYTES,
+    MAX_EXTENSION_REPLY_BYTES,
     decimal,
     parse_id,
 )
@@ -118,7 +118,7 @@ def _read_reply(shape: ReplyShape, max_data_bytes: int) -> _ReplyReader:
         return size
 
     if shape is ReplyShape.DATA:
-        body = yield block_size(line[4:], max(max_data_bytes, MAX_EXTENSION_BODY_BYTES))
+        body = yield block_size(line[4:], max(max_data_bytes, MAX_EXTENSION_REPLY_BYTES))
         return DataReply(body)
 
     if shape is ReplyShape.JOB or shape is ReplyShape.RESULT:

@@ -73,6 +73,10 @@ MAX_INSPECT_LIMIT = 100
 
 #: largest JSON body of an extension command (a 1 MiB checkpoint in base64 fits), in bytes
 MAX_EXTENSION_BODY_BYTES = 3 * 1024 * 1024
+#: largest JSON reply of an extension command the client side accepts, in bytes: a bound
+#: against a broken stream, far above what a server sends (a page of 1,000 jobs, the list
+#: of its 10,000 workers or 100,000 schedules: a few MB to some tens of MB)
+MAX_EXTENSION_REPLY_BYTES = 256 * 1024 * 1024
 
 # -- values
 
