@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from jobq.cmdlog import CommandLog, Cursor
 from jobq.cmdlog.gotime import TIME_LEN
 from jobq.cmdlog.record import Record, encode_header
 from tests.harness import RunningServer
+from tests.server.procs import JOBQ
 
 VECTORS = Path("/work/shared/vectors/workq-v1/basic")
 
@@ -352,3 +354,47 @@ def test_repair_names_a_submitted_job_whose_submit_it_drops_and_says_it_is_gone(
         "them: job gone"
     ) in out
     assert not _job_after_restart(directory.parent, leased)  # as the report says
+
+
+#: records whose CRC checks out but whose jobq command does not decode (a newer jobq's
+#: command type, a writer's bug): a start refuses them
+UNDECODABLE = {
+    "unknown type": (bytes([40]) + b"\x80", "unknown command type 40"),
+    "malformed submit": (bytes([16]) + b"\xc1", "MessagePack data is malformed"),
+    "submit of no job": (bytes([16]) + b"\x81\xa4name\xa1q", "Object missing required field"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNDECODABLE))
+def test_verify_and_repair_find_a_jobq_command_a_start_refuses(
+    tmp_path: Path, case: str
+) -> None:
+    # verify described jobq's own commands (type 16 and up) without decoding them, so it
+    # said ok of a log the server then refused to start on, and repair found nothing to
+    # drop: the operator was left with no way forward
+    payload, reason = UNDECODABLE[case]
+    data_dir = tmp_path / "data"
+    server = RunningServer(data_dir, sync="always")
+    try:
+        with server.client() as client:
+            kept = client.submit("q", b"kept")
+    finally:
+        assert server.stop() == 0
+    directory = data_dir / "cmdlog"
+    with CommandLog.open(directory, sync="always") as log:
+        offset = log.position()[1]
+        log.append(payload)
+    start = subprocess.run(
+        [JOBQ, "server", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert start.returncode == 1
+    assert f"000000001.log offset {offset}: cannot decode command: {reason}" in start.stderr
+    code, _, err = run("verify", str(directory))
+    assert code == 1
+    assert f"000000001.log: offset {offset}: bad command: {reason}" in err
+    code, out, _ = run("repair", str(directory))
+    assert code == 0
+    assert f"000000001.log offsets {offset}-" in out
+    assert run("verify", str(directory))[0] == 0
+    assert _job_after_restart(data_dir, kept)

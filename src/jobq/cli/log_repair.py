@@ -39,7 +39,6 @@ from jobq.engine.commands import (
     WORKQ_COMMAND_NAMES,
     CommandDecodeError,
     decode_command,
-    decode_workq_command,
 )
 from jobq.engine.extensions import FireSchedule, SubmitJob
 from jobq.engine.liveness import command_keys
@@ -63,12 +62,10 @@ def _command_problem(payload: bytes, version: int) -> str | None:
     in ``log.py``), without building the description: the scan's check of every record."""
     if not payload:
         return "empty payload"
-    if payload[0] >= EXTENSION_BASE:
-        if version == VERSION_1:
-            return f"extension command type {payload[0]} in a version-1 segment"
-        return None
+    if payload[0] >= EXTENSION_BASE and version == VERSION_1:
+        return f"extension command type {payload[0]} in a version-1 segment"
     try:
-        decode_workq_command(payload)
+        decode_command(payload)  # a jobq command that does not decode stops replay too
     except CommandDecodeError as exc:
         return str(exc)
     return None
