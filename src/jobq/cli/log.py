@@ -39,6 +39,7 @@ from jobq.engine.commands import (
     CompleteJob,
     FailJob,
     ScheduleJob,
+    decode_command,
     decode_workq_command,
 )
 
@@ -134,6 +135,9 @@ def _scan_segment(directory: str, name: str, newest: bool) -> tuple[int, _Proble
         for record in decode_records(data, path, name, version):
             try:
                 describe_command(record.payload, version)
+                if record.payload[0] >= FIRST_EXTENSION_TYPE:
+                    # described by type alone: decoded as replay decodes it
+                    decode_command(record.payload)
             except CommandDecodeError as exc:
                 return count, (record.offset, f"bad command: {exc}", len(data))
             count += 1

@@ -39,8 +39,8 @@ from jobq.engine.commands import (
     WORKQ_COMMAND_NAMES,
     CommandDecodeError,
     decode_command,
-    decode_workq_command,
 )
+from jobq.engine.extensions import FireSchedule, SubmitJob
 from jobq.engine.liveness import command_keys
 from jobq.server.snapshot import SNAPSHOT_NAME, vouched_place
 
@@ -62,12 +62,10 @@ def _command_problem(payload: bytes, version: int) -> str | None:
     in ``log.py``), without building the description: the scan's check of every record."""
     if not payload:
         return "empty payload"
-    if payload[0] >= EXTENSION_BASE:
-        if version == VERSION_1:
-            return f"extension command type {payload[0]} in a version-1 segment"
-        return None
+    if payload[0] >= EXTENSION_BASE and version == VERSION_1:
+        return f"extension command type {payload[0]} in a version-1 segment"
     try:
-        decode_workq_command(payload)
+        decode_command(payload)  # a jobq command that does not decode stops replay too
     except CommandDecodeError as exc:
         return str(exc)
     return None
@@ -79,10 +77,32 @@ def _keys(payload: bytes) -> list[str]:
     try:
         keys = command_keys(decode_command(payload))
     except (CommandDecodeError, ValueError, TypeError, KeyError):
-        if payload and payload[0] < EXTENSION_BASE and len(payload) >= 17:
-            return [str(uuid.UUID(bytes=payload[1:17]))]
-        return []
+        raw = _damaged_job_id(payload)
+        return [] if raw is None else [str(uuid.UUID(bytes=raw))]
     return [_key_name(key) for key in keys]
+
+
+#: MessagePack of an extension command's first field when it is a job's id (``SubmitJob``
+#: and the other job commands): the key ``id``, then 16 bytes (bin 8)
+_ID_FIELD = b"\xa2id\xc4\x10"
+#: where that field starts in the payload: after the type byte and a fixmap, map 16 or
+#: map 32 header
+_ID_FIELD_STARTS = (2, 4, 6)
+
+
+def _damaged_job_id(payload: bytes) -> bytes | None:
+    """The job id at the start of a payload that does not decode, if it has one where the
+    command puts it: the 16 bytes after the type of a workq command, the first field of an
+    extension command (damage elsewhere in the record leaves it readable)."""
+    if not payload:
+        return None
+    if payload[0] < EXTENSION_BASE:
+        return payload[1:17] if len(payload) >= 17 else None
+    for start in _ID_FIELD_STARTS:
+        end = start + len(_ID_FIELD)
+        if payload[start:end] == _ID_FIELD and len(payload) >= end + 16:
+            return payload[end : end + 16]
+    return None
 
 
 def _key_name(key: bytes | int) -> str:
@@ -244,8 +264,11 @@ def _outcome(key: str, what: _Touched) -> str:
     return f"kept: {kept}; its {'/'.join(what.dropped)} dropped, replay ignores them: job gone"
 
 
-#: the commands that create a job
-_CREATES = frozenset({"add", "schedule"})
+#: the commands that create a job: workq's, jobq's submit (a rerun's too) and a
+#: schedule's firing (of the job it made), as ``describe`` names them
+_CREATES = frozenset(
+    {"add", "schedule", f"ext-{SubmitJob.TYPE}", f"ext-{FireSchedule.TYPE}"}
+)
 
 
 def _segments_or_refuse(directory: str) -> list[tuple[int, str]]:
