@@ -174,6 +174,43 @@ def test_the_election_s_promote_waits_for_the_epoch_on_disk(
         standby.stop()
 
 
+def test_a_promote_whose_epoch_the_log_refuses_leaves_the_server_fenced(
+    primary: RunningServer, tmp_path: Path
+) -> None:
+    # it used to leave a primary with no epoch record, taking writes: nothing fenced the
+    # old primary against it
+    standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
+    try:
+        with primary.client() as client:
+            client.add("q", b"x")
+        caught_up(primary, standby)
+        primary.stop()
+        log = standby.core.log  # type: ignore[union-attr]
+        assert log is not None
+        real_write = log.write
+        failing = {"on": True}
+
+        def write(payloads, time_ns=None):  # type: ignore[no-untyped-def]
+            if failing["on"]:
+                raise OSError(28, "No space left on device")
+            return real_write(payloads, time_ns)
+
+        log.write = write  # type: ignore[method-assign]
+        with standby.client() as client:
+            with pytest.raises(JobqError, match="Command log unavailable"):
+                client.promote()
+            wait_for(lambda: _roles(standby).role == "fenced", 10, "fenced")
+            with pytest.raises(JobqError, match="fenced"):
+                client.add("q", b"refused")
+            assert client.replication()["epoch"] == 0
+            failing["on"] = False  # space again: a promote now takes
+            assert client.promote()["epoch"] == 1
+            client.add("q", b"taken")
+        assert any(r.payload[0] == Epoch.TYPE for r in log.records())
+    finally:
+        standby.stop()
+
+
 def test_promote_over_http(primary: RunningServer, tmp_path: Path) -> None:
     standby = standby_of(
         primary, tmp_path / "standby", segment_size_bytes=4096, with_http=True

@@ -28,7 +28,7 @@ def test_a_viewer_s_token_is_refused(tmp_path: Path) -> None:
     tokens = _tokens(tmp_path / "tokens.toml", admin=True)
     primary = RunningServer(tmp_path / "primary", auth_file=tokens, auth_failure_delay_ms=0)
     try:
-        with pytest.raises(PrimaryRefused, match="replicate needs the admin role"):
+        with pytest.raises(PrimaryRefused, match="Forbidden: replicate needs the admin role"):
             RunningServer(
                 tmp_path / "standby", replica_of=("127.0.0.1", primary.port),
                 replica_token=VIEWER,

@@ -91,3 +91,40 @@ def test_a_manifest_that_cannot_be_trusted_refuses_the_start(tmp_path: Path, dam
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith(f"jobq server: {manifest}: ") and reason in last
     assert sorted((p.name, p.read_bytes()) for p in log_dir.iterdir()) == before
+
+
+def test_a_log_cut_short_behind_the_snapshot_refuses_the_start_and_accept_log_gap_goes_on(
+    tmp_path: Path,
+) -> None:
+    # the clean stop's snapshot vouches for the log up to its end: a newest segment cut
+    # back (to its header, as a bad restore or a damaged disk can leave it) lost jobs
+    log_dir = _log_of_many_segments(tmp_path)
+    newest = list_segments(str(log_dir))[-1][1]
+    size = (log_dir / newest).stat().st_size
+    with open(log_dir / newest, "r+b") as segment:
+        segment.truncate(8)
+    data_dir = log_dir.parent
+
+    refused = subprocess.run(
+        [JOBQ, "server", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+    assert refused.returncode == 1
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"jobq server: {log_dir}/{newest}: ends at 8 bytes, before offset {size} that the "
+        "engine snapshot holds the log up to"
+    )
+    assert "Traceback" not in refused.stderr
+    assert (log_dir / SNAPSHOT_NAME).exists()
+
+    server = ServerProcess(data_dir, "--accept-log-gap")
+    try:
+        assert "--accept-log-gap): replaying the log" in server.log()
+        with Client("127.0.0.1", server.port) as client:
+            remaining = len(client.jobs(limit=1000).jobs)
+        assert 0 < remaining < JOBS
+    finally:
+        assert server.terminate() == 0
+    again = ServerProcess(data_dir)  # its clean stop wrote a snapshot of what is left
+    assert again.terminate() == 0

@@ -23,6 +23,7 @@ from jobq.server.snapshot import (
     MAGIC,
     SNAPSHOT_NAME,
     TEMPORARY_PREFIX,
+    LogBehindSnapshotError,
     LogPosition,
     position_at,
     write_snapshot,
@@ -157,17 +158,28 @@ def test_restore_replays_the_log_when_the_snapshot_segment_was_rewritten(tmp_pat
     _full_replay_and_removed(directory, live)
 
 
-def test_restore_replays_the_log_when_the_snapshot_segment_is_shorter(tmp_path: Path) -> None:
-    # records lost after the snapshot was written (a crash before they were on disk, a
-    # repair): the snapshot holds changes the log no longer has
+def test_a_log_shorter_than_the_snapshot_s_place_refuses_unless_a_gap_is_accepted(
+    tmp_path: Path,
+) -> None:
+    # a snapshot is written only once the log is fsynced up to its place: a log that ends
+    # before it lost acknowledged records (damage, a bad restore), and says so
     live, log, _ = _run([("add", n, "a", 0, 0, 0, 1000, 3000) for n in range(4)])
     directory = str(tmp_path / "cmdlog")
     three = _append(directory, log[:3])
     position = _append(directory, log[3:])
     write_snapshot(directory, live, position)
     os.truncate(os.path.join(directory, position.segment), three.offset)
-    engine, records, used = _restored(directory)
-    assert (records, used) == (3, None)
+    with pytest.raises(LogBehindSnapshotError) as refused:
+        _restored(directory)
+    assert refused.value.path == os.path.join(directory, position.segment)
+    assert (refused.value.offset, refused.value.size) == (position.offset, three.offset)
+    assert "--accept-log-gap" in str(refused.value)
+    assert (Path(directory) / SNAPSHOT_NAME).exists()  # refused: nothing changed
+    assert os.path.getsize(os.path.join(directory, position.segment)) == three.offset
+    engine = Engine()
+    with CommandLog.open(directory, sync="os") as cmdlog:
+        stats = restore(cmdlog, engine, T0, accept_gap=True)
+    assert (stats.records, stats.snapshot) == (3, None)
     assert len(engine.jobs) == 3
     assert not (Path(directory) / SNAPSHOT_NAME).exists()
 

@@ -211,6 +211,30 @@ def test_a_lease_waiting_when_its_token_is_revoked_gets_no_job(tmp_path: Path) -
         server.stop()
 
 
+def test_a_revoked_connection_has_the_auth_deadline_again(tmp_path: Path) -> None:
+    # it used to stay open, counted as authenticated, with no deadline: a slot held for good
+    path = write_tokens(tmp_path / "t.toml")
+    server = RunningServer(auth_file=path, auth_failure_delay_ms=0, auth_deadline_ms=300)
+    try:
+        ci, grafana = Line(server.port), Line(server.port)
+        assert ci.send(f"auth {TOKENS['ci']}\r\n".encode()) == "+OK"
+        assert grafana.send(f"auth {TOKENS['grafana']}\r\n".encode()) == "+OK"
+        assert server.in_loop(lambda: len(server.core.connections)) == 2
+        path.write_text(
+            with_secret('[tokens]\nalice = { token = "$S", role = "admin" }\n', TOKENS["alice"])
+        )
+        assert server.in_loop(lambda: server.core.access.reload()) is True
+        assert server.in_loop(lambda: len(server.core.connections)) == 0
+        # one authenticates again in time and is counted again; the other is closed
+        assert grafana.send(f"auth {TOKENS['alice']}\r\n".encode()) == "+OK"
+        assert ci.send(b"") == "-CLIENT-ERROR Authentication timed out"
+        wait_until(lambda: server.in_loop(lambda: len(server.core.gate.pending)) == 0)
+        assert server.in_loop(lambda: len(server.core.connections)) == 1
+        assert grafana.send(b"inspect server\r\n").startswith("+OK")
+    finally:
+        server.stop()
+
+
 def waiting(server: RunningServer, name: str) -> int:
     """Lease requests waiting on the queue ``name``."""
     queue = server.in_loop(lambda: server.core.engine.queue(name))

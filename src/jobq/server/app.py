@@ -32,7 +32,7 @@ from jobq.server.gate import Gate
 from jobq.server.history import read_history
 from jobq.server.listeners import open_listeners
 from jobq.server.memory import release_free_memory
-from jobq.server.replay import restore
+from jobq.server.replay import ReplayStats, restore
 from jobq.server.replication.catch_up import start_anew, stream_possible
 from jobq.server.replication.elected import ElectedRoles, make_elector, refuse_manual_promote
 from jobq.server.replication.election import Elector
@@ -304,6 +304,17 @@ async def serve(
         config = msgspec.structs.replace(config, **changes)
 
 
+def _restore_or_close(
+    log: CommandLog, engine: Engine, now_ns: int, accept_gap: bool
+) -> ReplayStats:
+    """:func:`restore`; a start it refuses closes the log (its lock) before it says why."""
+    try:
+        return restore(log, engine, now_ns, accept_gap=accept_gap)
+    except BaseException:
+        log.close()
+        raise
+
+
 async def _serve_once(
     config: ServerConfig,
     on_listening: Callable[[str, int], None] | None,
@@ -384,7 +395,7 @@ async def _serve_once(
         log = open_log()
         if identity is not None:
             identity.keep()
-        stats = restore(log, engine, clock())
+        stats = _restore_or_close(log, engine, clock(), config.accept_log_gap)
         if replica_of is not None and not fresh:
             # the engine's epochs tell the primary whether this log is a prefix of its own
             replication.epochs = lambda: engine.epochs
@@ -398,7 +409,7 @@ async def _serve_once(
                 )
                 engine = new_engine()
                 log = open_log()
-                stats = restore(log, engine, clock())
+                stats = _restore_or_close(log, engine, clock(), config.accept_log_gap)
         logger.info(
             "replayed %d records from %s: %d jobs in %.3f s%s",
             stats.records,

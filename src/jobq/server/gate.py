@@ -160,8 +160,9 @@ class Gate:
 
     def tokens_changed(self) -> None:
         """The tokens were reloaded: each authenticated connection acts for whom its token
-        names now; one whose token was revoked must authenticate again. A request of one
-        that waits, and that it may no longer run, is refused now."""
+        names now; one whose token was revoked must authenticate again, within the deadline
+        a new connection has (it counts among those waiting to, not the authenticated). A
+        request of one that waits, and that it may no longer run, is refused now."""
         access = self.core.access
         for conn in list(self.core.connections):
             key = getattr(conn, "token_digest", None)
@@ -174,6 +175,12 @@ class Gate:
                 conn.principal = None
                 conn.token_digest = None
                 conn.gatekeeping = True
+                self.core.connections.discard(conn)
+                self.pending.add(conn)
+                if conn.deadline is None:
+                    conn.deadline = self.core.loop.call_later(
+                        self.auth_deadline_s, conn.auth_timed_out
+                    )
             else:
                 conn.principal = principal
             conn.access_changed()

@@ -60,10 +60,13 @@ def replay(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
     return ReplayStats(count, len(engine.jobs), time.perf_counter() - started)
 
 
-def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
+def restore(
+    log: CommandLog, engine: Engine, now_ns: int, *, accept_gap: bool = False
+) -> ReplayStats:
     """Fill ``engine`` from the engine snapshot, if its place is still in the log
     (``snapshot.py``), and replay the records after that place; else replay the whole
-    log."""
+    log. :class:`~jobq.server.snapshot.LogBehindSnapshotError` if the log ends before the
+    snapshot's place, unless ``accept_gap``."""
     started = time.perf_counter()
     remove_stale_temporaries(log.path)
     gc_was_enabled = gc.isenabled()
@@ -71,7 +74,7 @@ def restore(log: CommandLog, engine: Engine, now_ns: int) -> ReplayStats:
     loaded = None
     count = 0
     try:
-        loaded = load_snapshot(log.path)
+        loaded = load_snapshot(log.path, accept_gap=accept_gap)
         if loaded is not None:
             state, position = loaded
             state.adopt_schedules(engine)

@@ -24,6 +24,7 @@ from typing import BinaryIO
 import google_crc32c
 import msgspec
 
+from jobq.cmdlog.errors import CmdlogError
 from jobq.cmdlog.record import HEADER_LEN
 from jobq.cmdlog.segment import fsync_directory, parse_segment_name, segment_name
 from jobq.engine.job import Job
@@ -32,6 +33,33 @@ from jobq.engine.machine import Engine
 from jobq.engine.schedules import ScheduleRow
 
 logger = logging.getLogger("jobq.server")
+
+
+class LogBehindSnapshotError(CmdlogError):
+    """The log ends before the engine snapshot's place: records that were fsynced (the
+    snapshot is written only after its place is) are gone, and with them acknowledged
+    changes. A start refuses, unless told to go on (``--accept-log-gap``)."""
+
+    def __init__(self, path: str, offset: int, size: int) -> None:
+        self.path = path
+        self.offset = offset
+        self.size = size
+        super().__init__(
+            f"{path}: ends at {size} bytes, before offset {offset} that the engine snapshot "
+            "holds the log up to: records written and fsynced before it are gone (restore the "
+            "file from a backup, or start with --accept-log-gap to go on without them)"
+        )
+
+
+class _Lost(msgspec.Struct, frozen=True):
+    """Why a snapshot is not used when its segment ends before its place."""
+
+    path: str
+    offset: int
+    size: int
+
+    def __str__(self) -> str:
+        return f"{os.path.basename(self.path)} ends before offset {self.offset} ({self.size} bytes)"
 
 SNAPSHOT_NAME = "engine.snapshot"
 #: a snapshot being written: ``engine.snapshot.tmp.<pid>`` (stale ones are removed at start)
@@ -247,12 +275,17 @@ def remove_stale_temporaries(log_dir: str) -> None:
                 _remove(entry.path)
 
 
-def load_snapshot(log_dir: str) -> tuple[LoadedBody | LoadedColumns, LogPosition] | None:
+def load_snapshot(
+    log_dir: str, *, accept_gap: bool = False
+) -> tuple[LoadedBody | LoadedColumns, LogPosition] | None:
     """The snapshot's state and place, if its place is still in the log (the caller enters
     the schedules, then the jobs, ``Engine.adopt_jobs`` or ``Engine.begin_replay_from``,
     and replays the records after the place); else ``None``, with the reason logged and the
     file removed: the whole log must be replayed. A snapshot used stays: it is as valid
-    after this start as before."""
+    after this start as before.
+
+    :class:`LogBehindSnapshotError` if the log ends before the place (fsynced records
+    lost), unless ``accept_gap``: then a WARNING and the whole log is replayed."""
     path = os.path.join(log_dir, SNAPSHOT_NAME)
     try:
         with open(path, "rb") as f:
@@ -269,6 +302,15 @@ def load_snapshot(log_dir: str) -> tuple[LoadedBody | LoadedColumns, LogPosition
         checked = _check(mapped, log_dir)
     finally:
         mapped.close()
+    if isinstance(checked, _Lost):
+        if not accept_gap:
+            raise LogBehindSnapshotError(checked.path, checked.offset, checked.size)
+        logger.warning(
+            "%s: not used (%s; --accept-log-gap): replaying the log, without the changes "
+            "of the records lost", path, checked,
+        )
+        _discard(log_dir)
+        return None
     if isinstance(checked, str):
         logger.info("%s: not used (%s), replaying the log", path, checked)
         _discard(log_dir)
@@ -307,7 +349,7 @@ def _read_header(data: bytes | mmap.mmap) -> tuple[SnapshotHeader, int] | str:
 
 def _check(
     mapped: mmap.mmap, log_dir: str
-) -> tuple[LoadedBody | LoadedColumns, LogPosition] | str:
+) -> tuple[LoadedBody | LoadedColumns, LogPosition] | str | _Lost:
     """The state and place in the file (``mapped``) if it is whole and its place is still
     in ``log_dir``, else why not."""
     read = _read_header(mapped)
@@ -404,8 +446,9 @@ def vouched_place(log_dir: str) -> tuple[int, int] | None:
     return position.sequence, position.offset
 
 
-def _check_position(log_dir: str, position: LogPosition) -> str | None:
-    """Why ``position`` is no longer a place in the log, or ``None`` if it still is."""
+def _check_position(log_dir: str, position: LogPosition) -> str | _Lost | None:
+    """Why ``position`` is no longer a place in the log (:class:`_Lost`: its segment ends
+    before it), or ``None`` if it still is."""
     name = position.segment
     if parse_segment_name(name) is None:
         return f"names no segment ({name!r})"
@@ -418,7 +461,7 @@ def _check_position(log_dir: str, position: LogPosition) -> str | None:
         if st.st_ino != position.inode:
             return f"{name} was rewritten or replaced since"
         if st.st_size < position.offset:
-            return f"{name} ends before offset {position.offset} ({st.st_size} bytes)"
+            return _Lost(os.path.join(log_dir, name), position.offset, st.st_size)
         if (
             position.offset < HEADER_LEN
             or os.pread(fd, _TAIL_BYTES, position.offset - _TAIL_BYTES) != position.tail

@@ -24,8 +24,7 @@ import logging
 from collections import deque
 from typing import cast
 
-from jobq.auth import AUTH_REQUIRED, INVALID_TOKEN
-from jobq.engine.errors import ErrorKind
+from jobq.auth import AUTH_REQUIRED, FORBIDDEN, INVALID_TOKEN
 from jobq.server import protocol as p
 from jobq.server.access import Forbidden, Principal, Role, check
 from jobq.server.auth import Auth, register_auth_command
@@ -354,7 +353,7 @@ class Connection(asyncio.Protocol):
         elif core.access is not None and (
             self.principal is None or self.principal.role is not Role.ADMIN
         ):
-            refusal = p.client_error("replicate needs the admin role", ErrorKind.FORBIDDEN)
+            refusal = error_reply(Forbidden(f"{FORBIDDEN}: replicate needs the admin role"))
         elif len(self.slots) > 1 or self.parser.buffered_bytes:
             refusal = p.client_error("replicate: send it alone, and wait for its answer")
         else:

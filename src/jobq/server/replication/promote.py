@@ -37,7 +37,7 @@ def promote_command(roles: Roles) -> Callable[[bytes, object, int], bytes]:
             raise BadRequest(f"epoch: must be 1 to {MAX_EPOCH}")
         was = roles.role if roles.primary is None else f"standby of {roles.primary}"
         try:
-            epoch = roles.promote_now(request.epoch, by="promote")
+            epoch = roles.promote_watched(request.epoch, by="promote")
         except RoleRefused as exc:
             raise InvalidStatus(str(exc)) from exc
         return data_reply({"role": "primary", "epoch": epoch, "was": was})

@@ -14,7 +14,9 @@ election both call it, on the server's event loop:
     its timers on (TTRs, TTLs, retention, the scheduler: ``Core.tick``) and takes writes.
     Leases of running jobs carry over, each with at least one TTR from the epoch
     (``engine/epochs.py``). ``promote`` also waits until the epoch record is on disk
-    (fsynced) and returns the epoch. Already a primary: :class:`RoleRefused`.
+    (fsynced) and returns the epoch; ``promote_watched(...)`` (a request's) returns at
+    once and watches the same. Either fences the server if the log refuses the epoch
+    record. Already a primary: :class:`RoleRefused`.
 ``fence(primary=None)`` (synchronous)
     From its return on, nothing is acknowledged: replies of batches not released yet
     (being written, fsynced, or waiting for a standby) go out as errors, writes are refused
@@ -93,6 +95,8 @@ class Roles:
         self._on_fatal = on_fatal
         self.follower: Follower | None = None
         self._following: asyncio.Task[None] | None = None
+        #: a request's promotions, until their epoch record is in the log
+        self._watches: set[asyncio.Task[None]] = set()
         #: role changes made (tests and the log)
         self.changes = 0
 
@@ -200,6 +204,29 @@ class Roles:
         :class:`RoleRefused` if it could not be (the log refused it)."""
         after = self.log.position()
         new_epoch = self.promote_now(epoch, by=by)
+        await self._epoch_logged(new_epoch, after)
+        return new_epoch
+
+    def promote_watched(self, epoch: int | None = None, *, by: str = "promote") -> int:
+        """:meth:`promote_now` for a request (``jobq promote``), whose answer goes out with
+        the epoch record's batch: if the log refuses that batch, the server is fenced, as an
+        elected one is (it must not take writes with no epoch that fences the old primary);
+        a later ``promote`` may try again. The epoch."""
+        after = self.log.position()
+        new_epoch = self.promote_now(epoch, by=by)
+        task = asyncio.get_running_loop().create_task(self._epoch_logged(new_epoch, after))
+        self._watches.add(task)
+        task.add_done_callback(self._watched)
+        return new_epoch
+
+    def _watched(self, task: asyncio.Task[None]) -> None:
+        self._watches.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("promotion undone, fenced: %s", task.exception())
+
+    async def _epoch_logged(self, new_epoch: int, after: tuple[int, int]) -> None:
+        """Wait until the epoch record is in the log (then fsync it), or fence the server
+        and raise :class:`RoleRefused` if the log refused it."""
         loop = asyncio.get_running_loop()
         while self.log.position() == after:
             if self.core.engine.epoch != new_epoch:
@@ -210,7 +237,6 @@ class Roles:
                 )
             await asyncio.sleep(0.001)
         await loop.run_in_executor(None, self.log.sync)
-        return new_epoch
 
     # -- being deposed
 
