@@ -183,3 +183,54 @@ def test_spark_work_runs_under_a_group_naming_the_job(client: Client, runtime: A
     assert seen["unit"].startswith(f"jobq-{job_id}-"), seen
     assert seen["description"] == f"jobq job {job_id}: count", seen
     assert seen["spark"]["ui_url"].startswith("http://"), seen
+
+
+def test_sql_cannot_escape_through_identifiers_or_glob_escapes(
+    client: Client, runtime: Any, spark: Any, spark_dir: Path
+) -> None:
+    """``IDENTIFIER(expr)`` names what Spark builds only at analysis (the plan the sandbox
+    reads holds no LOCATION and no function name), and Hadoop's globs read ``\\..`` and a
+    ``{a/b,..}`` group as ``..``, which the roots' own resolution takes as plain names."""
+    root = spark_dir / "root"
+    outside = spark_dir / "outside2"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("SECRET\n")
+    depth = len(root.parts) - 1
+    escaped_up = "/".join(["\\\\.."] * depth)  # SQL '\\..': a backslash and two dots
+    brace_up = "/".join(["{x/y,..}"] * depth)
+    java = "'java.lang.System', 'getProperty', 'user.name'"
+    escapes = {  # each statement -> what its refusal names
+        f"SELECT IDENTIFIER('ref' || 'lect')({java}) AS u": "reflect()",
+        f"SELECT IDENTIFIER('java_method')({java}) AS u": "java_method()",
+        f"SELECT IDENTIFIER(concat('try_', 'reflect'))({java}) AS u": "IDENTIFIER",
+        "DECLARE fname STRING DEFAULT 'reflect'; "
+        f"SELECT IDENTIFIER(fname)({java}) AS u": "IDENTIFIER",
+        f"CREATE TABLE IDENTIFIER('esc' || '20') (id INT) USING csv LOCATION '{outside}/t20'; "
+        "INSERT INTO esc20 VALUES (1)": str(outside),
+        f"CREATE TABLE IDENTIFIER('esc' || '21') USING text OPTIONS (path '{outside}'); "
+        "SELECT * FROM esc21": str(outside),
+        f"CREATE TEMP VIEW esc22 USING text OPTIONS (path '{root}/{escaped_up}{outside}'); "
+        "SELECT * FROM esc22": "\\",
+        f"CREATE TEMP VIEW esc23 USING text OPTIONS (path '{root}/{brace_up}{outside}'); "
+        "SELECT * FROM esc23": "{",
+    }
+    jobs = {
+        client.submit("spark.sql", json.dumps({"statements": s}), ttr_ms=60_000): (s, needle)
+        for s, needle in escapes.items()
+    }
+    for job_id, (statement, needle) in jobs.items():
+        job = wait_finished(client, job_id)
+        assert job["status"] == "failed", (statement, job, job.get("result") and result_of(job))
+        error = job["error"]
+        assert needle in error and "\n" not in error and "org.apache" not in error, error
+        assert "--spark-allow-any-path" in error or "configured roots" in error, error
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+    # a name given by IDENTIFIER that passes the check still works
+    inside = (
+        "CREATE TABLE IDENTIFIER('ident' || '_ok') (id INT) USING parquet; "
+        "INSERT INTO ident_ok VALUES (3); "
+        "SELECT IDENTIFIER('up' || 'per')('a') AS u, id FROM IDENTIFIER('ident_' || 'ok')"
+    )
+    job = run_job(client, "spark.sql", {"statements": inside})
+    assert job["status"] == "succeeded", job
+    assert result_of(job)["rows"] == [{"u": "A", "id": 3}], result_of(job)

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobq.spark.errors import one_line
+
 __all__ = ["PlanFacts", "UncheckablePlan", "plan_facts"]
 
 #: functions that call any Java method: they reach beyond every check
@@ -66,6 +68,12 @@ _PATH_FIELDS = frozenset(
 #: option keys that name paths (``OPTIONS (path '...')``)
 _PATH_KEYS = ("path", "paths")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+#: ``IDENTIFIER(expr)`` nodes: what they stand for is built from the name only at analysis
+#: (node class -> its builder's field, the builder's other argument)
+_BY_IDENTIFIER = {
+    "PlanWithUnresolvedIdentifier": ("planBuilder", "children"),
+    "ExpressionWithUnresolvedIdentifier": ("exprBuilder", "otherExprs"),
+}
 
 
 class UncheckablePlan(Exception):
@@ -295,6 +303,22 @@ def _exact(node: _Node, facts: PlanFacts) -> None:
             facts.settings.append((str(config), None))
 
 
+def _built(node: _Node, parser: Any) -> Any:
+    """The plan or expression an ``IDENTIFIER(expr)`` node stands for, built as Spark's
+    analyzer builds it from the name (``expr`` evaluated); None when the name is known only
+    when the statement runs (a variable, a parameter)."""
+    j = _jvm_of(node)
+    name = j.identifierExpr()
+    if parser is None or not (name.resolved() and name.foldable()):
+        return None
+    value = name.eval(None)
+    if value is None:
+        return None
+    parts = parser.parseMultipartIdentifier(str(value.toString()))
+    builder, others = _BY_IDENTIFIER[node.cls]
+    return getattr(j, builder)().apply(parts, getattr(j, others)())
+
+
 def _identifier_parts(text: Any) -> list[str]:
     """The parts of a name as the JSON renders a Seq of strings (``"[csv, /x]"``)."""
     if not isinstance(text, str) or not (text.startswith("[") and text.endswith("]")):
@@ -304,14 +328,25 @@ def _identifier_parts(text: Any) -> list[str]:
     return [head, rest] if sep else [head]
 
 
+def _merge(facts: PlanFacts, more: PlanFacts) -> None:
+    facts.paths.extend(more.paths)
+    facts.path_tables.extend(more.path_tables)
+    facts.providers.extend(more.providers)
+    facts.settings.extend(more.settings)
+    facts.resets_all = facts.resets_all or more.resets_all
+    facts.refused.extend(more.refused)
+    facts.sql_bodies.extend(more.sql_bodies)
+
+
 def looks_like_path(part: str) -> bool:
     """A name part that reads as a path or URI (``/x``, ``a/b``, ``file:...``)."""
     return "/" in part or "\\" in part or bool(_SCHEME.match(part))
 
 
-def plan_facts(plan: Any) -> PlanFacts:
-    """The facts of a parsed logical plan (a py4j object); :class:`UncheckablePlan` when
-    it cannot be read."""
+def plan_facts(plan: Any, parser: Any = None) -> PlanFacts:
+    """The facts of a parsed logical plan (a py4j object; ``parser``, the parser that made
+    it, builds what ``IDENTIFIER(expr)`` names); :class:`UncheckablePlan` when it cannot be
+    read."""
     try:
         items = json.loads(plan.toJSON())
     except Exception as exc:
@@ -341,6 +376,18 @@ def plan_facts(plan: Any) -> PlanFacts:
             text = node.fields.get("queryText") or node.fields.get("exprText")
             if isinstance(text, str):
                 facts.sql_bodies.append((text, bool(node.fields.get("isTableFunc"))))
+        elif cls in _BY_IDENTIFIER:
+            try:
+                built = _built(node, parser)
+            except Exception as exc:
+                reason = f"its IDENTIFIER(...) cannot be built ({one_line(exc)})"
+                raise UncheckablePlan(reason) from None
+            if built is None:
+                facts.refused.append(
+                    "IDENTIFIER(...) of a value known only when the statement runs"
+                )
+            else:
+                _merge(facts, plan_facts(built, parser))
         elif cls in _EXACT:
             try:
                 _exact(node, facts)

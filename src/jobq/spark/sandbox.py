@@ -182,7 +182,7 @@ class Sandbox:
             plan = parser.parsePlan(statement)
         except Exception as exc:  # the same error Spark gives: a syntax error
             raise SparkJobError(one_line(exc)) from None
-        facts = self._facts(plan)
+        facts = self._facts(plan, parser)
         self._judge(facts, jvm, parser)
         return Checked(changes_settings=bool(facts.settings) or facts.resets_all)
 
@@ -193,9 +193,9 @@ class Sandbox:
             return parser, _local.jvm()
         return spark._jsparkSession.sessionState().sqlParser(), spark._jvm
 
-    def _facts(self, plan: Any) -> PlanFacts:
+    def _facts(self, plan: Any, parser: Any) -> PlanFacts:
         try:
-            return plan_facts(plan)
+            return plan_facts(plan, parser)
         except UncheckablePlan as exc:
             raise SandboxError(
                 f"the sandbox cannot check this statement: {exc}; {_OPT_IN}"
@@ -229,7 +229,7 @@ class Sandbox:
                 body = parser.parseQuery(text) if is_query else parser.parseExpression(text)
             except Exception as exc:
                 raise SparkJobError(one_line(exc)) from None
-            self._judge(self._facts(body), jvm, parser)
+            self._judge(self._facts(body, parser), jvm, parser)
 
     def _check_path(self, path: str, what: str) -> None:
         try:
