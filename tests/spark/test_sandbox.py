@@ -1,7 +1,8 @@
 """SQL stays under ``--spark-root`` (checked on Spark's own plan), and each job runs in a
 session of its own: the escapes of issue 23 and more fail the job with one line naming the
 path and the roots, the worker runs on; temp views, SET and the current database do not
-leak to the next job; a job's Spark work runs under a group naming it."""
+leak to the next job; a job's Spark work runs under a group naming it; a result stays within
+what the server takes."""
 
 from __future__ import annotations
 
@@ -234,3 +235,20 @@ def test_sql_cannot_escape_through_identifiers_or_glob_escapes(
     job = run_job(client, "spark.sql", {"statements": inside})
     assert job["status"] == "succeeded", job
     assert result_of(job)["rows"] == [{"u": "A", "id": 3}], result_of(job)
+
+
+def test_a_large_sql_result_is_cut_to_what_the_server_takes(
+    client: Client, runtime: Any
+) -> None:
+    """A result is at most 1 MiB (the server's limit): 100 wide rows are more."""
+    job = run_job(
+        client,
+        "spark.sql",
+        {"statements": "SELECT id, repeat('x', 20000) AS s FROM range(100)"},
+        ttr_ms=20_000,
+        timeout_s=90,
+    )
+    assert job["status"] == "succeeded", job
+    result = result_of(job)
+    assert result["truncated"] is True and 0 < len(result["rows"]) < 100, len(result["rows"])
+    assert [row["id"] for row in result["rows"]] == list(range(len(result["rows"])))

@@ -6,11 +6,31 @@ runs again.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from jobq.spark.args import SqlArgs, parse
 from jobq.spark.pipelines.export import write_files
 from jobq.spark.registry import PipelineJob, pipeline
+
+#: most rows in a result
+MAX_ROWS = 100
+#: most bytes of the rows' JSON in a result: a result is at most 1 MiB (the server's limit)
+MAX_ROWS_BYTES = 512 * 1024
+
+
+def result_rows(rows: list[Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The first rows as dicts, as many as fit :data:`MAX_ROWS` and :data:`MAX_ROWS_BYTES`,
+    and whether rows were left out."""
+    kept: list[dict[str, Any]] = []
+    size = 0
+    for row in rows[:MAX_ROWS]:
+        item = row.asDict()
+        size += len(json.dumps(item, separators=(",", ":"), default=str).encode()) + 1
+        if size > MAX_ROWS_BYTES:
+            return kept, True
+        kept.append(item)
+    return kept, len(rows) > MAX_ROWS
 
 
 @pipeline("spark.sql", parse=lambda payload: parse("spark.sql", payload))
@@ -39,8 +59,7 @@ def run_sql(spark: Any, args: SqlArgs, job: PipelineJob) -> dict[str, Any]:
                         )
                         result["path"] = out_path
                 elif last:
-                    rows = df.limit(101).collect() if df.columns else []
-                    result["rows"] = [r.asDict() for r in rows[:100]]
-                    result["truncated"] = len(rows) > 100
+                    rows = df.limit(MAX_ROWS + 1).collect() if df.columns else []
+                    result["rows"], result["truncated"] = result_rows(rows)
             units.unit_done(index + 1, f"statement {index + 1}/{len(statements)} done")
     return result
