@@ -252,3 +252,64 @@ def test_a_large_sql_result_is_cut_to_what_the_server_takes(
     result = result_of(job)
     assert result["truncated"] is True and 0 < len(result["rows"]) < 100, len(result["rows"])
     assert [row["id"] for row in result["rows"]] == list(range(len(result["rows"])))
+
+
+def test_jobs_cannot_remap_file_systems_with_hadoop_settings(
+    client: Client, runtime: Any, spark: Any, spark_dir: Path
+) -> None:
+    """A session's settings and a source's options go into the Hadoop configuration its
+    paths are opened with: ``fs.defaultFS`` and a viewfs mount table would send a path under
+    the root to a directory outside it."""
+    from jobq.spark import validate
+
+    root = spark_dir / "root"
+    outside = spark_dir / "outside3"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("SECRET\n")
+
+    def mount(name: str) -> str:
+        return f"fs.viewfs.mounttable.{name}.link.{root}/{name}"
+
+    escapes = {  # each statement -> what its refusal names
+        f"SET `{mount('m1')}`=file://{outside}; SET fs.defaultFS=viewfs://m1/; "
+        f"CREATE TEMP VIEW esc30 USING text OPTIONS (path '{root}/m1/secret.txt'); "
+        "SELECT * FROM esc30": "fs.viewfs",
+        "SET spark.hadoop.fs.defaultFS=viewfs://m1/": "spark.hadoop.fs.defaultFS",
+        "SET hive.exec.stagingdir=/tmp/elsewhere": "hive.exec.stagingdir",
+        f"CREATE TEMP VIEW esc31 USING text OPTIONS (path '{root}/m2/secret.txt', "
+        f"'fs.defaultFS' 'viewfs://m2/', '{mount('m2')}' 'file://{outside}'); "
+        "SELECT * FROM esc31": "fs.",
+        f"CREATE TABLE esc32 (value STRING) USING text LOCATION '{root}/m3' "
+        f"OPTIONS ('fs.defaultFS' 'viewfs://m3/', '{mount('m3')}' 'file://{outside}'); "
+        "INSERT INTO esc32 VALUES ('x')": "fs.",
+    }
+    jobs = {
+        client.submit("spark.sql", json.dumps({"statements": s}), ttr_ms=60_000): (s, needle)
+        for s, needle in escapes.items()
+    }
+    for job_id, (statement, needle) in jobs.items():
+        job = wait_finished(client, job_id)
+        assert job["status"] == "failed", (statement, job, job.get("result") and result_of(job))
+        error = job["error"]
+        assert needle in error and "\n" not in error and "--spark-allow-any-path" in error, error
+    # a payload's options: refused when submitted
+    export = {
+        "query": "SELECT 'x' AS value",
+        "path": f"{root}/m4/out",
+        "format": "csv",
+        "options": {"fs.defaultFS": "viewfs://m4/", mount("m4"): f"file://{outside}"},
+    }
+    error = validate("spark.export", json.dumps(export))  # the CLI's and schedules' check
+    assert error is not None and "fs.defaultFS" in error, error
+    job = run_job(client, "spark.export", export)
+    assert job["status"] == "failed" and "fs.defaultFS" in job["error"], job
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+    # the SQL settings of a job, and a source's own options, still work
+    job = run_job(
+        client,
+        "spark.sql",
+        {"statements": "SET spark.sql.shuffle.partitions=3; "
+         f"CREATE TEMP VIEW ok3 USING csv OPTIONS (path '{root}/in/a.csv', header 'true'); "
+         "SELECT count(*) AS n FROM ok3"},
+    )
+    assert job["status"] == "succeeded" and result_of(job)["rows"] == [{"n": 2}], job

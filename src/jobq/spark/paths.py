@@ -14,9 +14,23 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["PathError", "Roots"]
+__all__ = ["PathError", "Roots", "is_hadoop_setting"]
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+#: settings (and data source options, which Spark adds to them) of Hadoop and Hive: file
+#: systems, their mount tables and credentials, staging directories
+HADOOP_PREFIXES = ("fs.", "hadoop.", "dfs.", "hive.", "mapreduce.", "mapred.", "yarn.")
+
+
+def is_hadoop_setting(key: str) -> bool:
+    """True for a Hadoop or Hive setting (``fs.defaultFS``, ``spark.hadoop.fs.s3a.endpoint``):
+    one can send a path under a root to another file system or directory."""
+    name = key.strip().lower()
+    return name.removeprefix("spark.hadoop.").startswith(HADOOP_PREFIXES) or (
+        name.startswith("spark.hadoop.")
+    )
 
 
 class PathError(ValueError):

@@ -91,6 +91,7 @@ class PlanFacts:
     :ivar resets_all: a bare ``RESET``
     :ivar refused: why a construct the sandbox refuses is there
     :ivar sql_bodies: (SQL text, is a query) of the SQL functions it defines
+    :ivar options: (key, what gives it) of the options and properties it gives
     """
 
     paths: list[tuple[str, str]] = field(default_factory=list)
@@ -100,6 +101,7 @@ class PlanFacts:
     resets_all: bool = False
     refused: list[str] = field(default_factory=list)
     sql_bodies: list[tuple[str, bool]] = field(default_factory=list)
+    options: list[tuple[str, str]] = field(default_factory=list)
 
 
 class _Node:
@@ -223,6 +225,12 @@ def _option_paths(pairs: list[tuple[str, str]], what: str) -> list[tuple[str, st
     return found
 
 
+def _add_options(facts: PlanFacts, pairs: list[tuple[str, str]], what: str) -> None:
+    """The paths and keys of options or properties."""
+    facts.paths.extend(_option_paths(pairs, what))
+    facts.options.extend((key, f"{what} option") for key, _ in pairs)
+
+
 def _literal(expression: Any) -> str:
     if expression.getClass().getSimpleName() != "Literal":
         raise UncheckablePlan("an option's value is not a literal")
@@ -242,15 +250,18 @@ def _exact(node: _Node, facts: PlanFacts) -> None:
         provider = _option(spec.provider())
         if provider is not None:
             facts.providers.append((str(provider), what))
-        facts.paths.extend(_option_paths(_map(spec.properties()), what))
+        _add_options(facts, _map(spec.properties()), what)
         options = [(str(t._1()), _literal(t._2())) for t in _seq(spec.optionExpression().options())]
-        facts.paths.extend(_option_paths(options, what))
+        _add_options(facts, options, what)
+        serde = _option(spec.serde())
+        if serde is not None:
+            _add_options(facts, _map(serde.serdeProperties()), f"{what} SERDEPROPERTIES")
     elif cls == "InsertIntoDir":
         storage = j.storage()
         location = _option(storage.locationUri())
         if location is not None:
             facts.paths.append((str(location.toString()), "INSERT ... DIRECTORY"))
-        facts.paths.extend(_option_paths(_map(storage.properties()), "INSERT ... DIRECTORY"))
+        _add_options(facts, _map(storage.properties()), "INSERT ... DIRECTORY")
         provider = _option(j.provider())
         if provider is not None:
             facts.providers.append((str(provider), "INSERT ... DIRECTORY"))
@@ -261,10 +272,10 @@ def _exact(node: _Node, facts: PlanFacts) -> None:
         provider = _option(j.provider())
         if provider is not None:
             facts.providers.append((str(provider), "CREATE TABLE LIKE"))
-        facts.paths.extend(_option_paths(_map(j.properties()), "CREATE TABLE LIKE"))
+        _add_options(facts, _map(j.properties()), "CREATE TABLE LIKE")
     elif cls == "CreateTempViewUsing":
         facts.providers.append((str(j.provider()), "CREATE TEMPORARY VIEW ... USING"))
-        facts.paths.extend(_option_paths(_map(j.options()), "CREATE TEMPORARY VIEW ... USING"))
+        _add_options(facts, _map(j.options()), "CREATE TEMPORARY VIEW ... USING")
     elif cls == "LoadData":
         facts.paths.append((str(j.path()), "LOAD DATA"))
     elif cls in ("AddJarsCommand", "AddFilesCommand", "AddArchivesCommand"):
@@ -284,11 +295,11 @@ def _exact(node: _Node, facts: PlanFacts) -> None:
     elif cls == "RefreshResource":
         facts.paths.append((str(j.path()), "REFRESH"))
     elif cls == "SetTableProperties":
-        facts.paths.extend(_option_paths(_map(j.properties()), "SET TBLPROPERTIES"))
+        _add_options(facts, _map(j.properties()), "SET TBLPROPERTIES")
     elif cls == "SetTableSerDeProperties":
         properties = _option(j.serdeProperties())
         if properties is not None:
-            facts.paths.extend(_option_paths(_map(properties), "SET SERDEPROPERTIES"))
+            _add_options(facts, _map(properties), "SET SERDEPROPERTIES")
     elif cls == "SetCommand":
         kv = _option(j.kv())
         if kv is not None:
@@ -336,6 +347,7 @@ def _merge(facts: PlanFacts, more: PlanFacts) -> None:
     facts.resets_all = facts.resets_all or more.resets_all
     facts.refused.extend(more.refused)
     facts.sql_bodies.extend(more.sql_bodies)
+    facts.options.extend(more.options)
 
 
 def looks_like_path(part: str) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobq.spark.errors import SparkJobError, one_line
-from jobq.spark.paths import PathError, Roots
+from jobq.spark.paths import PathError, Roots, is_hadoop_setting
 from jobq.spark.planwalk import PlanFacts, UncheckablePlan, plan_facts
 
 __all__ = ["SANDBOX_CONF", "Sandbox", "SandboxError"]
@@ -132,6 +132,12 @@ class Sandbox:
                 f"{key} may not be changed by a job on this worker (its paths are checked "
                 f"against --spark-root); {_OPT_IN}"
             )
+        if value is not None and (not key.startswith("spark.") or is_hadoop_setting(key)):
+            return (
+                f"{key} is a Hadoop or Hive setting, which can send a path to another file "
+                f"system: a job may not set it on this worker (set it with --spark-conf); "
+                f"{_OPT_IN}"
+            )
         return None
 
     def prepare(self, spark: Any) -> None:
@@ -214,6 +220,12 @@ class Sandbox:
             )
         for path, what in facts.paths:
             self._check_path(path, what)
+        for key, what in facts.options:
+            if is_hadoop_setting(key):
+                raise SandboxError(
+                    f"{what} {key}: a Hadoop setting, which can send a path to another file "
+                    f"system, may not be given by a job on this worker; {_OPT_IN}"
+                )
         for provider, what in facts.providers:
             if not self._is_file_source(provider, jvm):
                 raise SandboxError(
