@@ -213,7 +213,7 @@ def test_a_spec_cannot_reach_outside_the_roots(
     for key, value in [("spark.sql.runSQLOnFiles", "true"), ("fs.defaultFS", "viewfs://x/")]:
         spec.write_text(
             SPEC.format(name="far", storage=(root / "far-storage").as_uri())
-            + f"configuration:\n  {key}: \"{value}\"\n"
+            + f'configuration:\n  {key}: "{value}"\n'
         )
         job = run_job(client, "spark.pipeline", {"spec": str(directory)})
         assert job["status"] == "failed", job

@@ -237,9 +237,7 @@ def test_sql_cannot_escape_through_identifiers_or_glob_escapes(
     assert result_of(job)["rows"] == [{"u": "A", "id": 3}], result_of(job)
 
 
-def test_a_large_sql_result_is_cut_to_what_the_server_takes(
-    client: Client, runtime: Any
-) -> None:
+def test_a_large_sql_result_is_cut_to_what_the_server_takes(client: Client, runtime: Any) -> None:
     """A result is at most 1 MiB (the server's limit): 100 wide rows are more."""
     job = run_job(
         client,
@@ -308,8 +306,50 @@ def test_jobs_cannot_remap_file_systems_with_hadoop_settings(
     job = run_job(
         client,
         "spark.sql",
-        {"statements": "SET spark.sql.shuffle.partitions=3; "
-         f"CREATE TEMP VIEW ok3 USING csv OPTIONS (path '{root}/in/a.csv', header 'true'); "
-         "SELECT count(*) AS n FROM ok3"},
+        {
+            "statements": "SET spark.sql.shuffle.partitions=3; "
+            f"CREATE TEMP VIEW ok3 USING csv OPTIONS (path '{root}/in/a.csv', header 'true'); "
+            "SELECT count(*) AS n FROM ok3"
+        },
     )
     assert job["status"] == "succeeded" and result_of(job)["rows"] == [{"n": 2}], job
+
+
+def test_xml_validation_schemas_lie_under_the_roots(
+    client: Client, runtime: Any, spark_dir: Path
+) -> None:
+    """XML's ``rowValidationXSDPath`` option names a file Spark reads (as the rows' XSD), in
+    a view's OPTIONS and in the options of ``from_xml()``."""
+    root = spark_dir / "root"
+    (root / "xml").mkdir(parents=True, exist_ok=True)
+    (root / "xml" / "a.xml").write_text("<rows><r><a>1</a></r></rows>")
+    outside = spark_dir / "outside4"
+    outside.mkdir()
+    (outside / "s.xsd").write_text("SECRET\n")
+    xsd = outside / "s.xsd"
+    escapes = {  # each statement -> what its refusal names
+        f"CREATE TEMP VIEW x1 USING xml OPTIONS (path '{root}/xml/a.xml', rowTag 'r', "
+        f"rowValidationXSDPath '{xsd}')": str(xsd),
+        "SELECT from_xml('<r><a>1</a></r>', 'a INT', "
+        f"map('rowValidationXSDPath', '{xsd}')) AS x": str(xsd),
+        f"SELECT schema_of_xml('<r/>', map('ROWVALIDATIONXSDPATH', '{xsd}')) AS s": str(xsd),
+        "SELECT from_xml('<r><a>1</a></r>', 'a INT', "
+        f"map(concat('rowValidation', 'XSDPath'), '{xsd}')) AS x": "from_xml()",
+    }
+    jobs = {
+        client.submit("spark.sql", json.dumps({"statements": s}), ttr_ms=60_000): (s, needle)
+        for s, needle in escapes.items()
+    }
+    for job_id, (statement, needle) in jobs.items():
+        job = wait_finished(client, job_id)
+        assert job["status"] == "failed", (statement, job)
+        error = job["error"]
+        assert needle in error and "\n" not in error and "SAXParse" not in error, error
+        assert "configured roots" in error or "--spark-allow-any-path" in error, error
+    ok = (
+        f"CREATE TEMP VIEW x2 USING xml OPTIONS (path '{root}/xml/a.xml', rowTag 'r'); "
+        "SELECT a, from_xml('<r><a>2</a></r>', 'a INT', map('mode', 'FAILFAST')).a AS b "
+        "FROM x2"
+    )
+    job = run_job(client, "spark.sql", {"statements": ok})
+    assert job["status"] == "succeeded" and result_of(job)["rows"] == [{"a": 1, "b": 2}], job

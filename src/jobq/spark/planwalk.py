@@ -67,6 +67,11 @@ _PATH_FIELDS = frozenset(
 )
 #: option keys that name paths (``OPTIONS (path '...')``)
 _PATH_KEYS = ("path", "paths")
+#: option keys that name a file Spark reads besides the data (XML's rows' XSD)
+_FILE_KEYS = ("rowvalidationxsdpath",)
+#: functions that take a source's options (XML's, which name files): function -> the
+#: position of its options
+_OPTION_FUNCTIONS = {"from_xml": 2, "schema_of_xml": 1}
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 #: ``IDENTIFIER(expr)`` nodes: what they stand for is built from the name only at analysis
 #: (node class -> its builder's field, the builder's other argument)
@@ -215,6 +220,8 @@ def _option_paths(pairs: list[tuple[str, str]], what: str) -> list[tuple[str, st
     for key, value in pairs:
         if key.lower() == "path":
             found.append((value, f"{what} option path"))
+        elif key.lower() in _FILE_KEYS:
+            found.append((value, f"{what} option {key}"))
         elif key.lower() == "paths":
             try:
                 listed = json.loads(value)
@@ -339,6 +346,30 @@ def _identifier_parts(text: Any) -> list[str]:
     return [head, rest] if sep else [head]
 
 
+def _function_options(node: _Node, name: str, facts: PlanFacts) -> None:
+    """The paths in the options of a call of an :data:`_OPTION_FUNCTIONS` function: they
+    must be ``map('key', 'value', ...)`` of literals."""
+    index = _OPTION_FUNCTIONS[name]
+    if len(node.children) <= index:
+        return
+    options = node.children[index]
+    parts = _identifier_parts(options.fields.get("nameParts"))
+    literal = all(
+        c.cls == "Literal" and isinstance(c.fields.get("value"), str) for c in options.children
+    )
+    values = [str(c.fields.get("value")) for c in options.children]
+    if (
+        options.cls != "UnresolvedFunction"
+        or [p.lower() for p in parts] != ["map"]
+        or not literal
+        or len(values) % 2
+    ):
+        facts.refused.append(f"{name}() with options other than map('key', 'value', ...)")
+        return
+    pairs = list(zip(values[::2], values[1::2], strict=True))
+    facts.paths.extend(_option_paths(pairs, f"{name}()"))
+
+
 def _merge(facts: PlanFacts, more: PlanFacts) -> None:
     facts.paths.extend(more.paths)
     facts.path_tables.extend(more.path_tables)
@@ -377,6 +408,8 @@ def plan_facts(plan: Any, parser: Any = None) -> PlanFacts:
             name = (parts[-1] if parts else "").rsplit(", ", 1)[-1].lower()
             if name in REFLECT_FUNCTIONS:
                 facts.refused.append(f"{name}() calls Java methods")
+            elif name in _OPTION_FUNCTIONS:
+                _function_options(node, name, facts)
         elif cls in _IDENTIFIERS:
             parts = _identifier_parts(node.fields.get(_IDENTIFIERS[cls]))
             if len(parts) > 1 and looks_like_path(parts[1]):
