@@ -353,3 +353,26 @@ def test_xml_validation_schemas_lie_under_the_roots(
     )
     job = run_job(client, "spark.sql", {"statements": ok})
     assert job["status"] == "succeeded" and result_of(job)["rows"] == [{"a": 1, "b": 2}], job
+
+
+def test_a_refused_statement_stops_the_job_before_any_statement_runs(
+    client: Client, runtime: Any, spark: Any
+) -> None:
+    """The statements are checked before the first one runs: a job whose third statement the
+    sandbox refuses writes nothing."""
+    statements = (
+        "CREATE TABLE before_refusal (a INT) USING parquet; "
+        "INSERT INTO before_refusal VALUES (1); "
+        "SELECT reflect('java.lang.System', 'getProperty', 'user.name')"
+    )
+    job = run_job(client, "spark.sql", {"statements": statements})
+    assert job["status"] == "failed" and "reflect()" in job["error"], job
+    assert "statement 3" in job["error"], job
+    assert not spark.catalog.tableExists("before_refusal")
+    # a syntax error a later SET would cure is left to the statement's own turn
+    statements = (
+        "SET spark.sql.ansi.doubleQuotedIdentifiers=true; "
+        'SELECT "one" FROM (SELECT 1 AS one)'
+    )
+    job = run_job(client, "spark.sql", {"statements": statements})
+    assert job["status"] == "succeeded" and result_of(job)["rows"] == [{"one": 1}], job

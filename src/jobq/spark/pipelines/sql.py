@@ -1,7 +1,7 @@
-"""``spark.sql``: SQL statements run in order, one unit each, each checked by the sandbox
-first; the last one's result goes to a table or to files when ``output`` is given. An
-adopted job starts at the first statement not done, so the one running when a worker died
-runs again.
+"""``spark.sql``: SQL statements run in order, one unit each, all checked by the sandbox
+before the first runs (and each again at its turn); the last one's result goes to a table
+or to files when ``output`` is given. An adopted job starts at the first statement not
+done, so the one running when a worker died runs again.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import json
 from typing import Any
 
 from jobq.spark.args import SqlArgs, parse
+from jobq.spark.errors import SparkJobError
 from jobq.spark.pipelines.export import write_files
 from jobq.spark.registry import PipelineJob, pipeline
+from jobq.spark.sandbox import SandboxError
 
 #: most rows in a result
 MAX_ROWS = 100
@@ -33,12 +35,26 @@ def result_rows(rows: list[Any]) -> tuple[list[dict[str, Any]], bool]:
     return kept, len(rows) > MAX_ROWS
 
 
+def check_all(job: PipelineJob, statements: list[str], first: int) -> None:
+    """The sandbox's check of every statement from ``first`` on, before any runs, so that a
+    job with a refused statement writes nothing; SandboxError naming the statement. A
+    syntax error is left to the statement's turn: a SET before it may change the parser."""
+    for index in range(first, len(statements)):
+        try:
+            job.sandbox.check(job.spark, statements[index])
+        except SandboxError as exc:
+            raise SandboxError(f"statement {index + 1}: {exc}") from None
+        except SparkJobError:
+            continue
+
+
 @pipeline("spark.sql", parse=lambda payload: parse("spark.sql", payload))
 def run_sql(spark: Any, args: SqlArgs, job: PipelineJob) -> dict[str, Any]:
     statements = args.statement_list()
     output = args.output
     out_path = job.roots.resolve(output.path, "output.path") if output and output.path else None
     done = int(job.checkpoint or 0) if not isinstance(job.checkpoint, dict) else 0
+    check_all(job, statements, done)
     result: dict[str, Any] = {"statements": len(statements)}
     with job.units(len(statements), done) as units:
         for index in range(done, len(statements)):
