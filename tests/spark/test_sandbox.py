@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,7 +82,7 @@ def test_sql_cannot_reach_outside_the_roots(
         "CREATE TABLE esc2 USING csv OPTIONS (path '/etc/hostname')": "/etc/hostname",
         f"CREATE TABLE esc3 LOCATION '{outside}/t' AS SELECT 1 AS a": str(outside),
         "LOAD DATA LOCAL INPATH '/etc/passwd' INTO TABLE esc4": "/etc/passwd",
-        "ADD JAR '/etc/passwd'": "/etc/passwd",
+        "ADD FILE '/etc/passwd'": "/etc/passwd",
         "WITH c AS (SELECT * FROM text.`/etc/passwd`) SELECT * FROM c": "/etc/passwd",
         "SELECT 1 WHERE 1 IN (SELECT count(*) FROM json.`/etc/x`)": "/etc/x",
         "CREATE TEMP VIEW esc5 AS SELECT * FROM text.`/etc/passwd`": "/etc/passwd",
@@ -90,6 +92,7 @@ def test_sql_cannot_reach_outside_the_roots(
         "SET spark.sql.runSQLOnFiles=true": "spark.sql.runSQLOnFiles",
         "SELECT reflect('java.lang.System', 'getenv', 'HOME')": "reflect()",
         "SELECT TRANSFORM(1) USING 'cat /etc/passwd'": "TRANSFORM",
+        f"ADD JAR '{root}/in/a.csv'": "ADD JAR",
         "CREATE TABLE esc7 USING jdbc OPTIONS (url 'jdbc:derby:/tmp/x;create=true')": "jdbc",
     }
     jobs = {
@@ -376,3 +379,53 @@ def test_a_refused_statement_stops_the_job_before_any_statement_runs(
     )
     job = run_job(client, "spark.sql", {"statements": statements})
     assert job["status"] == "succeeded" and result_of(job)["rows"] == [{"one": 1}], job
+
+
+#: a commit protocol whose loading writes a file outside the roots
+EVIL_PROTOCOL = """\
+package jobqprobe;
+public class Planted extends org.apache.spark.internal.io.HadoopMapReduceCommitProtocol {
+    static {
+        try {
+            java.nio.file.Files.writeString(java.nio.file.Path.of("%s"), "planted");
+        } catch (java.io.IOException e) { throw new RuntimeException(e); }
+    }
+    public Planted(String jobId, String path, boolean dynamic) { super(jobId, path, dynamic); }
+}
+"""
+
+
+def test_a_jar_under_the_root_cannot_run_java_code(
+    client: Client, runtime: Any, spark_dir: Path
+) -> None:
+    """``ADD JAR`` puts a jar on the session's class path, and Spark instantiates classes
+    that settings name (``spark.sql.sources.commitProtocolClass``): a jar under the root
+    would run any Java code in the worker, as ``reflect()`` would."""
+    javac = shutil.which("javac")
+    if javac is None:
+        pytest.skip("no javac to build the jar")
+    import pyspark
+
+    root = spark_dir / "root"
+    build = spark_dir / "jar-build"
+    (build / "jobqprobe").mkdir(parents=True)
+    marker = spark_dir / "outside5-planted"
+    (build / "jobqprobe" / "Planted.java").write_text(EVIL_PROTOCOL % marker)
+    jars = Path(pyspark.__file__).parent / "jars"
+    subprocess.run(
+        [javac, "--release", "17", "-cp", f"{jars}/*", "jobqprobe/Planted.java"],
+        cwd=build,
+        check=True,
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.make_archive(str(root / "planted"), "zip", build, "jobqprobe")
+    os.replace(root / "planted.zip", root / "planted.jar")
+    statements = (
+        f"ADD JAR '{root}/planted.jar'; "
+        "SET spark.sql.sources.commitProtocolClass=jobqprobe.Planted; "
+        f"INSERT OVERWRITE DIRECTORY '{root}/planted-out' USING csv SELECT 1"
+    )
+    job = run_job(client, "spark.sql", {"statements": statements})
+    assert job["status"] == "failed", job
+    assert "ADD JAR" in job["error"] and "--spark-allow-any-path" in job["error"], job
+    assert not marker.exists()

@@ -4,7 +4,7 @@ it changes and the constructs the sandbox refuses (``docs/spark.md``, "Sandbox")
 
 The plan's shape comes from one py4j call (``TreeNode.toJSON``: every node, expressions and
 nested plans too); the exact values of the few nodes that carry paths (a ``LOCATION``, an
-``INSERT ... DIRECTORY``, ``OPTIONS (path ...)``, ``LOAD DATA``, ``ADD JAR`` ...), which the
+``INSERT ... DIRECTORY``, ``OPTIONS (path ...)``, ``LOAD DATA``, ``ADD FILE`` ...), which the
 JSON renders lossily, are then read from those nodes over py4j.
 """
 
@@ -29,6 +29,7 @@ REFUSED = {
     "ExecuteImmediateCommands": "EXECUTE IMMEDIATE runs SQL text that cannot be checked",
     "CreateFunction": "CREATE FUNCTION ... AS 'class' loads Java code",
     "CreateFunctionCommand": "CREATE FUNCTION ... AS 'class' loads Java code",
+    "AddJarsCommand": "ADD JAR puts Java code on the worker's class path",
 }
 #: nodes whose names are tables: a name part that is a path reads or writes files
 _IDENTIFIERS = {
@@ -46,7 +47,6 @@ _EXACT = {
     "CreateTableLike",
     "CreateTempViewUsing",
     "LoadData",
-    "AddJarsCommand",
     "AddFilesCommand",
     "AddArchivesCommand",
     "CreateNamespace",
@@ -285,8 +285,8 @@ def _exact(node: _Node, facts: PlanFacts) -> None:
         _add_options(facts, _map(j.options()), "CREATE TEMPORARY VIEW ... USING")
     elif cls == "LoadData":
         facts.paths.append((str(j.path()), "LOAD DATA"))
-    elif cls in ("AddJarsCommand", "AddFilesCommand", "AddArchivesCommand"):
-        what = {"AddJarsCommand": "ADD JAR", "AddFilesCommand": "ADD FILE"}.get(cls, "ADD ARCHIVE")
+    elif cls in ("AddFilesCommand", "AddArchivesCommand"):
+        what = "ADD FILE" if cls == "AddFilesCommand" else "ADD ARCHIVE"
         facts.paths.extend((str(p), what) for p in _seq(j.paths()))
     elif cls == "CreateNamespace":
         for key, value in _map(j.properties()):
