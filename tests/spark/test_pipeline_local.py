@@ -193,3 +193,28 @@ def test_a_malformed_spec_fails_the_job_in_one_line(
     job = run_job(client, "spark.pipeline", {"spec": str(directory)})
     assert job["status"] == "failed", job
     assert job["error"].startswith(says) and "\n" not in job["error"], job
+
+
+def test_a_spec_cannot_reach_outside_the_roots(
+    client: Client, runtime: Any, sessions: Any, root: Path, spark_dir: Path
+) -> None:
+    """The spec's ``storage`` (where a streaming flow writes its checkpoints) lies under a
+    root, and its ``configuration`` may not hold a setting a job may not set."""
+    outside = spark_dir / "outside-pipeline"
+    streaming = "CREATE STREAMING TABLE far_stream AS SELECT * FROM STREAM(far_source);\n"
+    sessions.get().range(3).write.mode("overwrite").format("parquet").saveAsTable("far_source")
+    directory = project(root, "far", streaming)
+    spec = directory / "spark-pipeline.yml"
+    spec.write_text(SPEC.format(name="far", storage=(outside / "storage").as_uri()))
+    job = run_job(client, "spark.pipeline", {"spec": str(directory)})
+    assert job["status"] == "failed", job
+    assert "storage" in job["error"] and "outside the configured roots" in job["error"], job
+    assert not outside.exists()
+    for key, value in [("spark.sql.runSQLOnFiles", "true"), ("fs.defaultFS", "viewfs://x/")]:
+        spec.write_text(
+            SPEC.format(name="far", storage=(root / "far-storage").as_uri())
+            + f'configuration:\n  {key}: "{value}"\n'
+        )
+        job = run_job(client, "spark.pipeline", {"spec": str(directory)})
+        assert job["status"] == "failed", job
+        assert key in job["error"] and "--spark-allow-any-path" in job["error"], job

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from jobq.spark.paths import is_hadoop_setting
 from jobq.spark.statements import split_statements
 
 __all__ = [
@@ -87,10 +88,16 @@ def _path(value: str, what: str) -> None:
 
 
 def _options(options: dict[str, str], what: str, where: str) -> None:
-    """Reader and writer options may not carry paths of their own."""
+    """Reader and writer options may not carry paths of their own, nor Hadoop settings
+    (Spark adds options to the Hadoop configuration the path is opened with)."""
     for key in options:
         if key.lower() in ("path", "paths"):
             raise ArgumentError(f"{what}: give the path in {where}, not in options")
+        if is_hadoop_setting(key):
+            raise ArgumentError(
+                f"{what}: {key} is a Hadoop setting, which can send the {where} to another "
+                "file system: set it on the worker with --spark-conf spark.hadoop.KEY=VALUE"
+            )
 
 
 class ImportArgs(_Args):

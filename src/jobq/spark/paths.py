@@ -2,7 +2,9 @@
 
 A local path (or a ``file:`` URI) is resolved with every symlink followed and must lie under a
 root's resolved path. A URI of another scheme (``s3a://``, ``hdfs://``) must start with a root
-given as such a URI and may not contain a ``..`` segment.
+given as such a URI and may not contain a ``..`` segment. Spark reads a path as a Hadoop glob,
+where ``\\..`` and a ``{x/y,..}`` group mean ``..``: neither a ``\\`` nor a ``{...}`` holding
+a ``/`` is allowed.
 """
 
 from __future__ import annotations
@@ -12,9 +14,23 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["PathError", "Roots"]
+__all__ = ["PathError", "Roots", "is_hadoop_setting"]
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+#: settings (and data source options, which Spark adds to them) of Hadoop and Hive: file
+#: systems, their mount tables and credentials, staging directories
+HADOOP_PREFIXES = ("fs.", "hadoop.", "dfs.", "hive.", "mapreduce.", "mapred.", "yarn.")
+
+
+def is_hadoop_setting(key: str) -> bool:
+    """True for a Hadoop or Hive setting (``fs.defaultFS``, ``spark.hadoop.fs.s3a.endpoint``):
+    one can send a path under a root to another file system or directory."""
+    name = key.strip().lower()
+    return name.removeprefix("spark.hadoop.").startswith(HADOOP_PREFIXES) or (
+        name.startswith("spark.hadoop.")
+    )
 
 
 class PathError(ValueError):
@@ -57,6 +73,7 @@ class Roots:
     def resolve(self, path: str, what: str = "path") -> str:
         """``path`` resolved (absolute, symlinks followed, or the URI as given); PathError
         if it is outside every root."""
+        _check_glob(path, what)
         if _is_uri(path):
             segments = path.split("://", 1)[1].split("/")
             if ".." in segments:
@@ -108,6 +125,26 @@ class Roots:
                 else:
                     raise PathError(f"{what}: no such file or directory: {pattern}")
         return list(dict.fromkeys(files))
+
+
+def _check_glob(path: str, what: str) -> None:
+    """PathError for what a Hadoop glob would read as ``..`` and this module as a name."""
+    if "\\" in path:
+        raise PathError(
+            f"{what}: {path}: a '\\' (a glob's escape) is not allowed in a path under the "
+            "configured roots"
+        )
+    depth = 0
+    for c in path:
+        if c == "{":
+            depth += 1
+        elif c == "}" and depth:
+            depth -= 1
+        elif c == "/" and depth:
+            raise PathError(
+                f"{what}: {path}: a glob's {{...}} may not hold a '/' in a path under the "
+                "configured roots"
+            )
 
 
 def _fixed_prefix(pattern: str) -> str:

@@ -4,7 +4,7 @@ it changes and the constructs the sandbox refuses (``docs/spark.md``, "Sandbox")
 
 The plan's shape comes from one py4j call (``TreeNode.toJSON``: every node, expressions and
 nested plans too); the exact values of the few nodes that carry paths (a ``LOCATION``, an
-``INSERT ... DIRECTORY``, ``OPTIONS (path ...)``, ``LOAD DATA``, ``ADD JAR`` ...), which the
+``INSERT ... DIRECTORY``, ``OPTIONS (path ...)``, ``LOAD DATA``, ``ADD FILE`` ...), which the
 JSON renders lossily, are then read from those nodes over py4j.
 """
 
@@ -14,6 +14,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from jobq.spark.errors import one_line
 
 __all__ = ["PlanFacts", "UncheckablePlan", "plan_facts"]
 
@@ -27,6 +29,7 @@ REFUSED = {
     "ExecuteImmediateCommands": "EXECUTE IMMEDIATE runs SQL text that cannot be checked",
     "CreateFunction": "CREATE FUNCTION ... AS 'class' loads Java code",
     "CreateFunctionCommand": "CREATE FUNCTION ... AS 'class' loads Java code",
+    "AddJarsCommand": "ADD JAR puts Java code on the worker's class path",
 }
 #: nodes whose names are tables: a name part that is a path reads or writes files
 _IDENTIFIERS = {
@@ -44,7 +47,6 @@ _EXACT = {
     "CreateTableLike",
     "CreateTempViewUsing",
     "LoadData",
-    "AddJarsCommand",
     "AddFilesCommand",
     "AddArchivesCommand",
     "CreateNamespace",
@@ -65,7 +67,18 @@ _PATH_FIELDS = frozenset(
 )
 #: option keys that name paths (``OPTIONS (path '...')``)
 _PATH_KEYS = ("path", "paths")
+#: option keys that name a file Spark reads besides the data (XML's rows' XSD)
+_FILE_KEYS = ("rowvalidationxsdpath",)
+#: functions that take a source's options (XML's, which name files): function -> the
+#: position of its options
+_OPTION_FUNCTIONS = {"from_xml": 2, "schema_of_xml": 1}
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+#: ``IDENTIFIER(expr)`` nodes: what they stand for is built from the name only at analysis
+#: (node class -> its builder's field, the builder's other argument)
+_BY_IDENTIFIER = {
+    "PlanWithUnresolvedIdentifier": ("planBuilder", "children"),
+    "ExpressionWithUnresolvedIdentifier": ("exprBuilder", "otherExprs"),
+}
 
 
 class UncheckablePlan(Exception):
@@ -83,6 +96,7 @@ class PlanFacts:
     :ivar resets_all: a bare ``RESET``
     :ivar refused: why a construct the sandbox refuses is there
     :ivar sql_bodies: (SQL text, is a query) of the SQL functions it defines
+    :ivar options: (key, what gives it) of the options and properties it gives
     """
 
     paths: list[tuple[str, str]] = field(default_factory=list)
@@ -92,6 +106,7 @@ class PlanFacts:
     resets_all: bool = False
     refused: list[str] = field(default_factory=list)
     sql_bodies: list[tuple[str, bool]] = field(default_factory=list)
+    options: list[tuple[str, str]] = field(default_factory=list)
 
 
 class _Node:
@@ -205,6 +220,8 @@ def _option_paths(pairs: list[tuple[str, str]], what: str) -> list[tuple[str, st
     for key, value in pairs:
         if key.lower() == "path":
             found.append((value, f"{what} option path"))
+        elif key.lower() in _FILE_KEYS:
+            found.append((value, f"{what} option {key}"))
         elif key.lower() == "paths":
             try:
                 listed = json.loads(value)
@@ -213,6 +230,12 @@ def _option_paths(pairs: list[tuple[str, str]], what: str) -> list[tuple[str, st
             items = listed if isinstance(listed, list) else [listed]
             found.extend((str(item), f"{what} option paths") for item in items)
     return found
+
+
+def _add_options(facts: PlanFacts, pairs: list[tuple[str, str]], what: str) -> None:
+    """The paths and keys of options or properties."""
+    facts.paths.extend(_option_paths(pairs, what))
+    facts.options.extend((key, f"{what} option") for key, _ in pairs)
 
 
 def _literal(expression: Any) -> str:
@@ -234,15 +257,18 @@ def _exact(node: _Node, facts: PlanFacts) -> None:
         provider = _option(spec.provider())
         if provider is not None:
             facts.providers.append((str(provider), what))
-        facts.paths.extend(_option_paths(_map(spec.properties()), what))
+        _add_options(facts, _map(spec.properties()), what)
         options = [(str(t._1()), _literal(t._2())) for t in _seq(spec.optionExpression().options())]
-        facts.paths.extend(_option_paths(options, what))
+        _add_options(facts, options, what)
+        serde = _option(spec.serde())
+        if serde is not None:
+            _add_options(facts, _map(serde.serdeProperties()), f"{what} SERDEPROPERTIES")
     elif cls == "InsertIntoDir":
         storage = j.storage()
         location = _option(storage.locationUri())
         if location is not None:
             facts.paths.append((str(location.toString()), "INSERT ... DIRECTORY"))
-        facts.paths.extend(_option_paths(_map(storage.properties()), "INSERT ... DIRECTORY"))
+        _add_options(facts, _map(storage.properties()), "INSERT ... DIRECTORY")
         provider = _option(j.provider())
         if provider is not None:
             facts.providers.append((str(provider), "INSERT ... DIRECTORY"))
@@ -253,14 +279,14 @@ def _exact(node: _Node, facts: PlanFacts) -> None:
         provider = _option(j.provider())
         if provider is not None:
             facts.providers.append((str(provider), "CREATE TABLE LIKE"))
-        facts.paths.extend(_option_paths(_map(j.properties()), "CREATE TABLE LIKE"))
+        _add_options(facts, _map(j.properties()), "CREATE TABLE LIKE")
     elif cls == "CreateTempViewUsing":
         facts.providers.append((str(j.provider()), "CREATE TEMPORARY VIEW ... USING"))
-        facts.paths.extend(_option_paths(_map(j.options()), "CREATE TEMPORARY VIEW ... USING"))
+        _add_options(facts, _map(j.options()), "CREATE TEMPORARY VIEW ... USING")
     elif cls == "LoadData":
         facts.paths.append((str(j.path()), "LOAD DATA"))
-    elif cls in ("AddJarsCommand", "AddFilesCommand", "AddArchivesCommand"):
-        what = {"AddJarsCommand": "ADD JAR", "AddFilesCommand": "ADD FILE"}.get(cls, "ADD ARCHIVE")
+    elif cls in ("AddFilesCommand", "AddArchivesCommand"):
+        what = "ADD FILE" if cls == "AddFilesCommand" else "ADD ARCHIVE"
         facts.paths.extend((str(p), what) for p in _seq(j.paths()))
     elif cls == "CreateNamespace":
         for key, value in _map(j.properties()):
@@ -276,11 +302,11 @@ def _exact(node: _Node, facts: PlanFacts) -> None:
     elif cls == "RefreshResource":
         facts.paths.append((str(j.path()), "REFRESH"))
     elif cls == "SetTableProperties":
-        facts.paths.extend(_option_paths(_map(j.properties()), "SET TBLPROPERTIES"))
+        _add_options(facts, _map(j.properties()), "SET TBLPROPERTIES")
     elif cls == "SetTableSerDeProperties":
         properties = _option(j.serdeProperties())
         if properties is not None:
-            facts.paths.extend(_option_paths(_map(properties), "SET SERDEPROPERTIES"))
+            _add_options(facts, _map(properties), "SET SERDEPROPERTIES")
     elif cls == "SetCommand":
         kv = _option(j.kv())
         if kv is not None:
@@ -295,6 +321,22 @@ def _exact(node: _Node, facts: PlanFacts) -> None:
             facts.settings.append((str(config), None))
 
 
+def _built(node: _Node, parser: Any) -> Any:
+    """The plan or expression an ``IDENTIFIER(expr)`` node stands for, built as Spark's
+    analyzer builds it from the name (``expr`` evaluated); None when the name is known only
+    when the statement runs (a variable, a parameter)."""
+    j = _jvm_of(node)
+    name = j.identifierExpr()
+    if parser is None or not (name.resolved() and name.foldable()):
+        return None
+    value = name.eval(None)
+    if value is None:
+        return None
+    parts = parser.parseMultipartIdentifier(str(value.toString()))
+    builder, others = _BY_IDENTIFIER[node.cls]
+    return getattr(j, builder)().apply(parts, getattr(j, others)())
+
+
 def _identifier_parts(text: Any) -> list[str]:
     """The parts of a name as the JSON renders a Seq of strings (``"[csv, /x]"``)."""
     if not isinstance(text, str) or not (text.startswith("[") and text.endswith("]")):
@@ -304,14 +346,50 @@ def _identifier_parts(text: Any) -> list[str]:
     return [head, rest] if sep else [head]
 
 
+def _function_options(node: _Node, name: str, facts: PlanFacts) -> None:
+    """The paths in the options of a call of an :data:`_OPTION_FUNCTIONS` function: they
+    must be ``map('key', 'value', ...)`` of literals."""
+    index = _OPTION_FUNCTIONS[name]
+    if len(node.children) <= index:
+        return
+    options = node.children[index]
+    parts = _identifier_parts(options.fields.get("nameParts"))
+    literal = all(
+        c.cls == "Literal" and isinstance(c.fields.get("value"), str) for c in options.children
+    )
+    values = [str(c.fields.get("value")) for c in options.children]
+    if (
+        options.cls != "UnresolvedFunction"
+        or [p.lower() for p in parts] != ["map"]
+        or not literal
+        or len(values) % 2
+    ):
+        facts.refused.append(f"{name}() with options other than map('key', 'value', ...)")
+        return
+    pairs = list(zip(values[::2], values[1::2], strict=True))
+    facts.paths.extend(_option_paths(pairs, f"{name}()"))
+
+
+def _merge(facts: PlanFacts, more: PlanFacts) -> None:
+    facts.paths.extend(more.paths)
+    facts.path_tables.extend(more.path_tables)
+    facts.providers.extend(more.providers)
+    facts.settings.extend(more.settings)
+    facts.resets_all = facts.resets_all or more.resets_all
+    facts.refused.extend(more.refused)
+    facts.sql_bodies.extend(more.sql_bodies)
+    facts.options.extend(more.options)
+
+
 def looks_like_path(part: str) -> bool:
     """A name part that reads as a path or URI (``/x``, ``a/b``, ``file:...``)."""
     return "/" in part or "\\" in part or bool(_SCHEME.match(part))
 
 
-def plan_facts(plan: Any) -> PlanFacts:
-    """The facts of a parsed logical plan (a py4j object); :class:`UncheckablePlan` when
-    it cannot be read."""
+def plan_facts(plan: Any, parser: Any = None) -> PlanFacts:
+    """The facts of a parsed logical plan (a py4j object; ``parser``, the parser that made
+    it, builds what ``IDENTIFIER(expr)`` names); :class:`UncheckablePlan` when it cannot be
+    read."""
     try:
         items = json.loads(plan.toJSON())
     except Exception as exc:
@@ -330,6 +408,8 @@ def plan_facts(plan: Any) -> PlanFacts:
             name = (parts[-1] if parts else "").rsplit(", ", 1)[-1].lower()
             if name in REFLECT_FUNCTIONS:
                 facts.refused.append(f"{name}() calls Java methods")
+            elif name in _OPTION_FUNCTIONS:
+                _function_options(node, name, facts)
         elif cls in _IDENTIFIERS:
             parts = _identifier_parts(node.fields.get(_IDENTIFIERS[cls]))
             if len(parts) > 1 and looks_like_path(parts[1]):
@@ -341,6 +421,18 @@ def plan_facts(plan: Any) -> PlanFacts:
             text = node.fields.get("queryText") or node.fields.get("exprText")
             if isinstance(text, str):
                 facts.sql_bodies.append((text, bool(node.fields.get("isTableFunc"))))
+        elif cls in _BY_IDENTIFIER:
+            try:
+                built = _built(node, parser)
+            except Exception as exc:
+                reason = f"its IDENTIFIER(...) cannot be built ({one_line(exc)})"
+                raise UncheckablePlan(reason) from None
+            if built is None:
+                facts.refused.append(
+                    "IDENTIFIER(...) of a value known only when the statement runs"
+                )
+            else:
+                _merge(facts, plan_facts(built, parser))
         elif cls in _EXACT:
             try:
                 _exact(node, facts)

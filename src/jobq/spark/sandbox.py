@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobq.spark.errors import SparkJobError, one_line
-from jobq.spark.paths import PathError, Roots
+from jobq.spark.paths import PathError, Roots, is_hadoop_setting
 from jobq.spark.planwalk import PlanFacts, UncheckablePlan, plan_facts
 
 __all__ = ["SANDBOX_CONF", "Sandbox", "SandboxError"]
@@ -132,6 +132,12 @@ class Sandbox:
                 f"{key} may not be changed by a job on this worker (its paths are checked "
                 f"against --spark-root); {_OPT_IN}"
             )
+        if value is not None and (not key.startswith("spark.") or is_hadoop_setting(key)):
+            return (
+                f"{key} is a Hadoop or Hive setting, which can send a path to another file "
+                f"system: a job may not set it on this worker (set it with --spark-conf); "
+                f"{_OPT_IN}"
+            )
         return None
 
     def prepare(self, spark: Any) -> None:
@@ -182,7 +188,7 @@ class Sandbox:
             plan = parser.parsePlan(statement)
         except Exception as exc:  # the same error Spark gives: a syntax error
             raise SparkJobError(one_line(exc)) from None
-        facts = self._facts(plan)
+        facts = self._facts(plan, parser)
         self._judge(facts, jvm, parser)
         return Checked(changes_settings=bool(facts.settings) or facts.resets_all)
 
@@ -193,9 +199,9 @@ class Sandbox:
             return parser, _local.jvm()
         return spark._jsparkSession.sessionState().sqlParser(), spark._jvm
 
-    def _facts(self, plan: Any) -> PlanFacts:
+    def _facts(self, plan: Any, parser: Any) -> PlanFacts:
         try:
-            return plan_facts(plan)
+            return plan_facts(plan, parser)
         except UncheckablePlan as exc:
             raise SandboxError(
                 f"the sandbox cannot check this statement: {exc}; {_OPT_IN}"
@@ -214,6 +220,12 @@ class Sandbox:
             )
         for path, what in facts.paths:
             self._check_path(path, what)
+        for key, what in facts.options:
+            if is_hadoop_setting(key):
+                raise SandboxError(
+                    f"{what} {key}: a Hadoop setting, which can send a path to another file "
+                    f"system, may not be given by a job on this worker; {_OPT_IN}"
+                )
         for provider, what in facts.providers:
             if not self._is_file_source(provider, jvm):
                 raise SandboxError(
@@ -229,7 +241,7 @@ class Sandbox:
                 body = parser.parseQuery(text) if is_query else parser.parseExpression(text)
             except Exception as exc:
                 raise SparkJobError(one_line(exc)) from None
-            self._judge(self._facts(body), jvm, parser)
+            self._judge(self._facts(body, parser), jvm, parser)
 
     def _check_path(self, path: str, what: str) -> None:
         try:

@@ -169,6 +169,20 @@ def _sql_files(spec_path: str, spec: Any) -> list[Path]:
     return files
 
 
+def check_spec(job: PipelineJob, spec_path: str, spec: Any) -> None:
+    """The spec's ``storage`` (streaming checkpoints) and library files lie under the roots,
+    and its ``configuration`` holds only settings a job may set; SparkJobError if not."""
+    job.roots.resolve(spec.storage, "spec storage")
+    directory = Path(spec_path).parent.resolve()
+    for library in spec.libraries:
+        for path in directory.glob(library.include):
+            job.roots.resolve(str(path), "spec libraries")
+    for key, value in spec.configuration.items():
+        error = job.sandbox.setting_error(str(key), str(value))
+        if error is not None:
+            raise SparkJobError(f"spec configuration: {error}")
+
+
 def check_sql_files(job: PipelineJob, spark: Any, spec_path: str, spec: Any) -> int:
     """Every statement of the project's SQL files through the sandbox (the job's own
     session's parser); SparkJobError naming the file if one is refused. The number of
@@ -290,6 +304,7 @@ def run_pipeline(spark: Any, args: PipelineArgs, job: PipelineJob) -> dict[str, 
         spec = load_pipeline_spec(Path(spec_path))
     except Exception as exc:
         raise SparkJobError(f"spec: {one_line(exc)}") from None
+    check_spec(job, spec_path, spec)
     check_sql_files(job, spark, spec_path, spec)
     flows = FlowProgress()
     job.log_unit("pipeline run")
