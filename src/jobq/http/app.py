@@ -31,6 +31,7 @@ from jobq.http.auth import PRINCIPAL, ASGIApp, BearerAuth, Message, Receive, Sco
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from jobq.http.metrics import Metrics
 from jobq.http.models import ERROR_RESPONSES, Audit, ServerSummary
+from jobq.http.origin import CrossOriginGuard
 from jobq.http.routes import bad, jobs, logs, respond, schedules, workers
 from jobq.server import protocol as p
 from jobq.server.core import Core
@@ -165,6 +166,7 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
     if access is not None:
         app.add_middleware(BearerAuth, access=access, audit=core.audit)
+    app.add_middleware(CrossOriginGuard)
     app.add_middleware(SecurityHeaders)
     return app
 

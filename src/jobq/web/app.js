@@ -48,9 +48,20 @@ function showLogin(message) {
 
 setUnauthorizedHandler(showLogin);
 
+// What the server takes as a token (docs/http.md, Security). Another character (a pasted
+// zero-width space...) could not even be sent: fetch refuses such a header, and the tab,
+// keeping the token, would fail every request with no way back to this form.
+const TOKEN_PATTERN = /^[!-~]{1,4096}$/;
+
 $("login-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  setToken($("login-token").value.trim());
+  const token = $("login-token").value.trim();
+  if (!TOKEN_PATTERN.test(token)) {
+    $("login-error").textContent =
+      "A token is 1 to 4096 printable ASCII characters, with no spaces.";
+    return;
+  }
+  setToken(token);
   $("login-token").value = "";
   needLogin = false;
   route();

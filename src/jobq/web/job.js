@@ -51,7 +51,9 @@ export function preview(base64, limit) {
   const shown = bytes.subarray(0, limit);
   const more = bytes.length > limit ? `\n… ${bytes.length - limit} more bytes` : "";
   try {
-    const text = new TextDecoder("utf-8", { fatal: true }).decode(shown);
+    // cut inside a character, the shown bytes end in part of one: left out, not an error
+    const cut = bytes.length > limit;
+    const text = new TextDecoder("utf-8", { fatal: true }).decode(shown, { stream: cut });
     if (!/[\u0000-\u0008\u000e-\u001f]/.test(text)) {
       let pretty = text;
       try { pretty = JSON.stringify(JSON.parse(text), null, 2); } catch (e) { /* text */ }
