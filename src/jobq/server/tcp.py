@@ -29,6 +29,7 @@ from jobq.server import protocol as p
 from jobq.server.access import Forbidden, Principal, Role, check
 from jobq.server.auth import Auth, register_auth_command
 from jobq.server.core import Core, Slot
+from jobq.server.cross_protocol import HTTP_REFUSAL, log_refusal, starts_http_request
 from jobq.server.dispatch import error_reply
 from jobq.server.gate import (
     AUTH_TIMED_OUT,
@@ -126,6 +127,9 @@ class Connection(asyncio.Protocol):
         self.unsent = 0
         #: a standby's replication stream, once ``replicate`` made this connection one
         self.feed: Feed | None = None
+        #: the connection's first bytes while they may begin an HTTP request line
+        #: (``cross_protocol.py``); None once they cannot
+        self.head: bytes | None = b""
 
     # -- asyncio callbacks
 
@@ -151,6 +155,16 @@ class Connection(asyncio.Protocol):
         if self.feed is not None:
             self.feed.received(data)
             return
+        if self.head is not None:  # the first bytes: an HTTP request is refused unparsed
+            data = self.head + data
+            http = starts_http_request(data)
+            if http is None:
+                self.head = data
+                return
+            self.head = None
+            if http:
+                self._refuse_http()
+                return
         self.parser.feed(data)
         if not self.turn_scheduled:  # else its turn comes
             self._process()
@@ -441,6 +455,16 @@ class Connection(asyncio.Protocol):
         self.core.audit.auth_failed(self.address or "", "tcp", "no token in time")
         self.closing = True
         transport.write(p.client_error(AUTH_TIMED_OUT))
+        self._linger(transport)
+
+    def _refuse_http(self) -> None:
+        """An HTTP request came to the workq port: one error line, then close."""
+        transport = self.transport
+        if transport is None:
+            return
+        log_refusal(self.address or "")
+        self.closing = True
+        transport.write(p.client_error(HTTP_REFUSAL))
         self._linger(transport)
 
     def _linger(self, transport: asyncio.Transport) -> None:
