@@ -21,7 +21,7 @@ import pytest
 from tests.harness import RunningServer
 
 HEAD_TIMEOUT_S = 0.5
-GET = b"GET /api/server HTTP/1.1\r\nHost: x\r\n\r\n"
+GET = b"GET /api/server HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 
 def _connect(server: RunningServer, source: str = "127.0.0.1") -> socket.socket:
@@ -96,7 +96,7 @@ def server() -> Iterator[RunningServer]:
     live.stop()
 
 
-@pytest.mark.parametrize("sent", [b"", b"GET /api/server HTTP/1.1\r\nHost: x\r\n"])
+@pytest.mark.parametrize("sent", [b"", b"GET /api/server HTTP/1.1\r\nHost: localhost\r\n"])
 def test_a_connection_without_a_whole_request_head_is_closed(
     server: RunningServer, sent: bytes
 ) -> None:
@@ -111,7 +111,7 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_off(server: RunningServer) -> None:
     with _connect(server) as sock:
         started = time.monotonic()
         with pytest.raises((BrokenPipeError, ConnectionResetError, EOFError)):
-            for byte in b"GET /api/server HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
+            for byte in b"GET /api/server HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 100:
                 sock.sendall(bytes([byte]))
                 time.sleep(HEAD_TIMEOUT_S / 5)
             _response(sock)
@@ -123,7 +123,7 @@ def test_requests_on_a_connection_are_not_cut_off(server: RunningServer) -> None
         # a body slower than the head timeout: the timer stops once the head is in
         body = b'{"name": "limits.q"}'
         sock.sendall(
-            b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /api/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body)
         )
         for start in range(0, len(body), 5):

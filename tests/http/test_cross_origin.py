@@ -61,3 +61,23 @@ def test_same_origin_and_non_browser_writes_work(http: httpx.Client, live: Runni
     assert http.post(f"/api/jobs/{job_id}/cancel").status_code == 200
     # reads stay open: the browser keeps their answers from the other site's page
     assert http.get("/api/jobs", headers=CROSS_SITE).status_code == 200
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8090", "10.0.0.1", "[fe80::1]"])
+def test_a_server_without_a_token_answers_no_other_name_than_loopback(
+    http: httpx.Client, host: str
+) -> None:
+    # DNS rebinding: evil.example, resolved to 127.0.0.1 after its page loaded, is then
+    # same-origin with the server; its requests still name it in Host
+    for method, path in (("GET", "/api/jobs"), ("POST", "/api/jobs")):
+        answer = http.request(method, path, headers={"Host": host}, json={"name": "x"})
+        assert answer.status_code == 403, answer.text
+        assert "loopback names" in answer.json()["error"]
+    assert http.get("/api/jobs", params={"name": "x"}).json()["jobs"] == []
+
+
+@pytest.mark.parametrize(
+    "host", ["localhost", "localhost:8090", "app.localhost", "127.0.0.1", "127.1.2.3:80", "[::1]:9"]
+)
+def test_loopback_names_are_answered(http: httpx.Client, host: str) -> None:
+    assert http.get("/api/server", headers={"Host": host}).status_code == 200

@@ -31,7 +31,7 @@ from jobq.http.auth import PRINCIPAL, ASGIApp, BearerAuth, Message, Receive, Sco
 from jobq.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from jobq.http.metrics import Metrics
 from jobq.http.models import ERROR_RESPONSES, Audit, ServerSummary
-from jobq.http.origin import CrossOriginGuard
+from jobq.http.origin import CrossOriginGuard, LoopbackHostGuard
 from jobq.http.routes import bad, jobs, logs, respond, schedules, workers
 from jobq.server import protocol as p
 from jobq.server.core import Core
@@ -50,10 +50,13 @@ def web_dir() -> Path:
     return Path(str(resources.files("jobq") / "web"))
 
 
-def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
+def create_app(
+    core: Core, *, auth_token: str | None = None, loopback: bool = False
+) -> FastAPI:
     """The ASGI app for ``core``; on a core with tokens (``core.access``), or with
     ``auth_token``, every route but the UI's shell needs ``Authorization: Bearer <token>``,
-    and what it may do is its token's role's."""
+    and what it may do is its token's role's. ``loopback``: it listens on loopback; without
+    tokens it then answers loopback names only (DNS rebinding: ``origin.py``)."""
     access = Access(token=auth_token) if auth_token else core.access
     app = FastAPI(
         title="jobq",
@@ -167,6 +170,8 @@ def create_app(core: Core, *, auth_token: str | None = None) -> FastAPI:
     if access is not None:
         app.add_middleware(BearerAuth, access=access, audit=core.audit)
     app.add_middleware(CrossOriginGuard)
+    if access is None and loopback:  # no token: loopback names only (DNS rebinding)
+        app.add_middleware(LoopbackHostGuard)
     app.add_middleware(SecurityHeaders)
     return app
 

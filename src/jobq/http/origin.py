@@ -1,4 +1,5 @@
-"""Refusing writes another web site's page makes through the user's browser (CSRF).
+"""Refusing what another web site's page makes the user's browser do: writes (CSRF), and
+on a server without tokens, any request under a name that is not loopback (DNS rebinding).
 
 A server without a token (the default, on loopback) takes any request that reaches it: a
 page from another site, open in the user's browser, can reach it too with a form or a
@@ -11,10 +12,18 @@ when ``Sec-Fetch-Site`` is neither ``same-origin`` nor ``none``, or, without it,
 ``http.CrossOriginProtection``). Clients that are no browser (the CLI, curl, the Python
 client) send neither header and are not concerned. Reads stay open: the browser keeps their
 answers from the other site's page.
+
+Unless the site's own name points at the server: DNS rebinding (a name of the attacker's that
+first resolves to its server, which serves the page, then to ``127.0.0.1``) makes the page
+same-origin with a server without tokens, reads and writes alike. Such a request still
+carries the attacker's name in ``Host``; a server without tokens that listens on loopback
+therefore answers only loopback names (``localhost``, ``*.localhost``, loopback addresses),
+as Jupyter and the Docker daemon do, and 403 to any other.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from jobq.http.auth import ASGIApp, Receive, Scope, Send, send_json
@@ -59,4 +68,44 @@ class CrossOriginGuard:
         if scope["type"] == "http" and is_cross_origin(scope["method"], scope["headers"]):
             await send_json(send, 403, {"error": CROSS_ORIGIN})
             return
+        await self.app(scope, receive, send)
+
+
+NOT_LOOPBACK = (
+    "Forbidden: a server without a token answers only loopback names (localhost, "
+    "127.0.0.1, [::1]) in Host; give it a token to serve it under another name"
+)
+
+
+def is_loopback_name(host: bytes) -> bool:
+    """Whether a ``Host`` header (``name[:port]``) names a loopback address or localhost."""
+    text = host.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        name = text[1:].partition("]")[0]
+    else:
+        name = text.rpartition(":")[0] if text.count(":") == 1 else text
+    name = name.rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class LoopbackHostGuard:
+    """ASGI middleware of a server without tokens on loopback: 403 JSON for a request whose
+    ``Host`` is not a loopback name (one without ``Host``, HTTP/1.0, is no browser's)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for key, value in scope["headers"]:
+                if key == b"host":
+                    if not is_loopback_name(value):
+                        await send_json(send, 403, {"error": NOT_LOOPBACK})
+                        return
+                    break
         await self.app(scope, receive, send)

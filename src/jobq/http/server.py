@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from jobq.config import is_loopback
 from jobq.http.app import create_app
 from jobq.http.auth import Receive, Scope, Send, send_json
 from jobq.server.core import Core
@@ -253,7 +254,7 @@ async def start_http(
         raise ValueError("--tls-cert and --tls-key go together")
     if max_connections < 1 or max_connections_per_client < 1 or not head_timeout_s > 0:
         raise ValueError("the HTTP connection limits and the head timeout must be positive")
-    app = create_app(core, auth_token=auth_token)
+    app = create_app(core, auth_token=auth_token, loopback=is_loopback(host))
     config = uvicorn.Config(
         app,
         log_config=None,
