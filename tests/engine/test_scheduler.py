@@ -595,3 +595,40 @@ def test_a_run_that_cannot_be_logged_is_refused() -> None:
     with pytest.raises(ScheduleError, match="run cannot be logged"):
         world.engine.trigger_schedule("s", now_ns=2**64)
     assert world.drain() == [] and world.jobs() == []
+
+
+def test_a_client_job_with_a_run_id_to_come_does_not_stop_the_schedule() -> None:
+    # a run's id is derived, so a client can add a job with it first: the run found its
+    # id in use and the scheduler paused the schedule. It takes the next number instead.
+    from jobq.engine.schedules import chain_job_id, run_job_id
+
+    from .helpers import MS, T0
+
+    engine = Engine(started_ns=T0)
+    schedule = engine.create_schedule(
+        name="nightly", every_ms=1000, now_ns=T0,
+        args=b'{"name":"etl","then":[{"name":"report"}]}',
+    )
+    for job_id in (
+        run_job_id(schedule.id, schedule.created_ns, 1),  # run 1's first job
+        chain_job_id(schedule.id, schedule.created_ns, 2, 1),  # run 2's second
+    ):
+        engine.add(id=job_id, name="x", ttr_ms=1, ttl_ms=0, payload=b"", now_ns=T0)
+    log = [(command, T0) for command in engine.drain()[0]]
+    now_ns = T0 + 1000 * MS
+    engine.tick(now_ns)
+    log += [(command, now_ns) for command in engine.drain()[0]]
+    fired = [c for c, _ in log if isinstance(c, FireSchedule)]
+    assert [f.seq for f in fired] == [3] and not schedule.paused
+    assert schedule.running == {
+        run_job_id(schedule.id, schedule.created_ns, 3),
+        chain_job_id(schedule.id, schedule.created_ns, 3, 1),
+    }
+    replayed = Engine(started_ns=T0)  # a restart gives the same
+    replayed.begin_replay()
+    for command, logged_ns in log:
+        replayed.replay(command, logged_ns=logged_ns, now_ns=now_ns)
+    replayed.end_replay()
+    assert replayed.schedules[schedule.id].fire_seq == 3
+    assert replayed.schedules[schedule.id].running == schedule.running
+    assert set(replayed.jobs) == set(engine.jobs)

@@ -230,3 +230,43 @@ def test_without_tokens_everything_is_allowed_and_the_body_names_the_actor(
         events: list[dict[str, Any]] = client.history(job_id) if live.core.log else []
         client.delete(job_id)
     assert all(e["actor"] == "bob" for e in events if "pause" in e["event"])
+
+
+def _created_ns(created: str, schedule_id: int, run_1: bytes) -> int:
+    """The schedule's creation time to the nanosecond, from what any viewer sees: its
+    ``created`` (to the millisecond) and its first run's id, derived from it."""
+    from datetime import datetime
+
+    from jobq.engine.schedules import run_job_id
+
+    created_ms = int(datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() * 1000)
+    for base_ms in (created_ms, created_ms - 1, created_ms + 1):  # float rounding
+        for sub_ms in range(1_000_000):
+            created_ns = base_ms * 1_000_000 + sub_ms
+            if run_job_id(schedule_id, created_ns, 1) == run_1:
+                return created_ns
+    raise AssertionError("not found")
+
+
+def test_a_worker_cannot_stop_a_schedule_by_taking_its_next_run_id(
+    roles: RunningServer,
+) -> None:
+    # a schedule's run ids are derived (schedules.run_job_id), so a worker (no schedule
+    # rights) can work out the next one and add a job with it first: the run found its id
+    # in use, was refused, and the scheduler paused the schedule. It takes the next number.
+    import uuid
+
+    from jobq.engine.schedules import run_job_id
+
+    with client_as(roles, "alice") as admin, client_as(roles, "ci") as worker:
+        admin.create_schedule("idgrab", every_ms=86_400_000, args={"name": "idg"})
+        first = admin.trigger_schedule("idgrab")
+        seen = next(s for s in worker.schedules() if s["name"] == "idgrab")
+        created_ns = _created_ns(seen["created"], seen["id"], uuid.UUID(first).bytes)
+        taken = uuid.UUID(bytes=run_job_id(seen["id"], created_ns, 2))
+        worker.add("idg.x", b"", ttr_ms=1000, ttl_ms=60_000, id=taken)
+        second = admin.trigger_schedule("idgrab")
+        assert second == str(uuid.UUID(bytes=run_job_id(seen["id"], created_ns, 3)))
+        runs = admin.schedule_runs("idgrab").jobs
+        assert {run["id"] for run in runs} == {first, second}
+        assert not admin.get_schedule("idgrab")["paused"]

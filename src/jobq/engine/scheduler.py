@@ -252,6 +252,11 @@ def fire(
     _, work, shape = known
     seq = schedule.fire_seq + 1
     job_id = run_job_id(schedule.id, schedule.created_ns, seq)
+    while _run_ids_taken(engine, schedule, job_id, seq, len(work.then)):
+        # a client's job took the run's id first (its ids are derived, so known before
+        # the run): the run takes the next number instead, whose ids are free
+        seq += 1
+        job_id = run_job_id(schedule.id, schedule.created_ns, seq)
     job = msgspec.structs.replace(
         shape,
         id=job_id,
@@ -275,8 +280,6 @@ def fire(
             run_for_ns=scheduled_ns, run_kind=kind, **fields,
         ))
     for made in chain:
-        if made.id in engine.jobs:
-            raise ScheduleError("Run id in use")  # not seen in practice: 128-bit hashes
         try:  # the server encodes it again to log it; a failure there would refuse its batch
             encode_extension(made)
         except (OverflowError, TypeError, ValueError) as exc:
@@ -303,6 +306,22 @@ def fire(
     for later_job in chain[1:]:
         engine._emit(later_job, now_ns)
     return engine.jobs[job_id]
+
+
+def _run_ids_taken(
+    engine: Engine, schedule: Schedule, job_id: bytes, seq: int, later_jobs: int
+) -> bool:
+    """Whether a job has the id of run ``seq`` (``job_id``) or of a later job of its chain
+    (``later_jobs`` of them): a client chose it (ids are the clients' to choose). Each such
+    job makes one firing take one more number, once: the loop in :func:`fire` is bounded
+    by the jobs that exist."""
+    jobs = engine.jobs
+    if job_id in jobs:
+        return True
+    return any(
+        chain_job_id(schedule.id, schedule.created_ns, seq, step) in jobs
+        for step in range(1, later_jobs + 1)
+    )
 
 
 #: id of a Work an executor gave -> (that Work, it checked, the job of a run of it but for
