@@ -60,6 +60,8 @@ DEFAULT_GRACE_S = 30.0
 DEFAULT_LEASE_WAIT_MS = 1000
 #: longest error text sent with xfail
 MAX_ERROR_CHARS = 4096
+#: largest result the server takes (workq's MaxResult): a larger one fails the job
+MAX_RESULT_BYTES = 1024 * 1024
 #: tries of a finishing call (xcomplete, xfail, release) when the connection fails
 _FINISH_TRIES = 3
 #: :meth:`Runtime.run`'s status when the server refused the token
@@ -91,10 +93,14 @@ def _result_bytes(value: object) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"a handler returns bytes, str or None, not {type(value).__name__}")
+        data = value.encode("utf-8")
+    elif isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+    else:
+        raise TypeError(f"a handler returns bytes, str or None, not {type(value).__name__}")
+    if len(data) > MAX_RESULT_BYTES:  # the server would refuse it, and the job stay leased
+        raise ValueError(f"the result is at most 1 MiB, not {len(data)} bytes")
+    return data
 
 
 class _Heartbeats:
@@ -550,6 +556,9 @@ class Runtime:
                 stopping = True
             else:
                 stopping = False
+                stale = self._running.get(ctx.id)
+                if stale is not None:  # this worker's own earlier attempt lost the lease
+                    stale._supersede(ctx.attempt)
                 self._running[ctx.id] = ctx
         if stopping:  # leased while the worker began to stop: pending again at once
             with contextlib.suppress(JobqError):
@@ -562,7 +571,14 @@ class Runtime:
         try:
             outcome, value = self._call_handler(entry, ctx)
             if not ctx._claim("finishing"):
-                log.info("job %s: handler ended after the job was released", ctx.id)
+                if ctx._attempt_log is not None and self._shipper is not None:
+                    self._shipper.finish(ctx._attempt_log, client)  # its last lines
+                if ctx._superseded:  # the lease ran out and this worker leased the job again
+                    self._count("lost")
+                    log.warning("job %s: attempt %d: lease lost; the outcome is dropped",
+                                ctx.id, ctx.attempt)
+                else:
+                    log.info("job %s: handler ended after the job was released", ctx.id)
                 return
             self._heartbeats.discard(ctx)
             if ctx._attempt_log is not None and self._shipper is not None:
@@ -572,7 +588,8 @@ class Runtime:
         finally:
             self._heartbeats.discard(ctx)
             with self._lock:
-                self._running.pop(ctx.id, None)
+                if self._running.get(ctx.id) is ctx:  # not a later attempt's
+                    del self._running[ctx.id]
 
     def _call_handler(self, entry: Handler, ctx: JobContext) -> tuple[str, Any]:
         try:
@@ -599,11 +616,16 @@ class Runtime:
     ) -> None:
         worker = self.worker_id
         if outcome == "complete":
-            self._finish_call(ctx, "xcomplete", lambda: client.xcomplete(ctx.id, worker, value))
-            self._count("completed")
-            log.info("job %s: completed", ctx.id)
-        elif outcome == "fail":
-            text = error_text(value)
+            refusal = self._finish_call(
+                ctx, "xcomplete", lambda: client.xcomplete(ctx.id, worker, value), refusable=True
+            )
+            if not isinstance(refusal, _Refused):
+                self._count("completed")
+                log.info("job %s: completed", ctx.id)
+                return
+            outcome, value = "fail", refusal  # fail the attempt now, not at its TTR
+        if outcome == "fail":
+            text = str(value) if isinstance(value, _Refused) else error_text(value)
             self._finish_call(ctx, "xfail", lambda: client.xfail(ctx.id, worker, text))
             self._count("failed")
             log.info("job %s: failed: %s", ctx.id, text)
@@ -623,7 +645,11 @@ class Runtime:
             self._count("lost")
             log.warning("job %s: lease lost; the outcome is dropped", ctx.id)
 
-    def _finish_call(self, ctx: JobContext, what: str, call: Callable[[], Any]) -> Any:
+    def _finish_call(
+        self, ctx: JobContext, what: str, call: Callable[[], Any], *, refusable: bool = False
+    ) -> Any:
+        """``call()``'s reply, or None once it failed (logged); with ``refusable``, the
+        server's refusal (neither LeaseLost nor access) as a :class:`_Refused`."""
         for attempt in range(_FINISH_TRIES):
             try:
                 return call()
@@ -641,5 +667,9 @@ class Runtime:
                 return None
             except JobqError as exc:
                 log.error("job %s: %s refused: %s", ctx.id, what, exc)
-                return None
+                return _Refused(f"{what} refused: {exc.text or exc}") if refusable else None
         return None
+
+
+class _Refused(Exception):
+    """The server refused a worker's report (the attempt's error when it was xcomplete)."""
