@@ -75,7 +75,11 @@ def default_worker_id() -> str:
 
 def error_text(exc: BaseException) -> str:
     """``type: message`` on one line, as sent with ``xfail``."""
-    message = " ".join(str(exc).split())
+    try:
+        shown = str(exc)
+    except Exception:  # a handler's exception whose __str__ fails: as traceback shows it
+        shown = "<exception str() failed>"
+    message = " ".join(shown.split())
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text[:MAX_ERROR_CHARS]
 
@@ -531,7 +535,10 @@ class Runtime:
                     self._stopping.wait(5.0)
                     continue
                 backoff = 0.1
-                self._run_job(client, lease)
+                try:
+                    self._run_job(client, lease)
+                except Exception:  # a bug: the next job should not suffer from it
+                    log.exception("job %s: the worker failed", lease.id)
         except Exception:
             log.exception("worker thread failed")
         finally:
@@ -633,7 +640,7 @@ class Runtime:
             if outcome == "cancel" and entry.on_cancel is not None:
                 try:
                     entry.on_cancel(ctx)
-                except Exception:
+                except BaseException:  # Canceled too, from a progress() in the hook
                     log.exception("job %s: on_cancel hook failed", ctx.id)
             checkpoint = ctx._take_pending_checkpoint()
             status = self._finish_call(
