@@ -1,17 +1,20 @@
 """What the server would refuse ends an attempt at once, with a clear error, instead of
-leaving the job running until its TTR runs out; an attempt whose lease ran out while this
-very worker leased the job again cannot finish the job its later attempt runs."""
+leaving the job running until its TTR runs out; an outcome the server could not be told
+of for a moment is told once it is back; an attempt whose lease ran out while this very
+worker leased the job again cannot finish the job its later attempt runs."""
 
 from __future__ import annotations
 
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
 import jobq
 from jobq.client import Client
 from jobq.worker import Registry, Runtime
-from tests.harness import wait_for
+from tests.harness import RunningServer, wait_for
 from tests.worker.conftest import start, status_is
 
 MIB = 1024 * 1024
@@ -122,3 +125,39 @@ def test_a_stale_attempt_of_the_same_worker_cannot_finish_the_job(
     assert outcomes == ["first: lease lost"]
     wait_for(lambda: runtime.stats["completed"] == 1 and runtime.stats["lost"] == 1,
              what=f"stats {runtime.stats}")
+
+
+def test_an_outcome_reached_while_the_server_restarts_is_reported_after(
+    tmp_path: Path, registry: Registry, runtimes: list[Runtime]
+) -> None:
+    """The server is down for a moment (a restart) just as a handler returns: the worker
+    reports the outcome once the server is back, while its lease still holds, rather than
+    give up after a second and leave the job to run again after its TTR."""
+    finish = threading.Event()
+    started = threading.Event()
+
+    @registry.handler("report")
+    def report(job: jobq.JobContext) -> bytes:
+        started.set()
+        finish.wait(20)
+        return b"done once"
+
+    first = RunningServer(tmp_path / "data")
+    port = first.port
+    runtime = start(runtimes, first.tcp_address, registry)
+    with first.client() as client:
+        job_id = client.submit("report", ttr_ms=60_000)
+    assert started.wait(10)
+    first.stop()
+    finish.set()
+    time.sleep(1.5)  # the server is down while the worker tries to report
+    second = RunningServer(tmp_path / "data", port=port)
+    try:
+        with second.client() as client:
+            wait_for(status_is(client, job_id, "succeeded"), timeout_s=15,
+                     what="reported once the server is back")
+            job = client.job(job_id)
+            assert job["attempts"] == 1 and job["result"] == "ZG9uZSBvbmNl"  # b"done once"
+        wait_for(lambda: runtime.stats["completed"] == 1)
+    finally:
+        second.stop()

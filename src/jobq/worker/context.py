@@ -155,6 +155,9 @@ class JobContext:
         self._next_heartbeat = now + self.heartbeat_interval_s
         #: when the last heartbeat was taken (the lease, before the first)
         self._last_beat = now
+        #: when the lease runs out unless a heartbeat extends it (as far as the worker
+        #: knows: TTR after the last heartbeat the server took, or after the lease)
+        self._held_until = now + lease.ttr_ms / 1000
         #: whether the handler called progress() or check() since then
         self._called = False
         self._request: tuple[str, str] | None = None
@@ -404,6 +407,7 @@ class JobContext:
             return
         with self._lock:
             self._next_heartbeat = beat.started + self.heartbeat_interval_s
+            self._held_until = max(self._held_until, beat.started + self.ttr_ms / 1000)
             if self._pending_checkpoint is beat.heartbeat.checkpoint:
                 self._pending_checkpoint = None
             if outcome.action in ("pause", "cancel"):

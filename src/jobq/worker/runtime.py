@@ -62,8 +62,11 @@ DEFAULT_LEASE_WAIT_MS = 1000
 MAX_ERROR_CHARS = 4096
 #: largest result the server takes (workq's MaxResult): a larger one fails the job
 MAX_RESULT_BYTES = 1024 * 1024
-#: tries of a finishing call (xcomplete, xfail, release) when the connection fails
+#: tries of a finishing call (xcomplete, xfail, release) when the connection fails; an
+#: outcome (xcomplete, xfail) is tried on while the lease may still hold
 _FINISH_TRIES = 3
+#: longest pause between two tries of a finishing call
+_FINISH_PAUSE_MAX_S = 2.0
 #: :meth:`Runtime.run`'s status when the server refused the token
 EXIT_REFUSED = 2
 
@@ -624,7 +627,8 @@ class Runtime:
         worker = self.worker_id
         if outcome == "complete":
             refusal = self._finish_call(
-                ctx, "xcomplete", lambda: client.xcomplete(ctx.id, worker, value), refusable=True
+                ctx, "xcomplete", lambda: client.xcomplete(ctx.id, worker, value),
+                refusable=True, outcome=True,
             )
             if not isinstance(refusal, _Refused):
                 self._count("completed")
@@ -633,7 +637,9 @@ class Runtime:
             outcome, value = "fail", refusal  # fail the attempt now, not at its TTR
         if outcome == "fail":
             text = str(value) if isinstance(value, _Refused) else error_text(value)
-            self._finish_call(ctx, "xfail", lambda: client.xfail(ctx.id, worker, text))
+            self._finish_call(
+                ctx, "xfail", lambda: client.xfail(ctx.id, worker, text), outcome=True
+            )
             self._count("failed")
             log.info("job %s: failed: %s", ctx.id, text)
         elif outcome in ("pause", "cancel"):
@@ -653,11 +659,21 @@ class Runtime:
             log.warning("job %s: lease lost; the outcome is dropped", ctx.id)
 
     def _finish_call(
-        self, ctx: JobContext, what: str, call: Callable[[], Any], *, refusable: bool = False
+        self,
+        ctx: JobContext,
+        what: str,
+        call: Callable[[], Any],
+        *,
+        refusable: bool = False,
+        outcome: bool = False,
     ) -> Any:
         """``call()``'s reply, or None once it failed (logged); with ``refusable``, the
-        server's refusal (neither LeaseLost nor access) as a :class:`_Refused`."""
-        for attempt in range(_FINISH_TRIES):
+        server's refusal (neither LeaseLost nor access) as a :class:`_Refused`. A lost
+        connection is tried again, :data:`_FINISH_TRIES` times, and for an ``outcome``
+        (the attempt's work, lost if never told) on while the lease may still hold: a
+        server restarting, or a primary moving, takes seconds."""
+        attempt = 0
+        while True:
             try:
                 return call()
             except LeaseLost:
@@ -665,17 +681,20 @@ class Runtime:
                 log.warning("job %s: %s: lease lost; the outcome is dropped", ctx.id, what)
                 return None
             except (ConnectionLost, ServerError) as exc:
-                if attempt + 1 == _FINISH_TRIES:
+                pause_s = min(0.2 * 2**attempt, _FINISH_PAUSE_MAX_S)
+                attempt += 1
+                if attempt >= _FINISH_TRIES and (
+                    not outcome or time.monotonic() + pause_s >= ctx._held_until
+                ):
                     log.error("job %s: %s failed: %s", ctx.id, what, exc)
                     return None
-                time.sleep(0.2 * 2**attempt)
+                time.sleep(pause_s)
             except AccessRefused as exc:
                 self._refused(exc)
                 return None
             except JobqError as exc:
                 log.error("job %s: %s refused: %s", ctx.id, what, exc)
                 return _Refused(f"{what} refused: {exc.text or exc}") if refusable else None
-        return None
 
 
 class _Refused(Exception):
