@@ -67,6 +67,8 @@ MAX_RESULT_BYTES = 1024 * 1024
 _FINISH_TRIES = 3
 #: longest pause between two tries of a finishing call
 _FINISH_PAUSE_MAX_S = 2.0
+#: longest worker id the server takes (its leases are held under it)
+MAX_WORKER_ID_CHARS = 255
 #: :meth:`Runtime.run`'s status when the server refused the token
 EXIT_REFUSED = 2
 
@@ -314,6 +316,10 @@ class Runtime:
             raise ValueError("heartbeat_s must be from 0.1 to 3600")
         self.concurrency = concurrency
         self.worker_id = worker_id or default_worker_id()
+        if len(self.worker_id) > MAX_WORKER_ID_CHARS:  # every lease would be refused
+            raise ValueError(
+                f"worker_id: at most {MAX_WORKER_ID_CHARS} characters, not {len(self.worker_id)}"
+            )
         self.grace_s = grace_s
         self.lease_wait_ms = lease_wait_ms
         self.timeout_s = timeout_s
