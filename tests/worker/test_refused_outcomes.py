@@ -161,3 +161,28 @@ def test_an_outcome_reached_while_the_server_restarts_is_reported_after(
         wait_for(lambda: runtime.stats["completed"] == 1)
     finally:
         second.stop()
+
+
+def test_a_handler_that_calls_check_is_not_stalled(
+    address: str, client: Client, registry: Registry, runtimes: list[Runtime]
+) -> None:
+    """check() between silent steps (what the docs advise for a handler that must stop
+    promptly) is a sign of life: the stall timeout does not drop the lease of such a
+    handler, which would run on while another attempt ran the job too."""
+    attempts: list[int] = []
+
+    @registry.handler("checker", stall_timeout="400ms")
+    def checker(job: jobq.JobContext) -> bytes:
+        attempts.append(job.attempt)
+        deadline = time.monotonic() + 1.5  # five TTRs, almost four stall timeouts
+        while time.monotonic() < deadline:
+            job.check()
+            time.sleep(0.05)
+        return str(job.attempt).encode()
+
+    start(runtimes, address, registry)
+    job_id = client.submit("checker", ttr_ms=300)
+    wait_for(status_is(client, job_id, "succeeded"), timeout_s=15)
+    job = client.job(job_id)
+    assert job["attempts"] == 1 and job["result"] == "MQ==", job  # b"1"
+    assert attempts == [1]

@@ -281,8 +281,11 @@ class JobContext:
         (what ``progress()`` does after recording), without recording anything. Like
         ``progress()``, a call makes the job's next heartbeat come within
         :data:`PROMPT_INTERVAL_S`, so a request reaches a handler that calls this
-        regularly within about a second."""
+        regularly within about a second. A call is a sign of life, as progress() is: it
+        keeps the stall timeout off."""
         with self._lock:
+            self._last_progress = time.monotonic()
+            self._stall_logged = False
             sooner = self._note_call()
         if sooner is not None and self._on_due is not None:
             self._on_due(sooner)
@@ -324,8 +327,8 @@ class JobContext:
                 if not self._stall_logged:
                     self._stall_logged = True
                     log.warning(
-                        "job %s: no progress() for %.0f s; heartbeats stop, the lease will "
-                        "run out",
+                        "job %s: no progress() or check() for %g s; heartbeats stop, the "
+                        "lease will run out",
                         self.id,
                         self.stall_timeout_s,
                     )
