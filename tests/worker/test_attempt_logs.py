@@ -5,6 +5,8 @@ its own lines, long lines and big logs are cut and marked, and the buffer never 
 from __future__ import annotations
 
 import logging
+import random
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 import jobq
 from jobq.client import Client
 from jobq.server.protocol import MAX_LOG_LINE_BYTES
+from jobq.server.protocol.log_lines import cut_line
 from jobq.worker import Registry, Runtime, capture
 from tests.harness import RunningServer, start_server, wait_for
 from tests.worker.conftest import start, status_is
@@ -149,6 +152,31 @@ def test_a_line_over_64_kib_is_cut_and_marked(
     assert second == "after"
 
 
+def test_a_progress_bar_without_line_ends_costs_the_handler_little(
+    address: str, client: Client, registry: Registry, runtimes: list[Runtime]
+) -> None:
+    """A bar redrawn with ``\r`` (tqdm's way) is one line until its ``\n``: it is held cut
+    at the line limit, not grown with every redraw (each redraw used to copy all of it)."""
+    redraws = 40_000
+    bar = "#" * 90
+
+    @registry.handler("bar")
+    def progress_bar(job: jobq.JobContext) -> None:
+        started = time.monotonic()
+        for i in range(redraws):
+            sys.stderr.write(f"\r{i:8d} {bar}")
+        sys.stderr.write("\n")
+        job.log(f"took {time.monotonic() - started:.3f} s")
+
+    start(runtimes, address, registry)
+    job_id = client.submit("bar", ttr_ms=60_000)
+    wait_for(status_is(client, job_id, "succeeded"), timeout_s=60)
+    line, took = client.logs(job_id).text.rstrip("\n").split("\n")  # no split at \r
+    whole = "".join(f"\r{i:8d} {bar}" for i in range(redraws))
+    assert line == cut_line(whole.rstrip("\r"))  # as if written at once
+    assert float(took.split()[1]) < 2.0  # 10 s and more when each redraw copied the line
+
+
 def test_the_cap_keeps_the_first_lines_and_marks_the_cut_once(
     tmp_path: Path, registry: Registry, runtimes: list[Runtime]
 ) -> None:
@@ -224,6 +252,22 @@ def test_the_buffer_drops_and_counts_rather_than_grow(monkeypatch: pytest.Monkey
     lines, _ = log.peek(1 << 20)
     assert lines == ["… 3 lines dropped here: the worker could not ship them fast enough",
                      "line 8"]
+
+
+def test_unfinished_lines_held_cut_end_as_the_whole_lines_would() -> None:
+    pieces = ["a", "é", "😀", "\r", "\r\r", "\n", "x" * 5000, "é" * 7000, "€" * 30_000]
+    rng = random.Random(7)
+    for _ in range(300):
+        writes = ["".join(rng.choices(pieces, k=rng.randint(0, 30)))
+                  for _ in range(rng.randint(1, 40))]
+        log = capture.AttemptLog("id", 1)
+        for text in writes:
+            log.write_stream("stdout", text)
+        log.close()
+        lines = "".join(writes).split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        assert log.peek(1 << 40) == ([cut_line(line.rstrip("\r")) for line in lines], 0)
 
 
 def test_a_full_log_sends_counts_not_lines() -> None:

@@ -104,3 +104,14 @@ def test_sigterm_with_a_hung_handler_releases_and_exits(
     job = client.job(job_id)
     assert job["status"] == "pending" and job["checkpoint_size"] == 1, output
     assert "released on shutdown" in output
+
+
+def test_a_worker_id_the_server_would_refuse_is_a_usage_error(address: str) -> None:
+    proc = worker_process(address, "--worker-id", "w" * 256)
+    try:
+        assert proc.wait(15) == 2  # it used to run on, its every lease refused
+    finally:
+        output = stop_process(proc)
+    assert output.strip().splitlines() == [
+        "jobq: worker_id: at most 255 characters, not 256"
+    ], output

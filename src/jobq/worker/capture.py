@@ -26,9 +26,9 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
-from jobq.server.protocol.log_lines import cut_line
+from jobq.server.protocol.log_lines import MAX_LOG_LINE_BYTES, cut_line
 
 __all__ = [
     "MAX_PENDING_CHARS",
@@ -74,8 +74,8 @@ class AttemptLog:
         self.full = False
         #: no more lines are taken (the attempt ended); what is held is shipped
         self.closed = False
-        #: unfinished lines written to stdout/stderr, by (thread, stream)
-        self._partial: dict[tuple[int, str], str] = {}
+        #: unfinished lines written to stdout/stderr, by (thread, stream) (:func:`_grown`)
+        self._partial: dict[tuple[int, str], _Partial] = {}
         #: told when this log holds SHIP_AT_LINES lines (wakes the shipper)
         self._on_full = on_full
 
@@ -93,16 +93,18 @@ class AttemptLog:
         ends (or the attempt does)."""
         key = (threading.get_ident(), stream)
         with self._lock:
-            head = self._partial.pop(key, "")
+            partial = self._partial.pop(key, _NO_PARTIAL)
             if "\n" not in text:
-                if head or text:
-                    self._partial[key] = head + text
+                partial = _grown(partial, text)
+                if partial.head or partial.more:
+                    self._partial[key] = partial
                 return
-            text = head + text
+            end, _, text = text.partition("\n")
+            first = _line(_grown(partial, end))
             complete, _, rest = text.rpartition("\n")
             if rest:
-                self._partial[key] = rest
-        self._add(complete.split("\n"))
+                self._partial[key] = _grown(_NO_PARTIAL, rest)
+        self._add([first, *complete.split("\n")] if "\n" in text else [first])
 
     def _add(self, lines: list[str]) -> None:
         wake = False
@@ -175,12 +177,52 @@ class AttemptLog:
     def close(self) -> None:
         """Take no more lines; unfinished ones become lines (the attempt is over)."""
         with self._lock:
-            partial = list(self._partial.values())
+            partial = [_line(p) for p in self._partial.values()]
             self._partial.clear()
         if partial:
             self._add(partial)
         with self._lock:
             self.closed = True
+
+
+class _Partial(NamedTuple):
+    """An unfinished line: its first characters, and the bytes of it dropped after those
+    (of which the last ``crs`` are ``\r``: a line's end drops them)."""
+
+    head: str
+    more: int = 0
+    crs: int = 0
+
+
+_NO_PARTIAL = _Partial("")
+
+
+def _grown(partial: _Partial, text: str) -> _Partial:
+    """``partial`` and then ``text``: at most :data:`MAX_LOG_LINE_BYTES` characters are
+    held (enough for any cut of the line), the rest counted, so that a line redrawn for
+    hours (a progress bar's ``\r``) costs each write what it adds, not what it holds."""
+    head, more, crs = partial
+    room = MAX_LOG_LINE_BYTES - len(head)
+    if not more and len(text) <= room:
+        return _Partial(head + text)
+    room = max(room, 0)
+    dropped = text[room:]
+    if dropped:
+        kept = dropped.rstrip("\r")
+        crs = len(dropped) - len(kept) + (crs if not kept else 0)
+        more += len(dropped.encode("utf-8", "replace"))
+    return _Partial(head + text[:room], more, crs)
+
+
+def _line(partial: _Partial) -> str:
+    """The line an unfinished one makes: cut and marked if bytes of it were dropped, as
+    the whole line would have been."""
+    head, more, crs = partial
+    if not more:
+        return head
+    if more == crs:  # only its ending \r were dropped
+        return head.rstrip("\r")
+    return cut_line(head, more - crs)
 
 
 def _lost_marker(count: int) -> str:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from jobq.worker.capture import AttemptLog
 
 __all__ = [
+    "MAX_CHECKPOINT_BYTES",
+    "MAX_STATUS_CHARS",
     "MIN_HEARTBEAT_INTERVAL_S",
     "PROMPT_INTERVAL_S",
     "Canceled",
@@ -44,6 +46,10 @@ __all__ = [
 
 log = logging.getLogger("jobq.worker")
 
+#: the server's limits of a checkpoint and a running status: progress() refuses more at once
+#: (sent, they would be refused by every heartbeat after, and the lease would run out)
+MAX_CHECKPOINT_BYTES = 1024 * 1024
+MAX_STATUS_CHARS = 255
 #: heartbeats go at least every TTR/3, but never more often than this
 MIN_HEARTBEAT_INTERVAL_S = 0.2
 #: after a handler called progress() or check(), its job's next heartbeat comes at most this
@@ -149,12 +155,16 @@ class JobContext:
         self._next_heartbeat = now + self.heartbeat_interval_s
         #: when the last heartbeat was taken (the lease, before the first)
         self._last_beat = now
+        #: when the lease runs out unless a heartbeat extends it (as far as the worker
+        #: knows: TTR after the last heartbeat the server took, or after the lease)
+        self._held_until = now + lease.ttr_ms / 1000
         #: whether the handler called progress() or check() since then
         self._called = False
         self._request: tuple[str, str] | None = None
         self._lost: str | None = None
         #: "" while running; "finishing" once the worker reports the outcome; "released"
-        #: once a shutting-down worker gave the job back
+        #: once a shutting-down worker gave the job back; "superseded" once this worker
+        #: leased the job again after this attempt's lease ran out
         self._end = ""
         self._stall_logged = False
         #: this attempt's log, shipped to the server (None: the worker ships no logs)
@@ -210,14 +220,21 @@ class JobContext:
         called, batched with the worker's other jobs). Raises :class:`Paused` or
         :class:`Canceled` when the job was asked to stop (a request reaches a handler that
         calls this regularly within about a second), and :class:`~jobq.client.LeaseLost`
-        when this worker no longer holds the job.
+        when this worker no longer holds the job; ``ValueError``, recording nothing, for a
+        fraction out of range, a status over 255 characters or a checkpoint over 1 MiB.
         """
         if fraction is not None:
             fraction = float(fraction)
             if not 0.0 <= fraction <= 1.0:
                 raise ValueError(f"fraction must be within 0.0-1.0, not {fraction}")
+        if status is not None and len(status) > MAX_STATUS_CHARS:
+            raise ValueError(
+                f"status is at most {MAX_STATUS_CHARS} characters, not {len(status)}"
+            )
         if checkpoint is not None:
             checkpoint = checkpoint.encode() if isinstance(checkpoint, str) else bytes(checkpoint)
+            if len(checkpoint) > MAX_CHECKPOINT_BYTES:
+                raise ValueError(f"checkpoint is at most 1 MiB, not {len(checkpoint)} bytes")
         with self._lock:
             now = time.monotonic()
             self._last_progress = now
@@ -264,8 +281,11 @@ class JobContext:
         (what ``progress()`` does after recording), without recording anything. Like
         ``progress()``, a call makes the job's next heartbeat come within
         :data:`PROMPT_INTERVAL_S`, so a request reaches a handler that calls this
-        regularly within about a second."""
+        regularly within about a second. A call is a sign of life, as progress() is: it
+        keeps the stall timeout off."""
         with self._lock:
+            self._last_progress = time.monotonic()
+            self._stall_logged = False
             sooner = self._note_call()
         if sooner is not None and self._on_due is not None:
             self._on_due(sooner)
@@ -307,8 +327,8 @@ class JobContext:
                 if not self._stall_logged:
                     self._stall_logged = True
                     log.warning(
-                        "job %s: no progress() for %.0f s; heartbeats stop, the lease will "
-                        "run out",
+                        "job %s: no progress() or check() for %g s; heartbeats stop, the "
+                        "lease will run out",
                         self.id,
                         self.stall_timeout_s,
                     )
@@ -390,6 +410,7 @@ class JobContext:
             return
         with self._lock:
             self._next_heartbeat = beat.started + self.heartbeat_interval_s
+            self._held_until = max(self._held_until, beat.started + self.ttr_ms / 1000)
             if self._pending_checkpoint is beat.heartbeat.checkpoint:
                 self._pending_checkpoint = None
             if outcome.action in ("pause", "cancel"):
@@ -411,6 +432,21 @@ class JobContext:
         with self._lock:
             checkpoint, self._pending_checkpoint = self._pending_checkpoint, None
             return checkpoint
+
+    @property
+    def _superseded(self) -> bool:
+        return self._end == "superseded"
+
+    def _supersede(self, attempt: int) -> None:
+        """This worker leased the job again (attempt ``attempt``) while this attempt's
+        handler still runs, its lease run out: the server cannot tell the two apart (the
+        same worker id), so this attempt stops reporting anything (its progress() raises
+        LeaseLost, its outcome is dropped)."""
+        with self._lock:
+            if self._end:
+                return  # its outcome is being reported already
+            self._end = "superseded"
+            self._lost = f"Lease not held: the job was leased again (attempt {attempt})"
 
     def _mark_released(self) -> None:
         with self._lock:

@@ -60,8 +60,15 @@ DEFAULT_GRACE_S = 30.0
 DEFAULT_LEASE_WAIT_MS = 1000
 #: longest error text sent with xfail
 MAX_ERROR_CHARS = 4096
-#: tries of a finishing call (xcomplete, xfail, release) when the connection fails
+#: largest result the server takes (workq's MaxResult): a larger one fails the job
+MAX_RESULT_BYTES = 1024 * 1024
+#: tries of a finishing call (xcomplete, xfail, release) when the connection fails; an
+#: outcome (xcomplete, xfail) is tried on while the lease may still hold
 _FINISH_TRIES = 3
+#: longest pause between two tries of a finishing call
+_FINISH_PAUSE_MAX_S = 2.0
+#: longest worker id the server takes (its leases are held under it)
+MAX_WORKER_ID_CHARS = 255
 #: :meth:`Runtime.run`'s status when the server refused the token
 EXIT_REFUSED = 2
 
@@ -73,7 +80,11 @@ def default_worker_id() -> str:
 
 def error_text(exc: BaseException) -> str:
     """``type: message`` on one line, as sent with ``xfail``."""
-    message = " ".join(str(exc).split())
+    try:
+        shown = str(exc)
+    except Exception:  # a handler's exception whose __str__ fails: as traceback shows it
+        shown = "<exception str() failed>"
+    message = " ".join(shown.split())
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text[:MAX_ERROR_CHARS]
 
@@ -91,10 +102,14 @@ def _result_bytes(value: object) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"a handler returns bytes, str or None, not {type(value).__name__}")
+        data = value.encode("utf-8")
+    elif isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+    else:
+        raise TypeError(f"a handler returns bytes, str or None, not {type(value).__name__}")
+    if len(data) > MAX_RESULT_BYTES:  # the server would refuse it, and the job stay leased
+        raise ValueError(f"the result is at most 1 MiB, not {len(data)} bytes")
+    return data
 
 
 class _Heartbeats:
@@ -301,6 +316,10 @@ class Runtime:
             raise ValueError("heartbeat_s must be from 0.1 to 3600")
         self.concurrency = concurrency
         self.worker_id = worker_id or default_worker_id()
+        if len(self.worker_id) > MAX_WORKER_ID_CHARS:  # every lease would be refused
+            raise ValueError(
+                f"worker_id: at most {MAX_WORKER_ID_CHARS} characters, not {len(self.worker_id)}"
+            )
         self.grace_s = grace_s
         self.lease_wait_ms = lease_wait_ms
         self.timeout_s = timeout_s
@@ -525,7 +544,10 @@ class Runtime:
                     self._stopping.wait(5.0)
                     continue
                 backoff = 0.1
-                self._run_job(client, lease)
+                try:
+                    self._run_job(client, lease)
+                except Exception:  # a bug: the next job should not suffer from it
+                    log.exception("job %s: the worker failed", lease.id)
         except Exception:
             log.exception("worker thread failed")
         finally:
@@ -550,6 +572,9 @@ class Runtime:
                 stopping = True
             else:
                 stopping = False
+                stale = self._running.get(ctx.id)
+                if stale is not None:  # this worker's own earlier attempt lost the lease
+                    stale._supersede(ctx.attempt)
                 self._running[ctx.id] = ctx
         if stopping:  # leased while the worker began to stop: pending again at once
             with contextlib.suppress(JobqError):
@@ -562,7 +587,14 @@ class Runtime:
         try:
             outcome, value = self._call_handler(entry, ctx)
             if not ctx._claim("finishing"):
-                log.info("job %s: handler ended after the job was released", ctx.id)
+                if ctx._attempt_log is not None and self._shipper is not None:
+                    self._shipper.finish(ctx._attempt_log, client)  # its last lines
+                if ctx._superseded:  # the lease ran out and this worker leased the job again
+                    self._count("lost")
+                    log.warning("job %s: attempt %d: lease lost; the outcome is dropped",
+                                ctx.id, ctx.attempt)
+                else:
+                    log.info("job %s: handler ended after the job was released", ctx.id)
                 return
             self._heartbeats.discard(ctx)
             if ctx._attempt_log is not None and self._shipper is not None:
@@ -572,7 +604,8 @@ class Runtime:
         finally:
             self._heartbeats.discard(ctx)
             with self._lock:
-                self._running.pop(ctx.id, None)
+                if self._running.get(ctx.id) is ctx:  # not a later attempt's
+                    del self._running[ctx.id]
 
     def _call_handler(self, entry: Handler, ctx: JobContext) -> tuple[str, Any]:
         try:
@@ -599,19 +632,27 @@ class Runtime:
     ) -> None:
         worker = self.worker_id
         if outcome == "complete":
-            self._finish_call(ctx, "xcomplete", lambda: client.xcomplete(ctx.id, worker, value))
-            self._count("completed")
-            log.info("job %s: completed", ctx.id)
-        elif outcome == "fail":
-            text = error_text(value)
-            self._finish_call(ctx, "xfail", lambda: client.xfail(ctx.id, worker, text))
+            refusal = self._finish_call(
+                ctx, "xcomplete", lambda: client.xcomplete(ctx.id, worker, value),
+                refusable=True, outcome=True,
+            )
+            if not isinstance(refusal, _Refused):
+                self._count("completed")
+                log.info("job %s: completed", ctx.id)
+                return
+            outcome, value = "fail", refusal  # fail the attempt now, not at its TTR
+        if outcome == "fail":
+            text = str(value) if isinstance(value, _Refused) else error_text(value)
+            self._finish_call(
+                ctx, "xfail", lambda: client.xfail(ctx.id, worker, text), outcome=True
+            )
             self._count("failed")
             log.info("job %s: failed: %s", ctx.id, text)
         elif outcome in ("pause", "cancel"):
             if outcome == "cancel" and entry.on_cancel is not None:
                 try:
                     entry.on_cancel(ctx)
-                except Exception:
+                except BaseException:  # Canceled too, from a progress() in the hook
                     log.exception("job %s: on_cancel hook failed", ctx.id)
             checkpoint = ctx._take_pending_checkpoint()
             status = self._finish_call(
@@ -623,8 +664,22 @@ class Runtime:
             self._count("lost")
             log.warning("job %s: lease lost; the outcome is dropped", ctx.id)
 
-    def _finish_call(self, ctx: JobContext, what: str, call: Callable[[], Any]) -> Any:
-        for attempt in range(_FINISH_TRIES):
+    def _finish_call(
+        self,
+        ctx: JobContext,
+        what: str,
+        call: Callable[[], Any],
+        *,
+        refusable: bool = False,
+        outcome: bool = False,
+    ) -> Any:
+        """``call()``'s reply, or None once it failed (logged); with ``refusable``, the
+        server's refusal (neither LeaseLost nor access) as a :class:`_Refused`. A lost
+        connection is tried again, :data:`_FINISH_TRIES` times, and for an ``outcome``
+        (the attempt's work, lost if never told) on while the lease may still hold: a
+        server restarting, or a primary moving, takes seconds."""
+        attempt = 0
+        while True:
             try:
                 return call()
             except LeaseLost:
@@ -632,14 +687,21 @@ class Runtime:
                 log.warning("job %s: %s: lease lost; the outcome is dropped", ctx.id, what)
                 return None
             except (ConnectionLost, ServerError) as exc:
-                if attempt + 1 == _FINISH_TRIES:
+                pause_s = min(0.2 * 2**attempt, _FINISH_PAUSE_MAX_S)
+                attempt += 1
+                if attempt >= _FINISH_TRIES and (
+                    not outcome or time.monotonic() + pause_s >= ctx._held_until
+                ):
                     log.error("job %s: %s failed: %s", ctx.id, what, exc)
                     return None
-                time.sleep(0.2 * 2**attempt)
+                time.sleep(pause_s)
             except AccessRefused as exc:
                 self._refused(exc)
                 return None
             except JobqError as exc:
                 log.error("job %s: %s refused: %s", ctx.id, what, exc)
-                return None
-        return None
+                return _Refused(f"{what} refused: {exc.text or exc}") if refusable else None
+
+
+class _Refused(Exception):
+    """The server refused a worker's report (the attempt's error when it was xcomplete)."""
