@@ -246,3 +246,21 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 5.0, what: str = "
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 5.0) -> None:
     wait_for(predicate, timeout_s)
+
+
+class FailingWrites:
+    """A full disk under a running server: its log's writes raise ENOSPC while ``on``
+    (set it False for the space to come back)."""
+
+    def __init__(self, server: RunningServer) -> None:
+        assert server.core is not None and server.core.log is not None
+        log = server.core.log
+        real_write = log.write
+        self.on = True
+
+        def write(payloads: Any, time_ns: Any = None) -> Any:
+            if self.on:
+                raise OSError(28, "No space left on device")
+            return real_write(payloads, time_ns)
+
+        log.write = write  # type: ignore[method-assign]

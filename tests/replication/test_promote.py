@@ -20,7 +20,7 @@ from jobq.cmdlog.segment import segment_name
 from jobq.engine.extensions import Epoch
 from jobq.server.core import Core
 from jobq.server.replication.roles import Roles
-from tests.harness import RunningServer, wait_for
+from tests.harness import FailingWrites, RunningServer, wait_for
 from tests.ports import free_port
 from tests.replication.conftest import caught_up, standby_of, state
 from tests.server.core_clients import CoreClient
@@ -149,15 +149,25 @@ def test_the_epoch_record_is_the_first_of_the_new_primary(
         standby.stop()
 
 
-def test_the_election_s_promote_waits_for_the_epoch_on_disk(
-    primary: RunningServer, tmp_path: Path
-) -> None:
+def _left_by_its_primary(primary: RunningServer, tmp_path: Path) -> RunningServer:
+    """A standby that holds the primary's one add, the primary then stopped."""
     standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
     try:
         with primary.client() as client:
             client.add("q", b"x")
         caught_up(primary, standby)
-        primary.stop()
+    except BaseException:
+        standby.stop()
+        raise
+    primary.stop()
+    return standby
+
+
+def test_the_election_s_promote_waits_for_the_epoch_on_disk(
+    primary: RunningServer, tmp_path: Path
+) -> None:
+    standby = _left_by_its_primary(primary, tmp_path)
+    try:
         roles = _roles(standby)
         loop = standby._loop
         assert loop is not None
@@ -179,23 +189,9 @@ def test_a_promote_whose_epoch_the_log_refuses_leaves_the_server_fenced(
 ) -> None:
     # it used to leave a primary with no epoch record, taking writes: nothing fenced the
     # old primary against it
-    standby = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
+    standby = _left_by_its_primary(primary, tmp_path)
     try:
-        with primary.client() as client:
-            client.add("q", b"x")
-        caught_up(primary, standby)
-        primary.stop()
-        log = standby.core.log  # type: ignore[union-attr]
-        assert log is not None
-        real_write = log.write
-        failing = {"on": True}
-
-        def write(payloads, time_ns=None):  # type: ignore[no-untyped-def]
-            if failing["on"]:
-                raise OSError(28, "No space left on device")
-            return real_write(payloads, time_ns)
-
-        log.write = write  # type: ignore[method-assign]
+        disk = FailingWrites(standby)
         with standby.client() as client:
             with pytest.raises(JobqError, match="Command log unavailable"):
                 client.promote()
@@ -203,10 +199,11 @@ def test_a_promote_whose_epoch_the_log_refuses_leaves_the_server_fenced(
             with pytest.raises(JobqError, match="fenced"):
                 client.add("q", b"refused")
             assert client.replication()["epoch"] == 0
-            failing["on"] = False  # space again: a promote now takes
+            disk.on = False  # space again: a promote now takes
             assert client.promote()["epoch"] == 1
             client.add("q", b"taken")
-        assert any(r.payload[0] == Epoch.TYPE for r in log.records())
+        log = standby.core.log  # type: ignore[union-attr]
+        assert log is not None and any(r.payload[0] == Epoch.TYPE for r in log.records())
     finally:
         standby.stop()
 

@@ -33,6 +33,14 @@ def _log_of_many_segments(tmp_path: Path) -> Path:
 
 
 
+def _start(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``jobq server`` on ``data_dir``, expected to refuse: its exit status and output."""
+    return subprocess.run(
+        [JOBQ, "server", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+
+
 def test_a_missing_segment_refuses_the_start_and_accept_log_gap_goes_on(
     tmp_path: Path,
 ) -> None:
@@ -44,10 +52,7 @@ def test_a_missing_segment_refuses_the_start_and_accept_log_gap_goes_on(
     (log_dir / SNAPSHOT_NAME).unlink()  # else the start would not read the older segments
     data_dir = log_dir.parent
 
-    refused = subprocess.run(
-        [JOBQ, "server", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    )
+    refused = _start(data_dir)
     assert refused.returncode == 1
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith(f"jobq server: {log_dir}/{lost}: missing: the manifest records it")
@@ -83,10 +88,7 @@ def test_a_manifest_that_cannot_be_trusted_refuses_the_start(tmp_path: Path, dam
         (log_dir / "000000099.log").write_bytes((log_dir / newest).read_bytes())
         reason = "000000099.log is not in the manifest"
     before = sorted((p.name, p.read_bytes()) for p in log_dir.iterdir())
-    refused = subprocess.run(
-        [JOBQ, "server", "--listen", "127.0.0.1:0", "--data-dir", str(log_dir.parent)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    )
+    refused = _start(log_dir.parent)
     assert refused.returncode == 1
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith(f"jobq server: {manifest}: ") and reason in last
@@ -105,10 +107,7 @@ def test_a_log_cut_short_behind_the_snapshot_refuses_the_start_and_accept_log_ga
         segment.truncate(8)
     data_dir = log_dir.parent
 
-    refused = subprocess.run(
-        [JOBQ, "server", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    )
+    refused = _start(data_dir)
     assert refused.returncode == 1
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith(

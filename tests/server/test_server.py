@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from jobq.server import protocol as p
-from tests.harness import RunningServer, start_server, wait_until
+from tests.harness import FailingWrites, RunningServer, start_server, wait_until
 
 from .test_replay_vectors import VECTORS
 
@@ -247,32 +247,17 @@ def test_failed_log_writes_refuse_changes_answer_reads_and_recover(tmp_path: Pat
     try:
         conn = running.connect()
         add(conn, ID1)
-        log = _server_log(running)
-        real_write = log.write
-        failing = {"on": True}
-
-        def write(payloads, time_ns=None):  # type: ignore[no-untyped-def]
-            if failing["on"]:
-                raise OSError(28, "No space left on device")
-            return real_write(payloads, time_ns)
-
-        log.write = write  # type: ignore[method-assign]
+        disk = FailingWrites(running)
         assert add(conn, ID2) == p.Error("SERVER-ERROR", "Command log unavailable")
         assert isinstance(inspect_job(conn, ID2), p.Error)
         reply = conn.request(b"lease q 0\r\n", "lease")
         assert reply == p.Error("SERVER-ERROR", "Command log unavailable")
         assert inspect_job(conn, ID1).state == 0  # reads answered; the refused lease undone
-        failing["on"] = False
+        disk.on = False
         assert isinstance(add(conn, ID2), p.Ok)
         assert isinstance(conn.request(b"lease q 0\r\n", "lease"), p.JobReply)
     finally:
         running.stop()
-
-
-def _server_log(running: RunningServer):  # type: ignore[no-untyped-def]
-    log = running.core.log
-    assert log is not None
-    return log
 
 
 def test_thousands_of_connections(server: RunningServer) -> None:
