@@ -242,3 +242,28 @@ def test_resolve_id_by_unique_prefix(engine: Engine, clock: Clock) -> None:
         engine.resolve_id("abc")
     with pytest.raises(JobNotFound):
         engine.resolve_id("ffff")
+
+
+@pytest.mark.parametrize(("request_kind", "stopped"), [
+    ("cancel", Status.CANCELED), ("pause", Status.PAUSED),
+])
+def test_a_failed_attempt_after_a_request_stops_the_job_as_asked(
+    engine: Engine, clock: Clock, request_kind: str, stopped: Status
+) -> None:
+    # it was retried: pending again, run again against the request
+    submit(engine, clock, 1, max_fails=3)
+    xlease(engine, clock, "w1")
+    getattr(engine, request_kind)(jid(1), reason="stop", now_ns=clock.now_ns)
+    clock.advance(10)
+    engine.fail_held(jid(1), worker="w1", error=b"boom", now_ns=clock.now_ns)
+    job = engine.jobs[jid(1)]
+    assert job.status is stopped and job.lease_expires_ns is None
+    assert job.modified_ns == clock.now_ns and job.meta is not None
+    assert not job.meta.pause_requested  # no request is left for a later attempt
+    assert xlease(engine, clock, "w2") is None  # not queued again
+    if stopped is Status.PAUSED:
+        engine.resume(jid(1), now_ns=clock.now_ns)
+        assert xlease(engine, clock, "w2") is not None
+        assert engine.heartbeat(jid(1), worker="w2", now_ns=clock.now_ns)[0] == Action.CONTINUE
+    else:
+        assert job.finished_ns == clock.now_ns

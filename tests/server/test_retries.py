@@ -173,3 +173,32 @@ def test_a_schedules_job_waits_the_schedules_backoff(client: Client) -> None:
     events = client.history(job_id)
     assert events[-1]["event"] == "retry scheduled"
     assert events[-1]["detail"].endswith("(attempt 1 failed: boom)")
+
+
+@pytest.mark.parametrize("request_kind", ["cancel", "pause"])
+def test_a_failed_attempt_after_a_stop_request_stops_as_asked(
+    tmp_path: Path, request_kind: str
+) -> None:
+    # an operator asks a running job to stop; its worker then fails the attempt: the job
+    # stops as asked, as after a release or a TTR, instead of being retried; a restart
+    # replays it so
+    first = start_server(tmp_path, sync="always")
+    try:
+        with first.client() as client:
+            job_id = client.submit("rq.q", b"{}", max_fails=3, retry_backoff=RetryBackoff(0))
+            client.xlease("rq.q", worker_id="w1", wait_timeout_ms=1000)
+            getattr(client, request_kind)(job_id, reason="stop it")
+            client.xfail(job_id, "w1", "disk full")
+            job = client.job(job_id)
+            with pytest.raises(JobTimeout):  # not queued again
+                client.xlease("rq.q", worker_id="w2", wait_timeout_ms=0)
+    finally:
+        first.stop()
+    stopped = {"cancel": "canceled", "pause": "paused"}[request_kind]
+    assert job["status"] == stopped and not job["pause_requested"]
+    second = start_server(tmp_path, sync="always")
+    try:
+        with second.client() as client:
+            assert client.job(job_id)["status"] == stopped
+    finally:
+        second.stop()

@@ -326,9 +326,23 @@ class Engine:
             waits.offer_ready_jobs(self, now_ns)
 
     def fail(self, id: bytes, result: bytes, *, now_ns: int) -> None:
-        """Fail the job's attempt: retried while fails < max-fails, else the job failed."""
+        """Fail the job's attempt: retried while fails < max-fails, else the job failed.
+
+        A running job asked to pause or cancel stops as asked instead, as when its worker
+        releases it or its lease ends (retried, it would run again against the request):
+        the attempt is given back, logged as a release (a fail record replays as a retry,
+        as logs written before this rule hold it); its error is not kept."""
         self._check_unfinished(id, Event.FAIL_FINAL)
-        self._emit(FailJob(id, result), now_ns)
+        job = self.jobs[id]
+        meta = job.meta
+        if (
+            job.status is Status.RUNNING
+            and meta is not None
+            and (meta.cancel_requested or meta.pause_requested)
+        ):
+            self._emit(ReleaseJob(id=id, worker=meta.worker or ""), now_ns)
+        else:
+            self._emit(FailJob(id, result), now_ns)
         waits.offer_ready_jobs(self, now_ns)
 
     def delete(self, id: bytes, *, now_ns: int) -> None:
