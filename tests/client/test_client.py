@@ -643,3 +643,18 @@ def test_async_cancel_drops_the_connection(server: RunningServer) -> None:
             assert (await c.inspect_server()).active_clients >= 1
 
     asyncio.run(main())
+
+
+def test_async_client_used_from_another_event_loop_reconnects(
+    server: RunningServer, client: Client
+) -> None:
+    """A client kept across ``asyncio.run`` calls (a script's, a test suite's loops): the
+    connection of a loop that is gone is not written to (the request would run on the
+    server and its reply be waited for on a loop that will never read it)."""
+    c = server.async_client()
+    name = queue()
+    first = asyncio.run(c.add(name, b"one"))
+    second = asyncio.run(c.add(name, b"two"))  # a new loop: a new connection
+    assert [job.id for job in client.inspect_jobs(name)] == [first, second]
+    assert c.connections == 2
+    asyncio.run(c.close())

@@ -77,7 +77,7 @@ def test_resend_rules() -> None:
     assert resend_rule(p.Extension("heartbeat", b"{}")) is Resend.SAFE
     assert resend_rule(p.Extension("submit", b"{}")) is Resend.BY_JOB_ID
     assert resend_rule(p.Extension("xcomplete", b"{}")) is Resend.BY_LEASE
-    for word in ("xlease", "cancel", "pause", "logappend", "bulk", "sdrop"):
+    for word in ("xlease", "xfail", "release", "cancel", "pause", "logappend", "bulk", "sdrop"):
         assert resend_rule(p.Extension(word, b"{}")) is Resend.NEVER, word
     assert resend_rule(p.Delete(JOB.bytes)) is Resend.NEVER
     assert resend_rule(p.Lease(("q",), 0)) is Resend.NEVER

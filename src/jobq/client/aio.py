@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ _TLS_SETTLE_TURNS = 3
 
 
 class _AsyncConn:
-    __slots__ = ("greeting", "parser", "reader", "tls", "writer")
+    __slots__ = ("greeting", "loop", "parser", "reader", "tls", "writer")
 
     def __init__(
         self,
@@ -51,6 +52,8 @@ class _AsyncConn:
         self.parser = p.ReplyParser()
         self.greeting = greeting
         self.tls = tls
+        #: the event loop the connection was made in: only it can read the replies
+        self.loop = asyncio.get_running_loop()
 
     def ended(self) -> bool:
         """True once the stream knows the connection ended."""
@@ -63,7 +66,10 @@ class _AsyncConn:
 
     def stale(self) -> bool | None:
         """True if the server closed the idle connection (or sent bytes nobody asked for);
-        None when only the event loop can tell (:meth:`settle`)."""
+        None when only the event loop can tell (:meth:`settle`). A connection made in
+        another event loop (an earlier ``asyncio.run``'s) is of no use in this one."""
+        if self.loop is not asyncio.get_running_loop():
+            return True
         if self.writer.is_closing() or self.reader.at_eof() or self.reader.exception():
             return True
         # bytes or an EOF the event loop has not read yet
@@ -86,6 +92,10 @@ class _AsyncConn:
 
     def abort(self) -> None:
         transport = self.writer.transport
+        if self.loop.is_closed():  # its transport cannot close: end the TCP connection
+            sock = self.writer.get_extra_info("socket")
+            with contextlib.suppress(OSError, AttributeError):
+                sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(Exception):
             transport.abort()
 
@@ -117,10 +127,14 @@ class AsyncClient(ClientBase[_AsyncConn, asyncio.Lock], coroutines=True):
         another task blocked on it raises ConnectionLost)."""
         self._closes += 1
         conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.writer.close()
-            with contextlib.suppress(Exception):
-                await conn.writer.wait_closed()
+        if conn is None:
+            return
+        if conn.loop is not asyncio.get_running_loop():
+            conn.abort()  # another event loop's: this one cannot wait for it
+            return
+        conn.writer.close()
+        with contextlib.suppress(Exception):
+            await conn.writer.wait_closed()
 
     async def connect(self) -> None:
         """As :meth:`Client.connect`: connect and authenticate now."""

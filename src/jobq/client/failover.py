@@ -33,15 +33,18 @@ What is safe to send again:
   idempotency key, and the server refuses a second job with it. A resend answered
   ``Duplicate job`` means the first try made the job, and returns its id as the first try
   would have: :attr:`Resend.BY_JOB_ID`;
-- what finishes a lease (``xcomplete``, ``xfail``, ``release``, by the worker holding it): the
-  lease makes it apply once, since a finished job's lease is no longer held. A resend
-  answered ``Lease not held`` raises :class:`~jobq.client.errors.LeaseLost` saying that
-  the first try may have been applied: :attr:`Resend.BY_LEASE`.
+- ``xcomplete`` (by the worker holding the lease): it applies once, since a completed job
+  is final and its lease no longer held. A resend answered ``Lease not held`` raises
+  :class:`~jobq.client.errors.LeaseLost` saying that the first try may have been applied:
+  :attr:`Resend.BY_LEASE`.
 
 Everything else is not sent again: ``lease``/``xlease`` (a second lease would take a
-second job while the first stays leased until its TTR), ``run``, workq's ``complete``,
-``fail`` and ``delete`` (by any client, not by a lease), ``pause``, ``resume``, ``cancel``,
-``bulk``, the schedules' changes and ``logappend`` (its lines would be logged twice).
+second job while the first stays leased until its TTR), ``xfail`` and ``release`` (they
+may put the job back in its queue, and a lease is named by the job and the worker only:
+the same worker, another of its slots, may lease it again before the resend, which would
+then fail or release that later attempt), ``run``, workq's ``complete``, ``fail`` and
+``delete`` (by any client, not by a lease), ``pause``, ``resume``, ``cancel``, ``bulk``,
+the schedules' changes and ``logappend`` (its lines would be logged twice).
 """
 
 from __future__ import annotations
@@ -135,7 +138,9 @@ class Resend(enum.Enum):
 
 
 _SAFE_WORDS = frozenset({"heartbeat", "whello", "wbeat", "wbye"})
-_BY_LEASE_WORDS = frozenset({"xcomplete", "xfail", "release"})
+#: ``xfail`` and ``release`` are not: they may requeue the job, which the same worker may
+#: lease again before a resend (the module's doc)
+_BY_LEASE_WORDS = frozenset({"xcomplete"})
 _BY_JOB_ID_WORDS = frozenset({"submit", "rerun"})
 
 
