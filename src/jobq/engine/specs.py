@@ -13,6 +13,7 @@ time that occurs twice fires once, at its first occurrence.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
@@ -99,15 +100,32 @@ def _iso(ns: int) -> str:
 
 
 def _zone(name: str) -> dt.tzinfo:
+    """The zone ``name`` of the pinned ``tzdata`` package, never of the machine's zone path
+    (which zoneinfo reads first): its rules, and whether it exists at all (Debian's
+    ``localtime`` is a link to ``/etc/localtime``), would differ between a primary and its
+    standby, or across an upgrade of the system's zone data."""
     if not name or name == "UTC":
         return _UTC
-    # imported on first use: a server without zoned schedules never needs it (start-up)
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    # imported on first use: a server without zoned schedules never needs them (start-up)
+    import importlib.resources
+    from zoneinfo import ZoneInfo
 
+    if name not in _tzdata_keys():
+        raise ScheduleError(f"Unknown time zone {quoted(name)}")
+    data = importlib.resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        with data.open("rb") as file:
+            return ZoneInfo.from_file(file, key=name)
+    except (ValueError, OSError) as exc:
         raise ScheduleError(f"Unknown time zone {quoted(name)}") from exc
+
+
+@functools.cache
+def _tzdata_keys() -> frozenset[str]:
+    """The zone names the pinned ``tzdata`` package holds."""
+    import importlib.resources
+
+    return frozenset(importlib.resources.files("tzdata").joinpath("zones").read_text().split())
 
 
 _zones: dict[str, dt.tzinfo] = {}
