@@ -335,6 +335,9 @@ def runs_and_next(spec: Spec, first_ns: int, last_ns: int) -> tuple[int, int, in
         return n + 1, first_ns + n * step, None if one_off else next_after(spec, last_ns)
     if not spec.cron:  # a one-off: its one run
         return 1, first_ns, None
+    following = next_after(spec, first_ns)  # the usual look, one run due: memoized
+    if following is None or following > last_ns:
+        return 1, first_ns, None if one_off else following
     count, latest, following = _cron_count(spec, first_ns, last_ns)
     if latest is None:  # counting stopped: the latest run is found apart
         latest, following = _cron_latest(spec, first_ns, last_ns)
