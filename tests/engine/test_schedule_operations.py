@@ -3,12 +3,17 @@ trigger, backfill, drop, executors plugged in, and limits at the edges."""
 
 from __future__ import annotations
 
+import importlib.resources
+import zoneinfo
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobq.engine import limits
 from jobq.engine.errors import InvalidStatus
+from jobq.engine.extensions import CreateSchedule
 from jobq.engine.schedules import (
     MAX_DURATION_MS,
     ScheduleError,
@@ -234,3 +239,49 @@ def test_backfill_and_alter_out_of_range_are_refused_and_change_nothing() -> Non
     commands = world.drain()
     assert len(jobs) == 1 and logged(commands) == commands
     assert fires(commands)[0].scheduled_ns == ns("2262-01-01T00:00:00Z")
+
+
+# ---------------------------------------------------------------------------------- zones
+
+
+@pytest.fixture
+def machine_zone(tmp_path: Path) -> Iterator[str]:
+    """A zone only this machine's zone path has (as Debian's ``localtime``, a link to
+    ``/etc/localtime``): a copy of tzdata's Berlin under a name tzdata does not have."""
+    source = importlib.resources.files("tzdata.zoneinfo").joinpath("Europe", "Berlin")
+    (tmp_path / "Local").mkdir()
+    (tmp_path / "Local" / "Zone").write_bytes(source.read_bytes())
+    zoneinfo.reset_tzpath(to=[str(tmp_path)])
+    try:
+        yield "Local/Zone"
+    finally:
+        zoneinfo.reset_tzpath()
+
+
+def test_a_zone_of_this_machine_only_is_refused(machine_zone: str) -> None:
+    """A schedule's zone is one of the pinned tzdata: another machine (a standby, this
+    one after an upgrade or a changed /etc/localtime) reads the same rules for it."""
+    world = World()
+    for tz in (machine_zone, "localtime"):
+        with pytest.raises(ScheduleError, match="Unknown time zone"):
+            world.create(name="s", cron="0 0 * * *", tz=tz)
+    assert world.engine.schedules == {} and world.log == []
+
+
+def test_a_replayed_schedule_whose_zone_is_unknown_here_pauses_at_its_run() -> None:
+    """A log written where the zone existed, replayed where it does not (a standby, an
+    older version's log): its run pauses the schedule with the reason; the server's
+    passes go on."""
+    world = World()
+    world.create(name="other", every_ms=60_000)
+    world.log.append((CreateSchedule(
+        schedule=2, name="s", created_ns=T0, cron="0 * * * *", tz="Nowhere/Zone",
+        args=ARGS, catchup_ms=3_600_000, next_run_ns=T0 + 3600 * S,
+    ), T0))
+    world.engine = world.replayed()
+    out = world.at(T0 + 3600 * S)
+    s = world.engine.get_schedule("s")
+    assert s.paused and "Unknown time zone 'Nowhere/Zone'" in s.changes[-1][1]
+    assert any(f.job is not None for f in fires(out))  # the other schedule ran
+    world.at(T0 + 7200 * S)  # paused once, not at each pass
+    assert s.paused and sum("Unknown time zone" in r for _, r in s.changes) == 1

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jobq.engine import limits
+from jobq.engine import limits, specs
 from jobq.engine.commands import DeleteJob
 from jobq.engine.extensions import (
     AlterSchedule,
@@ -241,6 +241,52 @@ def test_catch_up_outside_window_skips_and_counts() -> None:
     assert fire.job is None and fire.missed == 36
     assert engine.schedule_runs_missed == 36
     assert engine.get_schedule("s").next_run_ns == T0 + 5 * MIN + 3 * 3600 * S + 5 * MIN
+
+
+def _per_second_downtime(catchup_ms: int, down_s: int) -> tuple[Engine, list[Any], int]:
+    """A per-second cron down for ``down_s`` seconds (more runs than one look counts)."""
+    world = World()
+    world.create(cron="* * * * * *", catchup_ms=catchup_ms)
+    world.at(T0 + S)
+    world.finish(world.lease())
+    restarted_at = T0 + S + down_s * S + S // 2
+    engine = world.replayed(now=restarted_at)
+    engine.tick(restarted_at)
+    return engine, engine.drain()[0], restarted_at
+
+
+def test_catch_up_past_the_counting_limit_makes_up_the_latest_run() -> None:
+    """Two days down, a window of one hour: the run of the last second is inside it and
+    is made up, for that second, however many runs were counted before it."""
+    engine, out, restarted_at = _per_second_downtime(3_600_000, 2 * 86_400)
+    (fire,) = fires(out)
+    assert fire.job is not None
+    assert fire.scheduled_ns == restarted_at - S // 2
+    assert engine.get_schedule("s").next_run_ns == restarted_at + S // 2
+
+
+def test_a_look_over_many_missed_runs_iterates_cron_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counting a look's runs walks one croniter iterator, not a new one per run (one per
+    run took 7 s of the server's loop in UTC, 40 s in a zone, per schedule)."""
+    made = []
+    real = specs._croniter
+
+    def counting() -> Any:
+        cls = real()
+
+        def make(*args: Any, **kw: Any) -> Any:
+            made.append(args)
+            return cls(*args, **kw)
+
+        return make
+
+    monkeypatch.setattr(specs, "_croniter", counting)
+    _, out, _ = _per_second_downtime(86_400_000, 30 * 3600)
+    (fire,) = fires(out)
+    assert fire.job is not None
+    assert len(made) < 10
 
 
 # ---------------------------------------------------------------------------------- crash

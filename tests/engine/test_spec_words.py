@@ -86,6 +86,23 @@ def test_cron_forms(expr: str, words: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("expr", "words"),
+    [
+        # a step that does not divide its cycle restarts at each: not "every 45 minutes"
+        ("*/45 * * * *", "every hour at minutes 0 and 45"),
+        ("*/90 * * * *", "every hour at minute 0"),
+        ("0 */30 * * *", "at 00:00 every day"),
+        ("0 */5 * * *", "at 00:00, 05:00, 10:00, 15:00 and 20:00 every day"),
+        ("*/40 * * * * *", "at seconds 0 and 40"),
+        ("10-20/15 * * * *", "every hour at minute 10"),
+        ("0 0 */40 * *", "at 00:00 on day 1 of every month"),
+    ],
+)
+def test_uneven_steps_are_their_times(expr: str, words: str) -> None:
+    assert describe_cron(cron(expr).cron) == words
+
+
+@pytest.mark.parametrize(
     ("tz", "zone"),
     [("America/New_York", "America/New_York"), ("Europe/Berlin", "Europe/Berlin"),
      ("UTC", "UTC"), ("", "UTC"), ("Asia/Kolkata", "Asia/Kolkata")],

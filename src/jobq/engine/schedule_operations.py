@@ -70,6 +70,9 @@ def create_schedule(
         raise ScheduleError("Invalid schedule name")
     if name.isdigit():
         raise ScheduleError("Invalid schedule name: not all digits (ids are)")
+    if "/" in name or name in (".", ".."):
+        # a name is a path segment of the HTTP API's routes (/api/schedules/{name})
+        raise ScheduleError("Invalid schedule name: no '/', and not '.' or '..'")
     if name in engine.schedule_names:
         raise DuplicateSchedule(f"Duplicate schedule name {name!r}")
     engine.ceiling.check_schedules(len(engine.schedules))

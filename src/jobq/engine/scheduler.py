@@ -109,7 +109,13 @@ def schedule_due(engine: Engine, schedule: Schedule, deadline_ns: int, now_ns: i
     due_ns = schedule.next_run_ns
     assert due_ns is not None
     spec = schedule.spec
-    count, latest, following = runs_and_next(spec, due_ns, now_ns)
+    try:
+        count, latest, following = runs_and_next(spec, due_ns, now_ns)
+    except ScheduleError as exc:
+        # a spec this server cannot compute (a replayed zone that tzdata here lacks): as
+        # an executor that fails, it pauses the schedule; it must not escape ``tick``
+        _pause(engine, schedule, exc.text, now_ns)
+        return 0
     window_ns = max(schedule.catchup_ms, engine.scheduler.pace_ms) * _NS_PER_MS
     if now_ns - latest > window_ns:
         # every run since due_ns was missed, the latest too long ago to make up
@@ -133,13 +139,7 @@ def schedule_due(engine: Engine, schedule: Schedule, deadline_ns: int, now_ns: i
             missed=0 if was_waiting else extra,
         )
     except ScheduleError as exc:
-        engine._emit(
-            AlterSchedule(
-                schedule=schedule.id, at_ns=now_ns, action="pause", reason=exc.text,
-                actor="scheduler",
-            ),
-            now_ns,
-        )
+        _pause(engine, schedule, exc.text, now_ns)
         return 0
     except ServerFull:
         # the server's ceiling: look again in a pace, as for a run still unfinished; a run
@@ -147,6 +147,17 @@ def schedule_due(engine: Engine, schedule: Schedule, deadline_ns: int, now_ns: i
         wait(engine, schedule, DueRuns(count, latest, following, now_ns))
         return 0
     return 1
+
+
+def _pause(engine: Engine, schedule: Schedule, reason: str, now_ns: int) -> None:
+    """The scheduler pauses ``schedule``: it cannot run (``reason``)."""
+    engine._emit(
+        AlterSchedule(
+            schedule=schedule.id, at_ns=now_ns, action="pause", reason=reason,
+            actor="scheduler",
+        ),
+        now_ns,
+    )
 
 
 # -- wait policies: a run is due while the previous one is unfinished; start it now?

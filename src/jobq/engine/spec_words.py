@@ -99,10 +99,24 @@ class Field:
         if bounds is _DOW:
             values = {v % 7 for v in values}
         self.values = sorted(values)
+        if self.step is not None and not _even(self.step, self.values, bounds):
+            self.step = None  # said as its values: "every hour at minutes 0 and 45"
 
     @property
     def single(self) -> int | None:
         return self.values[0] if len(self.values) == 1 and not self.specials else None
+
+
+def _even(step: tuple[int, int | None, int], values: list[int], bounds: _Bounds) -> bool:
+    """Whether a step field's values are "every n": more than one, and, for a step to the
+    end of a time of day's cycle, the gap from the last to the first of the next cycle is
+    n too (``*/45`` minutes fires at 0 and 45, 15 minutes apart, then 45)."""
+    low, high, _ = bounds
+    if len(values) < 2:
+        return False
+    if step[1] is not None or bounds not in (_SECOND, _MINUTE, _HOUR):
+        return True
+    return values[0] + high + 1 - low - values[-1] == step[2]
 
 
 def _special(item: str, bounds: _Bounds) -> bool:

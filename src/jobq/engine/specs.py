@@ -13,8 +13,9 @@ time that occurs twice fires once, at its first occurrence.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
@@ -99,15 +100,32 @@ def _iso(ns: int) -> str:
 
 
 def _zone(name: str) -> dt.tzinfo:
+    """The zone ``name`` of the pinned ``tzdata`` package, never of the machine's zone path
+    (which zoneinfo reads first): its rules, and whether it exists at all (Debian's
+    ``localtime`` is a link to ``/etc/localtime``), would differ between a primary and its
+    standby, or across an upgrade of the system's zone data."""
     if not name or name == "UTC":
         return _UTC
-    # imported on first use: a server without zoned schedules never needs it (start-up)
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    # imported on first use: a server without zoned schedules never needs them (start-up)
+    import importlib.resources
+    from zoneinfo import ZoneInfo
 
+    if name not in _tzdata_keys():
+        raise ScheduleError(f"Unknown time zone {quoted(name)}")
+    data = importlib.resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        with data.open("rb") as file:
+            return ZoneInfo.from_file(file, key=name)
+    except (ValueError, OSError) as exc:
         raise ScheduleError(f"Unknown time zone {quoted(name)}") from exc
+
+
+@functools.cache
+def _tzdata_keys() -> frozenset[str]:
+    """The zone names the pinned ``tzdata`` package holds."""
+    import importlib.resources
+
+    return frozenset(importlib.resources.files("tzdata").joinpath("zones").read_text().split())
 
 
 _zones: dict[str, dt.tzinfo] = {}
@@ -210,32 +228,79 @@ _memo: dict[tuple[str, int], tuple[int, int]] = {}
 _MEMO_MAX: Final = 4096
 
 
+def _cron_times(expr: str, tz: dt.tzinfo, after_ns: int) -> Iterator[int]:
+    """The cron spec's runs after ``after_ns``, in order, from one croniter iterator (a
+    new one per run costs about 70 µs, 400 µs in a zone: a look over 100,000 runs would
+    hold the server for seconds). Ends where croniter gives up, or after
+    :data:`MAX_CRON_STEPS` candidates with no run."""
+    seconds = len(expr.split(" ")) == 6
+    # local times map to Unix times in order (a repeated local time at its first
+    # occurrence), so the runs are the candidates from ``after``'s wall-clock time on that
+    # lie after the run before; candidates in the second pass of a repeated hour (which
+    # map back to the first) are passed over
+    iterator = _croniter()(expr, _local(after_ns, tz), second_at_beginning=seconds)
+    last = after_ns
+    while True:
+        for _ in range(MAX_CRON_STEPS):
+            try:
+                candidate: dt.datetime = iterator.get_next(dt.datetime)
+            except Exception:  # croniter gives up on specs with no match for years
+                return
+            ns = _unix_ns(candidate, tz)
+            if ns is not None and ns > last:
+                last = ns
+                yield ns
+                break
+        else:
+            return
+
+
 def _cron_next(expr: str, tz: dt.tzinfo, after_ns: int) -> int | None:
     key = (expr, id(tz))
     known = _memo.get(key)
     if known is not None and known[0] <= after_ns < known[1]:
         return known[1]
-    seconds = len(expr.split(" ")) == 6
-    # local times map to Unix times in order (a repeated local time at its first
-    # occurrence), so the answer is the first candidate from ``after``'s wall-clock time on
-    # that lies after it; candidates in the second pass of a repeated hour are passed over
-    start = _local(after_ns, tz)
-    iterator = _croniter()(expr, start, second_at_beginning=seconds)
-    found: int | None = None
-    for _ in range(MAX_CRON_STEPS):
-        try:
-            candidate: dt.datetime = iterator.get_next(dt.datetime)
-        except Exception:  # croniter gives up on specs with no match for years
-            break
-        ns = _unix_ns(candidate, tz)
-        if ns is not None and ns > after_ns:
-            found = ns
-            break
+    found = next(_cron_times(expr, tz, after_ns), None)
     if found is not None:
         if len(_memo) >= _MEMO_MAX:
             _memo.clear()
         _memo[key] = (after_ns, found)
     return found
+
+
+def _cron_count(spec: Spec, after_ns: int, last_ns: int) -> tuple[int, int | None, int | None]:
+    """(runs in (after_ns, last_ns], the latest of them (``after_ns`` if none), the first
+    run after ``last_ns``), or (:data:`MAX_CRON_STEPS`, None, None) if there are more runs
+    than that to count."""
+    count, latest = 0, after_ns
+    for at_ns in _cron_times(spec.cron, zone(spec.tz), after_ns):
+        if at_ns > last_ns:
+            return count, latest, at_ns if at_ns <= limits.MAX_TIME_NS else None
+        if count == MAX_CRON_STEPS:
+            return count, None, None
+        count, latest = count + 1, at_ns
+    return count, latest, None
+
+
+def _cron_latest(spec: Spec, first_ns: int, last_ns: int) -> tuple[int, int | None]:
+    """The latest run in [first_ns, last_ns] (``first_ns`` is one) and the first after
+    ``last_ns``, when more runs lie between than one count takes: a search for a start
+    from which the count is complete and not empty."""
+    low, high = first_ns, last_ns  # from low: too many runs to count; from high: none
+    span = max((last_ns - first_ns) // MAX_CRON_STEPS * 1000, 1)  # ~1,000 runs, if even
+    probe = max(low + 1, last_ns - span)
+    while low < high - 1:
+        count, latest, following = _cron_count(spec, probe, last_ns)
+        if latest is not None and count:
+            return latest, following
+        if latest is None:  # too many runs to count from probe
+            low = probe
+        else:
+            high = probe
+        probe = (low + high) // 2
+    # the two starts are 1 ns apart: the run after ``low`` is the latest
+    latest = next(_cron_times(spec.cron, zone(spec.tz), low), first_ns)
+    return latest, next_after(spec, last_ns)
 
 
 def next_after(spec: Spec, after_ns: int) -> int | None:
@@ -268,15 +333,15 @@ def runs_and_next(spec: Spec, first_ns: int, last_ns: int) -> tuple[int, int, in
         step = spec.every_ms * _NS_PER_MS
         n = (last_ns - first_ns) // step
         return n + 1, first_ns + n * step, None if one_off else next_after(spec, last_ns)
-    count, latest = 1, first_ns
-    for _ in range(MAX_CRON_STEPS):
-        following = next_after(spec, latest)
-        if following is None or following > last_ns:
-            # no run in (latest, last_ns]: the first after latest is the first after last_ns
-            return count, latest, None if one_off else following
-        count, latest = count + 1, following
-    return count, latest, None if one_off else next_after(spec, last_ns)
-
+    if not spec.cron:  # a one-off: its one run
+        return 1, first_ns, None
+    following = next_after(spec, first_ns)  # the usual look, one run due: memoized
+    if following is None or following > last_ns:
+        return 1, first_ns, None if one_off else following
+    count, latest, following = _cron_count(spec, first_ns, last_ns)
+    if latest is None:  # counting stopped: the latest run is found apart
+        latest, following = _cron_latest(spec, first_ns, last_ns)
+    return count + 1, latest, None if one_off else following
 
 
 #: most next runs one answer lists
