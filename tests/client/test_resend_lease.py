@@ -5,7 +5,6 @@ before the request is sent again. A real server, and a relay that loses the repl
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,58 +13,12 @@ import pytest
 
 from jobq.client import Client, OutcomeUnknown
 from tests.harness import RunningServer, wait_for
-
-
-class ReplyLosingRelay:
-    """Forwards connections to ``127.0.0.1:target``; once :meth:`hold` is called the
-    server's replies are dropped, and :meth:`cut` closes every connection."""
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.held = threading.Event()
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def hold(self) -> None:
-        self.held.set()
-
-    def cut(self) -> None:
-        for sock in self.sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            self.sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, to_client: bool) -> None:
-        try:
-            while data := source.recv(65536):
-                if to_client and self.held.is_set():
-                    continue
-                sink.sendall(data)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
+from tests.replication.proxy import Relay
 
 
 @pytest.fixture
-def relay(server: RunningServer) -> Iterator[ReplyLosingRelay]:
-    relay = ReplyLosingRelay(server.port)
+def relay(server: RunningServer) -> Iterator[Relay]:
+    relay = Relay(server.port)
     yield relay
     relay.close()
 
@@ -78,7 +31,7 @@ FINISHES: dict[str, Callable[[Client, str], Any]] = {
 
 @pytest.mark.parametrize("word", sorted(FINISHES))
 def test_a_finish_that_requeues_is_not_sent_again(
-    server: RunningServer, relay: ReplyLosingRelay, client: Client, word: str
+    server: RunningServer, relay: Relay, client: Client, word: str
 ) -> None:
     job_id = client.add("q", b"x", max_fails=3)
     assert client.xlease("q", worker_id="w1", wait_timeout_ms=1000).attempt == 1

@@ -16,11 +16,20 @@ class Relay:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.held = threading.Event()
+        self.sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def hold(self) -> None:
         """From now on nothing reaches the connections' clients (the standby)."""
         self.held.set()
+
+    def cut(self) -> None:
+        """Break every connection made so far, on both sides."""
+        for sock in self.sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def _accept(self) -> None:
         while True:
@@ -33,6 +42,7 @@ class Relay:
             except OSError:
                 client.close()
                 continue
+            self.sockets += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
 
@@ -52,4 +62,5 @@ class Relay:
                     pass
 
     def close(self) -> None:
+        self.cut()
         self.listener.close()
