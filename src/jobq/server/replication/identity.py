@@ -19,6 +19,8 @@ from typing import Final
 
 import msgspec
 
+from jobq.cmdlog.segment import fsync_directory
+
 logger = logging.getLogger("jobq.server")
 
 #: the file in the data directory
@@ -77,11 +79,7 @@ class ServerIdentity:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(partial, path)
-            directory = os.open(self.data_dir, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            fsync_directory(str(self.data_dir))
         except OSError as exc:  # the id then lasts this process only, as before
             logger.warning("cannot keep this server's id in %s: %s", path, exc)
             return
