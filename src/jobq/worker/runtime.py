@@ -623,7 +623,10 @@ class Runtime:
             if request is not None:  # stopped by a pause/cancel request, in its own way
                 log.info("job %s: handler raised %s after a %s request", ctx.id, exc, request[0])
                 return request[0], exc
-            log.warning("job %s: handler failed", ctx.id, exc_info=True)
+            try:
+                log.warning("job %s: handler failed", ctx.id, exc_info=True)
+            except Exception:  # a formatter that shows str(exc), which raises here
+                log.warning("job %s: handler failed: %s", ctx.id, error_text(exc))
             ctx.log(_traceback_text(exc))
             return "fail", exc
 
