@@ -16,12 +16,18 @@ class Relay:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.held = threading.Event()
+        self.frozen = threading.Event()
         self.sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def hold(self) -> None:
         """From now on nothing reaches the connections' clients (the standby)."""
         self.held.set()
+
+    def freeze(self) -> None:
+        """From now on nothing is forwarded either way and nothing closed, as a network
+        that went dark (a machine lost power): each end's connection stays open, unnoticed."""
+        self.frozen.set()
 
     def cut(self) -> None:
         """Break every connection made so far, on both sides."""
@@ -49,12 +55,12 @@ class Relay:
     def _pump(self, source: socket.socket, sink: socket.socket, to_client: bool) -> None:
         try:
             while data := source.recv(65536):
-                if to_client and self.held.is_set():
+                if self.frozen.is_set() or (to_client and self.held.is_set()):
                     continue  # cut: read and dropped
                 sink.sendall(data)
         except OSError:
             pass
-        finally:
+        if not self.frozen.is_set():  # a dark network closes nothing
             for sock in (source, sink):
                 try:
                     sock.shutdown(socket.SHUT_RDWR)

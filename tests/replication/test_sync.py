@@ -4,12 +4,9 @@ standbys hold it fsynced; with fewer, it waits (reads go on) and the wait shows.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -21,6 +18,7 @@ import pytest
 from jobq.client import Client, ClientError
 from tests.harness import RunningServer, wait_for
 from tests.replication.conftest import caught_up, standby_of, state
+from tests.replication.proxy import Relay
 from tests.replication.test_network_cut import _cut
 from tests.server.procs import ServerProcess
 
@@ -305,55 +303,13 @@ def test_a_fence_answers_what_waits_for_the_standbys_as_in_flight(
         _add(sync_primary, 2)  # a change after the fence: refused, not applied
 
 
-class _Blackhole:
-    """A relay to the primary that a test can freeze: from then on it forwards nothing
-    either way and closes nothing, as a network that went dark (a standby's machine lost
-    power): the primary's end of the stream stays open, unnoticed, for minutes."""
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.frozen = threading.Event()
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-                upstream = socket.create_connection(("127.0.0.1", self.target))
-            except OSError:
-                return
-            self.sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                if not self.frozen.is_set():
-                    sink.sendall(data)
-        except OSError:
-            pass
-        if not self.frozen.is_set():
-            for sock in (source, sink):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.listener.close()
-        for sock in self.sockets:
-            sock.close()
-
-
 def test_a_standby_restarted_behind_its_unnoticed_old_stream_counts_once(
     tmp_path: Path, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
     """A standby whose old stream the primary has not noticed gone (its machine lost power)
     starts again: its new stream and the old one are one standby, not two."""
     primary = RunningServer(tmp_path / "primary", segment_size_bytes=4096, sync_replicas=2)
-    relay = _Blackhole(primary.port)
+    relay = Relay(primary.port)
     standby = RunningServer(
         tmp_path / "standby", replica_of=("127.0.0.1", relay.port), segment_size_bytes=4096
     )
@@ -363,7 +319,7 @@ def test_a_standby_restarted_behind_its_unnoticed_old_stream_counts_once(
         added = pool.submit(_add, primary, 1)
         _waiting(primary, 1)
         caught_up(primary, standby)  # it holds the add, fsynced: one standby of two
-        relay.frozen.set()
+        relay.freeze()
         standby.stop()
         again = standby_of(primary, tmp_path / "standby", segment_size_bytes=4096)
         assert again.core is not None and again.core.replication is not None

@@ -23,9 +23,9 @@ as Jupyter and the Docker daemon do, and 403 to any other.
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
+from jobq.config import is_loopback
 from jobq.http.auth import ASGIApp, Receive, Scope, Send, send_json
 
 CROSS_ORIGIN = "Forbidden: a cross-origin request from a browser may not change anything"
@@ -84,13 +84,7 @@ def is_loopback_name(host: bytes) -> bool:
         name = text[1:].partition("]")[0]
     else:
         name = text.rpartition(":")[0] if text.count(":") == 1 else text
-    name = name.rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return name.rstrip(".").endswith(".localhost") or is_loopback(name)
 
 
 class LoopbackHostGuard:

@@ -28,9 +28,7 @@ def is_hadoop_setting(key: str) -> bool:
     """True for a Hadoop or Hive setting (``fs.defaultFS``, ``spark.hadoop.fs.s3a.endpoint``):
     one can send a path under a root to another file system or directory."""
     name = key.strip().lower()
-    return name.removeprefix("spark.hadoop.").startswith(HADOOP_PREFIXES) or (
-        name.startswith("spark.hadoop.")
-    )
+    return name.startswith(("spark.hadoop.", *HADOOP_PREFIXES))
 
 
 class PathError(ValueError):
